@@ -1,0 +1,23 @@
+//! relayer's core: the message model, the transport, lock and store traits, and every
+//! piece of pure policy (backoff, keyset cursor, eligibility, options, identifiers).
+//!
+//! This crate does no I/O and depends on no database driver. Decisions take the
+//! database's `now` as an argument, so they can be tested — and reused in your own
+//! tests — without a clock or a server.
+#![deny(missing_docs)]
+
+pub mod lock;
+pub mod message;
+pub mod namespace;
+pub mod time;
+pub mod transport;
+
+pub use async_trait::async_trait;
+pub use lock::{DistributedLock, LockError, LockErrorKind, LockGuard, advisory_lock_key};
+pub use message::{Delivery, Envelope, Headers, MessageError, MessageId, MessageProblem, NewMessage};
+pub use namespace::{IdentifierError, IdentifierKind, Namespace};
+pub use time::Timestamp;
+pub use transport::{
+    Capabilities, DuplicateTransport, ErrorClass, SendOutcome, Transport, TransportError, TransportRegistry,
+};
+pub use uuid::Uuid;

@@ -1,0 +1,394 @@
+//! The message model (OUT-2) and the checks that refuse a bad message before anything is
+//! written (OUT-3).
+//!
+//! A caller builds a [`NewMessage`]; the writer validates it with [`NewMessage::validate`]
+//! and stores it. A transport later receives the same identity, body, headers and creation
+//! context as an [`Envelope`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::time::Timestamp;
+
+/// A message's identity, preserved end to end: outbox, transport, broker, inbox.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MessageId(Uuid);
+
+impl MessageId {
+    /// A new time-ordered (UUIDv7) id.
+    pub fn new() -> Self {
+        MessageId(Uuid::now_v7())
+    }
+
+    /// Wraps an existing UUID, e.g. one the caller already uses as an idempotency key.
+    pub const fn from_uuid(uuid: Uuid) -> Self {
+        MessageId(uuid)
+    }
+
+    /// The UUID.
+    pub const fn as_uuid(&self) -> &Uuid {
+        &self.0
+    }
+}
+
+impl Default for MessageId {
+    fn default() -> Self {
+        MessageId::new()
+    }
+}
+
+impl From<Uuid> for MessageId {
+    fn from(uuid: Uuid) -> Self {
+        MessageId(uuid)
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Debug for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MessageId({})", self.0)
+    }
+}
+
+/// Message headers: string keys to string values, kept in a stable order.
+pub type Headers = BTreeMap<String, String>;
+
+/// The longest header name accepted.
+pub const MAX_HEADER_NAME_LEN: usize = 256;
+
+/// When a message becomes deliverable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// As soon as the writing transaction commits.
+    Immediate,
+    /// At this instant on the database clock.
+    At(Timestamp),
+    /// This long after the database's `now()` at enqueue (immune to instance clock skew).
+    After(Duration),
+}
+
+/// A message to enqueue.
+///
+/// ```
+/// use relayer_core::{NewMessage, Delivery};
+/// use std::time::Duration;
+/// let message = NewMessage::new("queue", "orders.created", br#"{"id":7}"#.to_vec())
+///     .header("content-type", "application/json")
+///     .lane("order-7")
+///     .delivery(Delivery::After(Duration::from_secs(60)));
+/// assert_eq!(message.destination(), "orders.created");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewMessage {
+    id: MessageId,
+    transport: String,
+    destination: String,
+    body: Vec<u8>,
+    headers: Headers,
+    delivery: Delivery,
+    lane: Option<String>,
+    trace_context: Option<String>,
+}
+
+impl NewMessage {
+    /// A message for `destination` on the transport registered as `transport`, with a new
+    /// id, no headers, immediate delivery and no lane.
+    pub fn new(
+        transport: impl Into<String>,
+        destination: impl Into<String>,
+        body: impl Into<Vec<u8>>,
+    ) -> Self {
+        NewMessage {
+            id: MessageId::new(),
+            transport: transport.into(),
+            destination: destination.into(),
+            body: body.into(),
+            headers: Headers::new(),
+            delivery: Delivery::Immediate,
+            lane: None,
+            trace_context: None,
+        }
+    }
+
+    /// Uses `id` instead of a generated one.
+    pub fn id(mut self, id: impl Into<MessageId>) -> Self {
+        self.id = id.into();
+        self
+    }
+
+    /// Adds or replaces one header.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// Replaces all headers.
+    pub fn headers(mut self, headers: Headers) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// Sets when the message becomes deliverable (DSP-4).
+    pub fn delivery(mut self, delivery: Delivery) -> Self {
+        self.delivery = delivery;
+        self
+    }
+
+    /// Puts the message on an ordered lane (LAN-1): delivered strictly after every earlier
+    /// message of the same lane.
+    pub fn lane(mut self, lane: impl Into<String>) -> Self {
+        self.lane = Some(lane.into());
+        self
+    }
+
+    /// Records the creation context (e.g. a W3C `traceparent`) carried to the transport.
+    pub fn trace_context(mut self, context: impl Into<String>) -> Self {
+        self.trace_context = Some(context.into());
+        self
+    }
+
+    /// The message id.
+    pub fn message_id(&self) -> MessageId {
+        self.id
+    }
+    /// The transport name.
+    pub fn transport(&self) -> &str {
+        &self.transport
+    }
+    /// The destination (topic, subject, queue …) within the transport.
+    pub fn destination(&self) -> &str {
+        &self.destination
+    }
+    /// The body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+    /// The headers.
+    pub fn header_map(&self) -> &Headers {
+        &self.headers
+    }
+    /// When the message becomes deliverable.
+    pub fn delivery_time(&self) -> Delivery {
+        self.delivery
+    }
+    /// The lane key, if the message is ordered.
+    pub fn lane_key(&self) -> Option<&str> {
+        self.lane.as_deref()
+    }
+    /// The creation context, if any.
+    pub fn creation_context(&self) -> Option<&str> {
+        self.trace_context.as_deref()
+    }
+
+    /// Checks the message against OUT-3: a registered transport, a non-empty destination,
+    /// plain header names, a body within `max_body_bytes`, and no text that PostgreSQL
+    /// cannot store. `index` is the message's position in its batch, for the error.
+    pub fn validate(
+        &self,
+        index: usize,
+        max_body_bytes: usize,
+        transport_known: impl Fn(&str) -> bool,
+    ) -> Result<(), MessageError> {
+        let refuse = |problem| Err(MessageError { index, id: self.id, problem });
+        if !transport_known(&self.transport) {
+            return refuse(MessageProblem::UnknownTransport(self.transport.clone()));
+        }
+        if self.destination.trim().is_empty() {
+            return refuse(MessageProblem::EmptyDestination);
+        }
+        if self.body.len() > max_body_bytes {
+            return refuse(MessageProblem::BodyTooLarge { size: self.body.len(), limit: max_body_bytes });
+        }
+        for (name, value) in &self.headers {
+            if let Err(reason) = check_header_name(name) {
+                return refuse(MessageProblem::InvalidHeaderName { name: name.clone(), reason });
+            }
+            if value.contains('\0') {
+                return refuse(MessageProblem::NulByte { field: format!("header {name:?}") });
+            }
+        }
+        if let Some(lane) = &self.lane {
+            if lane.is_empty() {
+                return refuse(MessageProblem::EmptyLane);
+            }
+        }
+        for (field, text) in [
+            ("destination", Some(&self.destination)),
+            ("lane", self.lane.as_ref()),
+            ("trace context", self.trace_context.as_ref()),
+        ] {
+            if text.is_some_and(|t| t.contains('\0')) {
+                return refuse(MessageProblem::NulByte { field: field.to_owned() });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Header names are HTTP-style tokens (RFC 9110 `tchar`), 1 to 256 bytes, so every
+/// transport (NATS and AMQP headers included) can carry them unchanged.
+fn check_header_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("it is empty".to_owned());
+    }
+    if name.len() > MAX_HEADER_NAME_LEN {
+        return Err(format!("it is {} bytes long; at most {MAX_HEADER_NAME_LEN} are allowed", name.len()));
+    }
+    match name.chars().find(|c| !is_token_char(*c)) {
+        Some(c) => Err(format!("{c:?} is not allowed; use letters, digits and !#$%&'*+-.^_`|~")),
+        None => Ok(()),
+    }
+}
+
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
+}
+
+/// A message refused at enqueue (OUT-3). Nothing of its batch was written.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("message {index} of the batch (id {id}) refused: {problem}")]
+pub struct MessageError {
+    index: usize,
+    id: MessageId,
+    problem: MessageProblem,
+}
+
+impl MessageError {
+    /// The position of the refused message in its batch.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+    /// The refused message's id.
+    pub fn message_id(&self) -> MessageId {
+        self.id
+    }
+    /// What is wrong with it.
+    pub fn problem(&self) -> &MessageProblem {
+        &self.problem
+    }
+}
+
+/// What is wrong with a refused message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MessageProblem {
+    /// No transport is registered under this name.
+    #[error("no transport is registered as {0:?}")]
+    UnknownTransport(String),
+    /// The destination is empty or blank.
+    #[error("the destination is empty")]
+    EmptyDestination,
+    /// The body exceeds the configured limit.
+    #[error("the body is {size} bytes; the limit is {limit}")]
+    BodyTooLarge {
+        /// The body's size in bytes.
+        size: usize,
+        /// The configured limit in bytes.
+        limit: usize,
+    },
+    /// A header name is not a plain token.
+    #[error("invalid header name {name:?}: {reason}")]
+    InvalidHeaderName {
+        /// The header name, as given.
+        name: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The lane key is empty.
+    #[error("the lane key is empty")]
+    EmptyLane,
+    /// A text field contains a NUL character, which PostgreSQL text cannot store.
+    #[error("the {field} contains a NUL character")]
+    NulByte {
+        /// Which field.
+        field: String,
+    },
+}
+
+/// A message as a transport receives it: the identity, body, headers and creation context
+/// the writer stored (SWP-5), plus delivery bookkeeping.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Envelope {
+    /// The message id; transports that deduplicate on the broker use it as the key.
+    pub id: MessageId,
+    /// The body.
+    pub body: Vec<u8>,
+    /// The headers.
+    pub headers: Headers,
+    /// When the message was written, on the database clock.
+    pub created_at: Timestamp,
+    /// The creation context recorded at enqueue, if any.
+    pub trace_context: Option<String>,
+    /// The lane key, for ordered messages.
+    pub lane: Option<String>,
+    /// How many earlier sends of this message failed.
+    pub attempts: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn known(name: &str) -> bool {
+        name == "queue"
+    }
+
+    fn problem(message: &NewMessage) -> MessageProblem {
+        message.validate(3, 16, known).unwrap_err().problem().clone()
+    }
+
+    #[test]
+    fn accepts_a_plain_message() {
+        let m = NewMessage::new("queue", "orders", b"{}".to_vec()).header("x-trace_id.v1", "a b");
+        m.validate(0, 16, known).unwrap();
+    }
+
+    #[test]
+    fn refuses_each_out3_case_with_a_clear_error() {
+        let base = || NewMessage::new("queue", "orders", b"{}".to_vec());
+        assert_eq!(
+            problem(&NewMessage::new("nats", "orders", vec![])),
+            MessageProblem::UnknownTransport("nats".into())
+        );
+        assert_eq!(problem(&NewMessage::new("queue", " ", vec![])), MessageProblem::EmptyDestination);
+        assert_eq!(
+            problem(&NewMessage::new("queue", "o", vec![0; 17])),
+            MessageProblem::BodyTooLarge { size: 17, limit: 16 }
+        );
+        for bad in ["", "a b", "ü", "a:b", "a\"", &"h".repeat(257)] {
+            assert!(
+                matches!(problem(&base().header(bad, "v")), MessageProblem::InvalidHeaderName { .. }),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(problem(&base().lane("")), MessageProblem::EmptyLane);
+        assert_eq!(
+            problem(&base().header("h", "a\0")),
+            MessageProblem::NulByte { field: "header \"h\"".into() }
+        );
+        assert_eq!(
+            problem(&NewMessage::new("queue", "a\0", vec![])),
+            MessageProblem::NulByte { field: "destination".into() }
+        );
+    }
+
+    #[test]
+    fn error_names_position_id_and_problem() {
+        let id = MessageId::from_uuid(Uuid::nil());
+        let err = NewMessage::new("queue", "", vec![]).id(id).validate(3, 16, known).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "message 3 of the batch (id 00000000-0000-0000-0000-000000000000) refused: the destination is empty"
+        );
+    }
+}
