@@ -1,0 +1,2 @@
+//! PostgreSQL advisory locks for relayer.
+#![deny(missing_docs)]

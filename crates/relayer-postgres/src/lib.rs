@@ -1,0 +1,2 @@
+//! relayer's PostgreSQL storage.
+#![deny(missing_docs)]

@@ -1,0 +1,2 @@
+//! Test fixtures for relayer.
+#![deny(missing_docs)]

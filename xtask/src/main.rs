@@ -1,0 +1,2 @@
+//! relayer's developer commands.
+fn main() {}
