@@ -1,0 +1,130 @@
+//! The storage crate's error: opaque, with the questions a caller actually asks
+//! (is it transient? is it about the schema?) answered by methods.
+
+use std::fmt;
+
+use relayer_core::Namespace;
+
+/// An error from relayer's PostgreSQL storage.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {kind}")]
+pub struct StorageError {
+    context: String,
+    kind: StorageErrorKind,
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+/// What kind of storage failure this is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StorageErrorKind {
+    /// The database failed a statement or the connection broke.
+    Database,
+    /// No connection could be had from the pool in time.
+    Pool,
+    /// The namespace has no relayer schema.
+    SchemaMissing,
+    /// The namespace's schema is older than this version of relayer needs.
+    SchemaOutdated {
+        /// The version found.
+        found: i32,
+        /// The version required.
+        required: i32,
+    },
+    /// The namespace's schema is newer than this version of relayer knows how to migrate.
+    SchemaTooNew {
+        /// The version found.
+        found: i32,
+        /// The newest version this build knows.
+        known: i32,
+    },
+    /// A row could not be decoded (e.g. malformed headers).
+    MalformedRow,
+}
+
+impl fmt::Display for StorageErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StorageErrorKind::Database => f.write_str("database error"),
+            StorageErrorKind::Pool => f.write_str("no pooled connection available"),
+            StorageErrorKind::SchemaMissing => {
+                f.write_str("relayer schema not found; apply it with `relayer schema apply` or `migrate`")
+            }
+            StorageErrorKind::SchemaOutdated { found, required } => write!(
+                f,
+                "schema version {found} is older than the required {required}; apply migrations first"
+            ),
+            StorageErrorKind::SchemaTooNew { found, known } => write!(
+                f,
+                "schema version {found} is newer than this build of relayer knows ({known}); upgrade relayer"
+            ),
+            StorageErrorKind::MalformedRow => f.write_str("malformed row"),
+        }
+    }
+}
+
+impl StorageError {
+    pub(crate) fn new(context: impl Into<String>, kind: StorageErrorKind) -> Self {
+        StorageError { context: context.into(), kind, source: None }
+    }
+
+    /// A database error while doing `context`.
+    pub(crate) fn database(context: impl Into<String>, source: tokio_postgres::Error) -> Self {
+        StorageError {
+            context: context.into(),
+            kind: StorageErrorKind::Database,
+            source: Some(source.into()),
+        }
+    }
+
+    pub(crate) fn pool(context: impl Into<String>, source: bb8::RunError<tokio_postgres::Error>) -> Self {
+        match source {
+            bb8::RunError::User(error) => StorageError::database(context, error),
+            bb8::RunError::TimedOut => StorageError::new(context, StorageErrorKind::Pool),
+        }
+    }
+
+    pub(crate) fn schema(namespace: &Namespace, kind: StorageErrorKind) -> Self {
+        StorageError::new(format!("namespace {namespace}"), kind)
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> &StorageErrorKind {
+        &self.kind
+    }
+
+    /// The database error underneath, if any.
+    pub fn as_db_error(&self) -> Option<&tokio_postgres::error::DbError> {
+        self.source
+            .as_deref()
+            .and_then(|e| e.downcast_ref::<tokio_postgres::Error>())
+            .and_then(tokio_postgres::Error::as_db_error)
+    }
+
+    /// The SQLSTATE code, if the server reported one.
+    pub fn code(&self) -> Option<&tokio_postgres::error::SqlState> {
+        self.as_db_error().map(tokio_postgres::error::DbError::code)
+    }
+
+    /// Whether retrying later may succeed: a lost or refused connection, a pool timeout,
+    /// a serialization failure or deadlock, a server shutting down or starting up.
+    pub fn is_transient(&self) -> bool {
+        use tokio_postgres::error::SqlState;
+        match self.kind {
+            StorageErrorKind::Pool => true,
+            StorageErrorKind::Database => match self.code() {
+                None => true, // I/O error or closed connection: no SQLSTATE.
+                Some(code) => {
+                    let class = &code.code()[..2];
+                    // 08: connection exception; 53: insufficient resources; 57: operator intervention.
+                    matches!(class, "08" | "53" | "57")
+                        || *code == SqlState::T_R_SERIALIZATION_FAILURE
+                        || *code == SqlState::T_R_DEADLOCK_DETECTED
+                        || *code == SqlState::LOCK_NOT_AVAILABLE
+                }
+            },
+            _ => false,
+        }
+    }
+}
