@@ -6,9 +6,14 @@
 //! tests — without a clock or a server.
 #![deny(missing_docs)]
 
+pub mod backoff;
+pub mod cursor;
+pub mod duration;
+pub mod eligibility;
 pub mod lock;
 pub mod message;
 pub mod namespace;
+pub mod options;
 pub mod time;
 pub mod transport;
 
@@ -21,3 +26,16 @@ pub use transport::{
     Capabilities, DuplicateTransport, ErrorClass, SendOutcome, Transport, TransportError, TransportRegistry,
 };
 pub use uuid::Uuid;
+
+// Pure policy: backoff, cursor, durations, eligibility, options.
+pub use backoff::{PassBackoff, RetryBackoff};
+pub use cursor::{KeysetCursor, PageEnd, PassPlan, ScanWindow};
+pub use duration::{DurationError, HumanDuration, Retention};
+pub use eligibility::{
+    BreakerState, CircuitBreaker, DeadLetterAction, DeadLetterDecision, DeadLetterPolicy, DeadLetterRow,
+    OutboxRow, RetentionTable,
+};
+pub use options::{
+    CleanupOptions, CleanupOptionsBuilder, DeadLetterOptions, DeadLetterOptionsBuilder, DispatcherOptions,
+    DispatcherOptionsBuilder, OptionsError, SweeperOptions, SweeperOptionsBuilder,
+};

@@ -217,10 +217,8 @@ impl NewMessage {
                 return refuse(MessageProblem::NulByte { field: format!("header {name:?}") });
             }
         }
-        if let Some(lane) = &self.lane {
-            if lane.is_empty() {
-                return refuse(MessageProblem::EmptyLane);
-            }
+        if self.lane.as_deref() == Some("") {
+            return refuse(MessageProblem::EmptyLane);
         }
         for (field, text) in [
             ("destination", Some(&self.destination)),

@@ -113,8 +113,8 @@ async fn every_object_name_fits_the_longest_allowed_prefix() {
     migrate(&mut client, &ns).await.unwrap();
     let names: Vec<String> = client
         .query(
-            "SELECT relname::text FROM pg_class WHERE relnamespace = $1::regnamespace \
-             UNION ALL SELECT conname::text FROM pg_constraint WHERE connamespace = $1::regnamespace AND contype IN ('p', 'u', 'c', 'f', 'x')",
+            "SELECT relname::text FROM pg_class WHERE relnamespace = $1::text::regnamespace \
+             UNION ALL SELECT conname::text FROM pg_constraint WHERE connamespace = $1::text::regnamespace AND contype IN ('p', 'u', 'c', 'f', 'x')",
             &[&db.schema()],
         )
         .await
