@@ -1,2 +1,217 @@
-//! relayer's developer commands.
-fn main() {}
+//! relayer's developer commands, run as `cargo xtask <command>` (see `cargo xtask help`).
+//!
+//! Plain `std::process::Command` calls and hand-written argument parsing: the xtask has no
+//! dependencies, so it builds in seconds on a cold cache. Every command runs from the
+//! workspace root.
+#![allow(clippy::print_stdout)] // a CLI: stdout is its user interface.
+
+mod postgres;
+mod run;
+mod summary;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use crate::run::{Step, cargo};
+
+const HELP: &str = "\
+cargo xtask <command>
+
+Commands:
+  test [-- ARGS]          the whole test suite: cargo nextest (or cargo test) on the workspace,
+                          then the doctests; ends with `tests: N passed, M failed`.
+                          RELAYER_TEST_THREADS sets the test threads (default 4); ARGS go to
+                          nextest (or to cargo test).
+  ci                      fmt check, clippy -D warnings, cargo check of each crate on its own,
+                          cargo deny (when installed), then `test`. Stops at the first failure.
+  schema [print|apply] [--schema S --prefix P]
+                          prints or applies the database schema (through relayer-cli).
+  demo                    makes sure PostgreSQL answers locally, then runs the demo (relayer-cli).
+  bench <name> [--quick]  runs a benchmark of relayer-bench in release mode.
+  help                    this text.
+
+The tests find their database as relayer-test-support documents: DATABASE_URL, else a
+server at 127.0.0.1:5432 (user postgres, database test), else a throwaway initdb cluster,
+else a postgres:17 container.";
+
+/// Test threads when `RELAYER_TEST_THREADS` is not set: the database, not the CPU, is the
+/// bottleneck, and CI machines have 2 cores.
+const DEFAULT_TEST_THREADS: u32 = 4;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        None | Some("help" | "--help" | "-h") => {
+            println!("{HELP}");
+            Ok(())
+        }
+        Some("test") => test_command(&args[1..]),
+        Some("ci") => ci(&args[1..]),
+        Some("schema") => {
+            delegate("relayer-cli", &["run", "-q", "-p", "relayer-cli", "--", "schema"], &args[1..])
+        }
+        Some("demo") => demo(&args[1..]),
+        Some("bench") => bench(&args[1..]),
+        Some(other) => Err(format!("unknown command `{other}`; see `cargo xtask help`")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `cargo xtask test [-- ARGS]`.
+fn test_command(args: &[String]) -> Result<(), String> {
+    let extra = match args.split_first() {
+        None => &[][..],
+        Some((first, rest)) if first == "--" => rest,
+        Some(_) => return Err(format!("`test` takes its extra arguments after `--`, got {args:?}")),
+    };
+    test_suite(extra)
+}
+
+/// Runs the tests and the doctests, and prints the `tests: N passed, M failed` line.
+fn test_suite(extra: &[String]) -> Result<(), String> {
+    let threads = test_threads()?;
+    let mut total = summary::Counts::default();
+    let mut problems = Vec::new();
+
+    let main_run = if run::has_cargo_subcommand("nextest") {
+        let mut args: Vec<OsString> = ["nextest", "run", "--workspace", "--no-fail-fast", "--test-threads"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        args.push(threads.to_string().into());
+        args.extend(extra.iter().map(OsString::from));
+        let (status, output) = run::tee(cargo(&args))?;
+        (status, summary::nextest(&output), "cargo nextest run")
+    } else {
+        println!("cargo-nextest is not installed: falling back to cargo test");
+        // Doctests run below, once: keep them out of this run.
+        let mut args: Vec<OsString> = ["test", "--workspace", "--no-fail-fast", "--lib", "--bins", "--tests"]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        args.push("--".into());
+        args.push("--test-threads".into());
+        args.push(threads.to_string().into());
+        args.extend(extra.iter().map(OsString::from));
+        let (status, output) = run::tee(cargo(&args))?;
+        (status, summary::libtest(&output), "cargo test")
+    };
+    let (status, counts, what) = main_run;
+    total += counts;
+    if !status.success() {
+        problems.push(format!("{what} exited with {status}"));
+    }
+
+    let (status, output) = run::tee(cargo(&["test", "--workspace", "--doc"]))?;
+    total += summary::libtest(&output);
+    if !status.success() {
+        problems.push(format!("cargo test --doc exited with {status}"));
+    }
+
+    println!("tests: {} passed, {} failed", total.passed, total.failed);
+    if total.failed > 0 {
+        problems.push(format!("{} tests failed", total.failed));
+    }
+    if total.passed + total.failed == 0 {
+        problems.push("no test ran".to_owned());
+    }
+    if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+}
+
+fn test_threads() -> Result<u32, String> {
+    match std::env::var("RELAYER_TEST_THREADS") {
+        Err(_) => Ok(DEFAULT_TEST_THREADS),
+        Ok(value) => match value.trim().parse::<u32>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("RELAYER_TEST_THREADS must be a positive number, got {value:?}")),
+        },
+    }
+}
+
+/// `cargo xtask ci`.
+fn ci(args: &[String]) -> Result<(), String> {
+    if !args.is_empty() {
+        return Err(format!("`ci` takes no arguments, got {args:?}"));
+    }
+    let started = Instant::now();
+    let members = run::workspace_members()?;
+
+    let mut steps: Vec<Step> = vec![
+        Step::cargo("format", &["fmt", "--all", "--", "--check"]),
+        Step::cargo("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+    ];
+    for member in &members {
+        steps.push(Step::cargo(&format!("check {member} on its own"), &["check", "-p", member]));
+    }
+    if run::has_cargo_subcommand("deny") {
+        steps.push(Step::cargo("licenses and sources", &["deny", "check", "bans", "licenses", "sources"]));
+    } else {
+        steps.push(Step::skipped("cargo deny", "cargo-deny is not installed (cargo install cargo-deny)"));
+    }
+    steps.push(Step::Tests);
+
+    let count = steps.len();
+    for (index, step) in steps.iter().enumerate() {
+        println!("\n==> [{}/{count}] {}", index + 1, step.title());
+        let step_started = Instant::now();
+        let result = match step {
+            Step::Command { command, .. } => run::status(command.build()),
+            Step::Skipped { why, .. } => {
+                println!("skipped: {why}");
+                Ok(())
+            }
+            Step::Tests => test_suite(&[]),
+        };
+        let elapsed = step_started.elapsed().as_secs_f64();
+        match result {
+            Ok(()) => println!("<== [{}/{count}] ok in {elapsed:.1}s", index + 1),
+            Err(e) => {
+                println!("<== [{}/{count}] FAILED in {elapsed:.1}s", index + 1);
+                return Err(format!("ci failed at `{}`: {e}", step.title()));
+            }
+        }
+    }
+    println!("\nci: all {count} steps passed in {:.1}s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// `cargo xtask demo`.
+fn demo(args: &[String]) -> Result<(), String> {
+    postgres::ensure_local_server()?;
+    delegate("relayer-cli", &["run", "-q", "--release", "-p", "relayer-cli", "--", "demo"], args)
+}
+
+/// `cargo xtask bench <name> [--quick]`.
+fn bench(args: &[String]) -> Result<(), String> {
+    match args {
+        [name] | [name, _] if !name.starts_with('-') => {}
+        _ => return Err("usage: cargo xtask bench <name> [--quick]".to_owned()),
+    }
+    if let [_, flag] = args
+        && flag != "--quick"
+    {
+        return Err(format!("unknown bench option `{flag}`; usage: cargo xtask bench <name> [--quick]"));
+    }
+    delegate("relayer-bench", &["run", "--release", "-p", "relayer-bench", "--"], args)
+}
+
+/// Runs `cargo <fixed> <args>` when `package` is in the workspace; says so clearly when not.
+fn delegate(package: &str, fixed: &[&str], args: &[String]) -> Result<(), String> {
+    if !run::workspace_members()?.iter().any(|member| member == package) {
+        return Err(format!(
+            "the `{package}` crate is not in the workspace yet, so this command cannot run; \
+             it delegates to `cargo {}` once that crate exists",
+            fixed.join(" ")
+        ));
+    }
+    let mut all: Vec<OsString> = fixed.iter().map(OsString::from).collect();
+    all.extend(args.iter().map(OsString::from));
+    run::status(cargo(&all))
+}

@@ -29,7 +29,12 @@ struct GeneratedOutboxRow {
 }
 
 fn outbox_row() -> impl Strategy<Value = GeneratedOutboxRow> {
-    (-60i64..=2, -30i64..=30, prop::option::weighted(0.25, prop::sample::select(vec!["a", "b"])), any::<bool>())
+    (
+        -60i64..=2,
+        -30i64..=30,
+        prop::option::weighted(0.25, prop::sample::select(vec!["a", "b"])),
+        any::<bool>(),
+    )
         .prop_map(|(created_secs, visible_secs, lane, claimed)| GeneratedOutboxRow {
             created_secs,
             visible_secs,
@@ -134,7 +139,10 @@ fn retention_sql_deletes_exactly_the_pure_expired_rows() {
     let strategy = (
         prop::collection::vec(-100i64..=5, 0..40),
         prop::collection::vec(-100i64..=5, 0..40),
-        prop_oneof![Just(Retention::Keep), (0u64..=90).prop_map(|s| Retention::After(Duration::from_secs(s)))],
+        prop_oneof![
+            Just(Retention::Keep),
+            (0u64..=90).prop_map(|s| Retention::After(Duration::from_secs(s)))
+        ],
     );
     runner
         .run(&strategy, |(dead_ages, inbox_ages, retention)| {
@@ -166,13 +174,11 @@ fn retention_sql_deletes_exactly_the_pure_expired_rows() {
                     .unwrap();
                 }
                 let now = ts(tx.query_one("SELECT now()", &[]).await.unwrap().get(0));
-                let times = |sql: String| {
-                                        async move {
-                        let rows = tx.query(&sql, &[]).await.unwrap();
-                        let mut times: Vec<Timestamp> = rows.iter().map(|r| ts(r.get(0))).collect();
-                        times.sort_unstable();
-                        times
-                    }
+                let times = |sql: String| async move {
+                    let rows = tx.query(&sql, &[]).await.unwrap();
+                    let mut times: Vec<Timestamp> = rows.iter().map(|r| ts(r.get(0))).collect();
+                    times.sort_unstable();
+                    times
                 };
                 let dead_before = times(format!("SELECT failed_at FROM {dead}")).await;
                 let inbox_before = times(format!("SELECT processed_at FROM {inbox}")).await;
