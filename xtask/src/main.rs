@@ -28,7 +28,7 @@ Commands:
   schema [print|apply] [--schema S --prefix P]
                           prints or applies the database schema (through relayer-cli).
   demo                    makes sure PostgreSQL answers locally, then runs the demo (relayer-cli).
-  bench <name> [--quick]  runs a benchmark of relayer-bench in release mode.
+  bench <name> [--quick]  runs a benchmark in release mode: dispatch, maintenance (relayer-bench), locks.
   help                    this text.
 
 The tests find their database as relayer-test-support documents: DATABASE_URL, else a
@@ -198,6 +198,14 @@ fn bench(args: &[String]) -> Result<(), String> {
         && flag != "--quick"
     {
         return Err(format!("unknown bench option `{flag}`; usage: cargo xtask bench <name> [--quick]"));
+    }
+    // The lock benchmark lives beside the lock so it builds without the other workers.
+    if args[0] == "locks" {
+        return delegate(
+            "relayer-advisory-lock",
+            &["run", "--release", "-p", "relayer-advisory-lock", "--bin", "lock-bench", "--"],
+            &args[1..],
+        );
     }
     delegate("relayer-bench", &["run", "--release", "-p", "relayer-bench", "--"], args)
 }
