@@ -6,15 +6,26 @@
 #![deny(missing_docs)]
 
 mod error;
+pub mod lanes;
+pub mod leases;
 mod migrate;
+pub mod outbox;
 mod pool;
+pub mod queue;
 pub mod recovery;
 pub mod retention;
 mod schema;
 mod status;
 
 pub use error::{StorageError, StorageErrorKind};
+pub use lanes::{HeadFailure, LaneHead, LaneStatements, ParkedLane};
+pub use leases::{Lease, LeaseStatements};
 pub use migrate::{MigrationReport, current_version, migrate, migration_lock_resource, verify_schema};
+pub use outbox::{
+    ClaimedMessage, Completion, CompletionReport, DEFAULT_MAX_BODY_BYTES, EnqueueError, Enqueued,
+    OutboxStatements, OutboxWriter, notify_channel,
+};
 pub use pool::{PgConnection, PgPool, connect_pool};
+pub use queue::QueueStatements;
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
 pub use status::{NamespaceStatus, namespace_status};

@@ -8,6 +8,10 @@
 //! (BASELINE.md). `SKIP LOCKED` lets replicas clean side by side without blocking.
 //! Outbox rows are never deleted here: accepted rows go at once in fenced deletes, and
 //! pending, parked and scheduled rows never expire by age (RET-1).
+//!
+//! A cleanup leader runs each batch as its own short transaction, outside the transaction
+//! that took its lease, so the `*_fenced` variants add the lease fence (LDR-6): a leader
+//! deposed since it took the lease deletes nothing.
 
 use std::time::Duration;
 
@@ -15,6 +19,7 @@ use relayer_core::Namespace;
 use tokio_postgres::GenericClient;
 
 use crate::error::StorageError;
+use crate::leases::{Lease, fence_clause};
 use crate::recovery::micros;
 
 /// The retention statements rendered for one namespace.
@@ -22,27 +27,41 @@ use crate::recovery::micros;
 pub struct RetentionStatements {
     delete_dead: String,
     delete_inbox: String,
+    delete_dead_fenced: String,
+    delete_inbox_fenced: String,
 }
 
 impl RetentionStatements {
     /// Renders the statements for `namespace`.
     pub fn new(namespace: &Namespace) -> Self {
         let (dead, inbox) = (namespace.table("dead"), namespace.table("inbox"));
-        RetentionStatements {
-            // dead_failed_at_idx
-            delete_dead: format!(
+        // The fence sits in the batch's subquery, before any row is locked; being uncorrelated,
+        // the planner evaluates it once, and a false fence scans nothing.
+        let fence = fence_clause(namespace, 3);
+        // dead_failed_at_idx
+        let dead_batch = |fence: &str| {
+            format!(
                 "DELETE FROM {dead} WHERE ctid = ANY(ARRAY(\
                    SELECT ctid FROM {dead} \
-                   WHERE failed_at < now() - ($1::bigint * interval '1 microsecond') \
+                   WHERE failed_at < now() - ($1::bigint * interval '1 microsecond'){fence} \
                    ORDER BY failed_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
-            ),
-            // inbox_processed_at_idx
-            delete_inbox: format!(
+            )
+        };
+        // inbox_processed_at_idx
+        let inbox_batch = |fence: &str| {
+            format!(
                 "DELETE FROM {inbox} WHERE ctid = ANY(ARRAY(\
                    SELECT ctid FROM {inbox} \
-                   WHERE processed_at < now() - ($1::bigint * interval '1 microsecond') \
+                   WHERE processed_at < now() - ($1::bigint * interval '1 microsecond'){fence} \
                    ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
-            ),
+            )
+        };
+        let fenced = format!(" AND {fence}");
+        RetentionStatements {
+            delete_dead: dead_batch(""),
+            delete_inbox: inbox_batch(""),
+            delete_dead_fenced: dead_batch(&fenced),
+            delete_inbox_fenced: inbox_batch(&fenced),
         }
     }
 
@@ -70,6 +89,37 @@ impl RetentionStatements {
     ) -> Result<u64, StorageError> {
         client
             .execute(&self.delete_inbox, &[&micros(retention), &i64::from(limit)])
+            .await
+            .map_err(|e| StorageError::database("deleting expired inbox rows", e))
+    }
+
+    /// Like [`delete_expired_dead`](Self::delete_expired_dead), fenced by `lease`: deletes
+    /// nothing unless `lease` is still its owner's, at the same term, and unexpired.
+    pub async fn delete_expired_dead_fenced(
+        &self,
+        client: &impl GenericClient,
+        retention: Duration,
+        limit: u32,
+        lease: &Lease,
+    ) -> Result<u64, StorageError> {
+        let [job, owner, term] = lease.fence_params();
+        client
+            .execute(&self.delete_dead_fenced, &[&micros(retention), &i64::from(limit), job, owner, term])
+            .await
+            .map_err(|e| StorageError::database("deleting expired dead rows", e))
+    }
+
+    /// Like [`delete_expired_inbox`](Self::delete_expired_inbox), fenced by `lease`.
+    pub async fn delete_expired_inbox_fenced(
+        &self,
+        client: &impl GenericClient,
+        retention: Duration,
+        limit: u32,
+        lease: &Lease,
+    ) -> Result<u64, StorageError> {
+        let [job, owner, term] = lease.fence_params();
+        client
+            .execute(&self.delete_inbox_fenced, &[&micros(retention), &i64::from(limit), job, owner, term])
             .await
             .map_err(|e| StorageError::database("deleting expired inbox rows", e))
     }

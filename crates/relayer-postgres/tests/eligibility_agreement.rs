@@ -44,7 +44,7 @@ fn outbox_row() -> impl Strategy<Value = GeneratedOutboxRow> {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime")
 }
 
 fn ts(time: SystemTime) -> Timestamp {
@@ -150,14 +150,14 @@ fn retention_sql_deletes_exactly_the_pure_expired_rows() {
                 // A transaction pins now(): SQL and the pure rules see one instant.
                 client.batch_execute("BEGIN").await.unwrap();
                 let tx = &client;
-                for (seq, secs) in dead_ages.iter().enumerate() {
+                for (seq, secs) in (0i64..).zip(&dead_ages) {
                     tx.execute(
                         &format!(
                             "INSERT INTO {dead} (seq, message_id, transport, destination, body, created_at, \
                              failed_at, attempts) VALUES ($1, $2, 't', 'd', '', now(), \
                              now() + $3 * interval '1 second', 1)"
                         ),
-                        &[&(seq as i64), &Uuid::new_v4(), &(*secs as f64)],
+                        &[&seq, &Uuid::new_v4(), &(*secs as f64)],
                     )
                     .await
                     .unwrap();

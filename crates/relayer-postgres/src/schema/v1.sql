@@ -30,9 +30,10 @@ CREATE INDEX "__PREFIX__outbox_recovery_idx" ON "__SCHEMA__"."__PREFIX__outbox"
 -- Due unordered rows (notified/polling dispatcher; idle checks): visible_at <= now().
 CREATE INDEX "__PREFIX__outbox_due_idx" ON "__SCHEMA__"."__PREFIX__outbox"
     (visible_at) WHERE lane IS NULL;
--- Lane heads (LAN-1): the lowest seq per lane.
+-- Lane heads (LAN-1): the lowest seq per lane, found by a skip scan over distinct lanes;
+-- visible_at is included so a lane claim reads whether each head is due from the index.
 CREATE INDEX "__PREFIX__outbox_lane_idx" ON "__SCHEMA__"."__PREFIX__outbox"
-    (lane, seq) WHERE lane IS NOT NULL;
+    (lane, seq) INCLUDE (visible_at) WHERE lane IS NOT NULL;
 
 -- Ordered lanes: one owner at a time by a claim with a deadline (LAN-3); a parked lane stays
 -- blocked until released (LAN-2, LAN-5).

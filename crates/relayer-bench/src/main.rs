@@ -1,0 +1,389 @@
+//! relayer's benchmarks, run by `cargo xtask bench <name> [--quick]`.
+//!
+//! `dispatch` measures, in one run on one PostgreSQL (so the ratio is trustworthy even when
+//! absolute figures swing, BASELINE.md):
+//!
+//! - the **raw limit**: a plain loop on the same server doing the least SQL for the same
+//!   work — writers insert rows in transactions of 1 and of 10; one drainer moves them in
+//!   batches of 100 from the outbox into the queue table with one
+//!   `DELETE … RETURNING` feeding an `INSERT`;
+//! - **relayer**: writers enqueue through [`OutboxWriter`] in transactions of 1 and of 10;
+//!   a [`Dispatcher`] (woken by the writers' NOTIFY) sends them through
+//!   [`PgQueueTransport`] and deletes the outbox rows;
+//! - **commit-to-send latency** at half relayer's measured rate: the writer records the
+//!   instant its commit returned, a wrapping transport the instant the queue insert
+//!   returned; p50 and p99 of the difference.
+//!
+//! The last line is `RESULT dispatch_ratio=<relayer/raw> p50_ms=<x> p99_ms=<x>`.
+//!
+//! `explain` fills a 1M-row outbox and prints `EXPLAIN (ANALYZE, BUFFERS)` of every hot
+//! statement, captured with `auto_explain` exactly as relayer issues them.
+//!
+//! Each run works in its own random schema, dropped at the end.
+#![deny(missing_docs)]
+#![allow(clippy::print_stdout)] // A benchmark's output is its report.
+
+mod explain;
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use relayer_core::{
+    DispatcherOptions, Envelope, Namespace, NewMessage, SendOutcome, Transport, TransportError,
+    TransportRegistry, async_trait,
+};
+use relayer_dispatcher::Dispatcher;
+use relayer_postgres::{OutboxWriter, PgPool, connect_pool, migrate};
+use relayer_queue::PgQueueTransport;
+use tokio_postgres::NoTls;
+use tokio_util::sync::CancellationToken;
+
+type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Concurrent writers in every throughput run.
+const WRITERS: usize = 4;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let outcome = match args.first().map(String::as_str) {
+        Some("dispatch") => dispatch(quick).await,
+        Some("explain") => explain::run(quick).await,
+        _ => Err("usage: relayer-bench dispatch|explain [--quick]".into()),
+    };
+    if let Err(error) = outcome {
+        let mut text = error.to_string();
+        let mut cause = error.source();
+        while let Some(inner) = cause {
+            text.push_str(": ");
+            text.push_str(&inner.to_string());
+            cause = inner.source();
+        }
+        eprintln!("relayer-bench: {text}");
+        std::process::exit(1);
+    }
+}
+
+pub(crate) fn database_config() -> BenchResult<tokio_postgres::Config> {
+    let url = std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "host=127.0.0.1 user=postgres dbname=test".to_owned());
+    let mut config: tokio_postgres::Config = url.parse()?;
+    config.application_name("relayer-bench");
+    Ok(config)
+}
+
+pub(crate) async fn connect(config: &tokio_postgres::Config) -> BenchResult<tokio_postgres::Client> {
+    let (client, connection) = config.connect(NoTls).await?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// A fresh migrated namespace in a random schema; [`Scratch::drop_schema`] removes it.
+pub(crate) struct Scratch {
+    pub(crate) config: tokio_postgres::Config,
+    pub(crate) namespace: Namespace,
+}
+
+impl Scratch {
+    pub(crate) async fn new() -> BenchResult<Self> {
+        let config = database_config()?;
+        let schema = format!("bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let namespace = Namespace::new(schema, "relayer_")?;
+        let mut client = connect(&config).await?;
+        migrate(&mut client, &namespace).await?;
+        Ok(Scratch { config, namespace })
+    }
+
+    pub(crate) async fn drop_schema(&self) -> BenchResult<()> {
+        let client = connect(&self.config).await?;
+        client.batch_execute(&format!("DROP SCHEMA {} CASCADE", self.namespace.quoted_schema())).await?;
+        Ok(())
+    }
+
+    async fn truncate(&self) -> BenchResult<()> {
+        let client = connect(&self.config).await?;
+        let (outbox, queue) = (self.namespace.table("outbox"), self.namespace.table("queue"));
+        // VACUUM cannot run inside the implicit transaction of a multi-statement batch.
+        client.batch_execute(&format!("TRUNCATE {outbox}, {queue}")).await?;
+        client.batch_execute(&format!("VACUUM ANALYZE {outbox}")).await?;
+        client.batch_execute(&format!("VACUUM ANALYZE {queue}")).await?;
+        Ok(())
+    }
+
+    async fn count(&self, client: &tokio_postgres::Client, table: &str) -> BenchResult<i64> {
+        Ok(client
+            .query_one(&format!("SELECT count(*) FROM {}", self.namespace.table(table)), &[])
+            .await?
+            .get(0))
+    }
+}
+
+async fn dispatch(quick: bool) -> BenchResult<()> {
+    let scratch = Scratch::new().await?;
+    let outcome = dispatch_in(&scratch, quick).await;
+    scratch.drop_schema().await?;
+    outcome
+}
+
+async fn dispatch_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
+    let messages = if quick { 6_000 } else { 40_000 };
+    println!(
+        "dispatch benchmark: {messages} messages per run, {WRITERS} writers, namespace {}",
+        scratch.namespace
+    );
+    let mut ratios = Vec::new();
+    let mut relayer_rate_1 = 0.0;
+    for per_tx in [1usize, 10] {
+        scratch.truncate().await?;
+        let raw = raw_run(scratch, messages, per_tx).await?;
+        scratch.truncate().await?;
+        let relayer = relayer_run(scratch, messages, per_tx, None).await?.rate;
+        let ratio = relayer / raw;
+        println!(
+            "  tx of {per_tx:>2}: raw {raw:>8.0} msg/s   relayer {relayer:>8.0} msg/s   ratio {ratio:.2}"
+        );
+        if per_tx == 1 {
+            relayer_rate_1 = relayer;
+        }
+        ratios.push(ratio);
+    }
+    scratch.truncate().await?;
+    let rate = relayer_rate_1 / 2.0;
+    let seconds = if quick { 10 } else { 30 };
+    let latency = relayer_run(scratch, 0, 1, Some((rate, Duration::from_secs(seconds)))).await?;
+    let (p50, p99) = (percentile(&latency.latencies_ms, 0.50), percentile(&latency.latencies_ms, 0.99));
+    println!(
+        "  latency at {rate:.0} msg/s (half of relayer's tx-of-1 rate) over {seconds} s, {} messages: p50 {p50:.2} ms, p99 {p99:.2} ms",
+        latency.latencies_ms.len()
+    );
+    let ratio = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    println!("RESULT dispatch_ratio={ratio:.2} p50_ms={p50:.2} p99_ms={p99:.2}");
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let last = sorted.len() - 1;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+    let index = ((last as f64) * q).round() as usize;
+    sorted[index.min(last)]
+}
+
+fn body(n: usize) -> Vec<u8> {
+    format!("{{\"order\":{n},\"payload\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}")
+        .into_bytes()
+}
+
+/// The raw limit: minimal inserts by the writers, one drainer moving rows into the queue.
+async fn raw_run(scratch: &Scratch, messages: usize, per_tx: usize) -> BenchResult<f64> {
+    let (outbox, queue) = (scratch.namespace.table("outbox"), scratch.namespace.table("queue"));
+    let insert = format!(
+        "INSERT INTO {outbox} (message_id, transport, destination, body) \
+         SELECT id, 'queue', 'orders', b FROM unnest($1::uuid[], $2::bytea[]) AS m(id, b)"
+    );
+    let drain = format!(
+        "WITH taken AS (DELETE FROM {outbox} WHERE seq = ANY(ARRAY( \
+             SELECT seq FROM {outbox} ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED)) \
+           RETURNING seq, message_id, destination, body, headers, trace_context, created_at) \
+         INSERT INTO {queue} (message_id, queue, body, headers, trace_context, created_at) \
+         SELECT message_id, destination, body, headers, trace_context, created_at FROM taken ORDER BY seq"
+    );
+    let started = Instant::now();
+    let writers_done = CancellationToken::new();
+    let drainer = {
+        let (config, done) = (scratch.config.clone(), writers_done.clone());
+        tokio::spawn(async move {
+            let client = connect(&config).await?;
+            let mut moved = 0u64;
+            loop {
+                let n = client.execute(&drain, &[]).await?;
+                moved += n;
+                if n == 0 {
+                    if done.is_cancelled() {
+                        return BenchResult::Ok(moved);
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        })
+    };
+    let mut writers = Vec::new();
+    for writer in 0..WRITERS {
+        let (config, insert) = (scratch.config.clone(), insert.clone());
+        writers.push(tokio::spawn(async move {
+            let mut client = connect(&config).await?;
+            let share = messages / WRITERS;
+            for start in (0..share).step_by(per_tx) {
+                let count = per_tx.min(share - start);
+                let ids: Vec<uuid::Uuid> = (0..count).map(|_| uuid::Uuid::now_v7()).collect();
+                let bodies: Vec<Vec<u8>> = (0..count).map(|i| body(writer * share + start + i)).collect();
+                let tx = client.transaction().await?;
+                tx.execute(&insert, &[&ids, &bodies]).await?;
+                tx.commit().await?;
+            }
+            BenchResult::Ok(())
+        }));
+    }
+    for writer in writers {
+        writer.await??;
+    }
+    writers_done.cancel();
+    let moved = drainer.await??;
+    let elapsed = started.elapsed().as_secs_f64();
+    #[allow(clippy::cast_precision_loss)]
+    Ok(moved as f64 / elapsed)
+}
+
+/// Records when each message's queue insert returned, around the real queue transport.
+struct TimedQueue {
+    inner: PgQueueTransport,
+    sent_at: Arc<Mutex<HashMap<uuid::Uuid, Instant>>>,
+}
+
+#[async_trait]
+impl Transport for TimedQueue {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn batch_limit(&self) -> NonZeroUsize {
+        self.inner.batch_limit()
+    }
+    async fn send(&self, destination: &str, batch: &[Envelope]) -> Result<Vec<SendOutcome>, TransportError> {
+        let outcomes = self.inner.send(destination, batch).await?;
+        let now = Instant::now();
+        let mut sent_at = self.sent_at.lock().unwrap_or_else(PoisonError::into_inner);
+        for envelope in batch {
+            sent_at.insert(*envelope.id.as_uuid(), now);
+        }
+        Ok(outcomes)
+    }
+}
+
+struct RelayerRun {
+    rate: f64,
+    latencies_ms: Vec<f64>,
+}
+
+/// relayer end to end: enqueue in transactions, a NOTIFY-woken dispatcher sends into the
+/// queue table. With `paced`, writers hold `(rate, duration)` and latencies are measured.
+async fn relayer_run(
+    scratch: &Scratch,
+    messages: usize,
+    per_tx: usize,
+    paced: Option<(f64, Duration)>,
+) -> BenchResult<RelayerRun> {
+    let queue_pool: PgPool = connect_pool(scratch.config.clone(), 2).await?;
+    let sent_at = Arc::new(Mutex::new(HashMap::new()));
+    let transport = TimedQueue {
+        inner: PgQueueTransport::new(queue_pool, &scratch.namespace),
+        sent_at: Arc::clone(&sent_at),
+    };
+    let registry = Arc::new(TransportRegistry::new().with(Arc::new(transport))?);
+    let dispatcher = Dispatcher::new(
+        DispatcherOptions::default(),
+        scratch.namespace.clone(),
+        registry,
+        scratch.config.clone(),
+        2,
+    )
+    .await?;
+    let shutdown = CancellationToken::new();
+    let worker = tokio::spawn({
+        let (dispatcher, shutdown) = (dispatcher.clone(), shutdown.clone());
+        async move { dispatcher.run(shutdown).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await; // let it LISTEN
+    let committed_at = Arc::new(Mutex::new(HashMap::new()));
+    let writer = Arc::new(dispatcher.writer());
+    let started = Instant::now();
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let (config, writer, committed_at) =
+            (scratch.config.clone(), Arc::clone(&writer), Arc::clone(&committed_at));
+        writers.push(tokio::spawn(async move {
+            write_messages(&config, &writer, &committed_at, w, messages / WRITERS, per_tx, paced).await
+        }));
+    }
+    let mut written = 0usize;
+    for task in writers {
+        written += task.await??;
+    }
+    let client = connect(&scratch.config).await?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let queued = scratch.count(&client, "queue").await?;
+        let pending = scratch.count(&client, "outbox").await?;
+        if usize::try_from(queued).unwrap_or(0) >= written && pending == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("only {queued} of {written} messages dispatched after 120 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    shutdown.cancel();
+    worker.await?;
+    let committed = committed_at.lock().unwrap_or_else(PoisonError::into_inner);
+    let sent = sent_at.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut latencies_ms: Vec<f64> = committed
+        .iter()
+        .filter_map(|(id, commit)| {
+            sent.get(id).map(|send| send.saturating_duration_since(*commit).as_secs_f64() * 1e3)
+        })
+        .collect();
+    latencies_ms.sort_by(f64::total_cmp);
+    #[allow(clippy::cast_precision_loss)]
+    Ok(RelayerRun { rate: written as f64 / elapsed, latencies_ms })
+}
+
+async fn write_messages(
+    config: &tokio_postgres::Config,
+    writer: &OutboxWriter,
+    committed_at: &Mutex<HashMap<uuid::Uuid, Instant>>,
+    writer_index: usize,
+    share: usize,
+    per_tx: usize,
+    paced: Option<(f64, Duration)>,
+) -> BenchResult<usize> {
+    let mut client = connect(config).await?;
+    let mut written = 0usize;
+    let (mut ticker, until) = match paced {
+        Some((rate, duration)) => {
+            #[allow(clippy::cast_precision_loss)]
+            let period = Duration::from_secs_f64(WRITERS as f64 * per_tx as f64 / rate.max(1.0));
+            let mut ticker = tokio::time::interval(period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            (Some(ticker), Some(Instant::now() + duration))
+        }
+        None => (None, None),
+    };
+    loop {
+        match until {
+            Some(until) if Instant::now() >= until => break,
+            None if written >= share => break,
+            _ => {}
+        }
+        if let Some(ticker) = ticker.as_mut() {
+            ticker.tick().await;
+        }
+        let batch: Vec<NewMessage> = (0..per_tx)
+            .map(|i| NewMessage::new("queue", "orders", body(writer_index * 1_000_000 + written + i)))
+            .collect();
+        let tx = client.transaction().await?;
+        writer.enqueue(&tx, &batch).await?;
+        tx.commit().await?;
+        let now = Instant::now();
+        let mut committed = committed_at.lock().unwrap_or_else(PoisonError::into_inner);
+        for message in &batch {
+            committed.insert(*message.message_id().as_uuid(), now);
+        }
+        written += per_tx;
+    }
+    Ok(written)
+}

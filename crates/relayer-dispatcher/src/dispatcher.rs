@@ -1,0 +1,349 @@
+//! The dispatcher worker: options → [`Dispatcher::new`] → [`Dispatcher::run`] →
+//! [`Dispatcher::run_once`] → [`PassReport`].
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use futures_util::FutureExt;
+use relayer_core::{DispatcherOptions, Namespace, TransportRegistry};
+use relayer_postgres::{
+    Enqueued, LaneStatements, OutboxStatements, OutboxWriter, PgPool, connect_pool, notify_channel,
+    verify_schema,
+};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::error::DispatchError;
+use crate::lanes::{LaneContext, work_lanes};
+use crate::listen::{error_chain, listen};
+use crate::send::{Breakers, send_claimed};
+
+const TARGET: &str = "relayer::dispatcher";
+
+/// What one pass (or one [`Dispatcher::dispatch_now`]) did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PassReport {
+    /// Unordered rows claimed.
+    pub claimed: u64,
+    /// Messages the transports accepted (rows deleted), lanes included.
+    pub sent: u64,
+    /// Failed sends, lanes included.
+    pub failed: u64,
+    /// Rows moved to the dead table.
+    pub dead: u64,
+    /// Claimed rows released unsent (their destination's breaker is open).
+    pub deferred: u64,
+    /// Rows whose claim was taken over before completion: left to the new owner.
+    pub fenced_out: u64,
+    /// Transport panics caught (each counted as failed sends).
+    pub panics: u64,
+    /// Lanes claimed.
+    pub lanes: u64,
+    /// Lanes parked in this pass.
+    pub lanes_parked: u64,
+}
+
+impl PassReport {
+    /// Whether the pass found a full batch, so another pass should follow at once.
+    fn found_full_batch(&self, options: &DispatcherOptions) -> bool {
+        let batch = u64::from(options.batch_size());
+        self.claimed >= batch || self.lanes >= batch
+    }
+}
+
+/// Sends committed outbox rows to their transports. Cheap to clone: clones share one
+/// pool, one set of circuit breakers and one wake-up.
+#[derive(Clone)]
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    options: DispatcherOptions,
+    namespace: Namespace,
+    transports: Arc<TransportRegistry>,
+    pool: PgPool,
+    listen_config: tokio_postgres::Config,
+    outbox: OutboxStatements,
+    lanes: LaneStatements,
+    breakers: Breakers,
+    wake: Arc<Notify>,
+    /// The lane key after which the next lane claim starts, so lanes late in key order
+    /// get their turn when there are more due lanes than a pass claims.
+    lane_cursor: Mutex<String>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("namespace", &self.inner.namespace)
+            .field("transports", &self.inner.transports)
+            .field("options", &self.inner.options)
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher for `namespace` sending through `transports`. It keeps its own pool of
+    /// `pool_size` connections to `database` (1 works, LIF-2) plus one dedicated LISTEN
+    /// connection while running. Fails at once when no transport is registered, the
+    /// database cannot be reached, or the namespace's schema is missing or old (NS-3).
+    pub async fn new(
+        options: DispatcherOptions,
+        namespace: Namespace,
+        transports: Arc<TransportRegistry>,
+        database: tokio_postgres::Config,
+        pool_size: u32,
+    ) -> Result<Self, DispatchError> {
+        if transports.is_empty() {
+            return Err(DispatchError::Setup("no transport is registered".to_owned()));
+        }
+        let pool = connect_pool(database.clone(), pool_size).await?;
+        {
+            let connection = pool.get().await.map_err(|e| {
+                DispatchError::Setup(format!(
+                    "no pooled connection to verify the schema: {}",
+                    error_chain(&e)
+                ))
+            })?;
+            verify_schema(&*connection, &namespace).await?;
+        }
+        Ok(Dispatcher {
+            inner: Arc::new(Inner {
+                outbox: OutboxStatements::new(&namespace),
+                lanes: LaneStatements::new(&namespace),
+                breakers: Breakers::new(options.circuit_breaker()),
+                options,
+                namespace,
+                transports,
+                pool,
+                listen_config: database,
+                wake: Arc::new(Notify::new()),
+                lane_cursor: Mutex::new(String::new()),
+            }),
+        })
+    }
+
+    /// The options this dispatcher runs with.
+    pub fn options(&self) -> &DispatcherOptions {
+        &self.inner.options
+    }
+
+    /// A writer for the same namespace that accepts exactly this dispatcher's transports and
+    /// its `max_body_bytes`.
+    pub fn writer(&self) -> OutboxWriter {
+        OutboxWriter::for_registry(&self.inner.namespace, &self.inner.transports)
+            .with_max_body_bytes(self.inner.options.max_body_bytes())
+    }
+
+    /// Runs passes until `shutdown` is cancelled, then returns once the pass in flight (and
+    /// its sends) has completed. Errors and panics are logged and retried with backoff;
+    /// they never end the loop (RES-1).
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let inner = &self.inner;
+        let listener = tokio::spawn(listen(
+            inner.listen_config.clone(),
+            notify_channel(&inner.namespace),
+            Arc::clone(&inner.wake),
+            inner.options.pass_backoff(),
+            shutdown.child_token(),
+        ));
+        let backoff = inner.options.pass_backoff();
+        let mut failures = 0u32;
+        while !shutdown.is_cancelled() {
+            let wait = match AssertUnwindSafe(self.pass_on_pool()).catch_unwind().await {
+                Ok(Ok(report)) => {
+                    failures = 0;
+                    if report.found_full_batch(&inner.options) {
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                    backoff.interval()
+                }
+                Ok(Err(error)) => {
+                    failures = failures.saturating_add(1);
+                    tracing::error!(target: TARGET, namespace = %inner.namespace, failures,
+                        error = %error_chain(&error), "dispatch pass failed; retrying with backoff");
+                    backoff.wait_after(failures)
+                }
+                Err(_) => {
+                    failures = failures.saturating_add(1);
+                    tracing::error!(target: TARGET, namespace = %inner.namespace, failures,
+                        "dispatch pass panicked; retrying with backoff");
+                    backoff.wait_after(failures)
+                }
+            };
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = inner.wake.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+        shutdown.cancel();
+        if let Err(error) = listener.await {
+            tracing::warn!(target: TARGET, error = %error, "LISTEN task ended abnormally");
+        }
+    }
+
+    async fn pass_on_pool(&self) -> Result<PassReport, DispatchError> {
+        let connection = self.inner.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
+        self.run_once(&connection).await
+    }
+
+    /// One pass on `client` (LIF-2: it uses no other connection): claim and send due
+    /// unordered rows, then due lane heads.
+    pub async fn run_once(&self, client: &tokio_postgres::Client) -> Result<PassReport, DispatchError> {
+        let span = tracing::info_span!(target: TARGET, "dispatch_pass", namespace = %self.inner.namespace,
+            claimed = tracing::field::Empty, sent = tracing::field::Empty, failed = tracing::field::Empty,
+            dead = tracing::field::Empty, lanes = tracing::field::Empty, elapsed_ms = tracing::field::Empty);
+        let started = Instant::now();
+        let result = async {
+            let inner = &self.inner;
+            let token = Uuid::new_v4();
+            let tripped = inner.breakers.tripped();
+            let claimed = inner
+                .outbox
+                .claim_due(
+                    client,
+                    token,
+                    inner.options.claim_duration(),
+                    inner.options.batch_size(),
+                    &tripped,
+                )
+                .await?;
+            let mut report = self.send_and_complete(client, token, claimed).await?;
+            self.lane_pass(client, &mut report).await?;
+            Ok(report)
+        }
+        .instrument(span.clone())
+        .await;
+        if let Ok(report) = &result {
+            span.record("claimed", report.claimed);
+            span.record("sent", report.sent);
+            span.record("failed", report.failed);
+            span.record("dead", report.dead);
+            span.record("lanes", report.lanes);
+            span.record("elapsed_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+            if report.claimed > 0 || report.lanes > 0 {
+                span.in_scope(|| tracing::debug!(target: TARGET, ?report, "dispatch pass done"));
+            }
+        }
+        result
+    }
+
+    /// Sends the rows this process just committed, at once (OUT-4's commit-triggered
+    /// dispatch), on one pooled connection. Rows another dispatcher already holds, lane
+    /// rows and rows not yet due are left to the passes.
+    pub async fn dispatch_now(&self, written: &[Enqueued]) -> Result<PassReport, DispatchError> {
+        if written.is_empty() {
+            return Ok(PassReport::default());
+        }
+        let connection = self.inner.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
+        let seqs: Vec<i64> = written.iter().map(|w| w.seq).collect();
+        let token = Uuid::new_v4();
+        let claimed = self
+            .inner
+            .outbox
+            .claim_seqs(&*connection, token, self.inner.options.claim_duration(), &seqs)
+            .await?;
+        let has_lane_rows = claimed.len() < seqs.len();
+        let report = self.send_and_complete(&connection, token, claimed).await?;
+        if has_lane_rows {
+            // Lane rows (or rows held elsewhere): let the loop look now rather than at the next poll.
+            self.inner.wake.notify_one();
+        }
+        Ok(report)
+    }
+
+    async fn send_and_complete(
+        &self,
+        client: &tokio_postgres::Client,
+        token: Uuid,
+        claimed: Vec<relayer_postgres::ClaimedMessage>,
+    ) -> Result<PassReport, DispatchError> {
+        let inner = &self.inner;
+        let mut report = PassReport { claimed: claimed.len() as u64, ..PassReport::default() };
+        if claimed.is_empty() {
+            return Ok(report);
+        }
+        let tally = send_claimed(claimed, &inner.transports, &inner.breakers, &inner.options).await;
+        let written = inner.outbox.complete(client, token, &tally.completion).await?;
+        report.sent = tally.accepted;
+        report.failed = tally.failed;
+        report.panics = tally.panics;
+        report.dead = written.dead;
+        report.deferred = written.deferred;
+        report.fenced_out = written.fenced_out;
+        if written.fenced_out > 0 {
+            tracing::warn!(target: TARGET, fenced_out = written.fenced_out,
+                "claims expired before completion and were taken over; those rows are left to their new owner");
+        }
+        Ok(report)
+    }
+
+    async fn lane_pass(
+        &self,
+        client: &tokio_postgres::Client,
+        report: &mut PassReport,
+    ) -> Result<(), DispatchError> {
+        let inner = &self.inner;
+        let token = Uuid::new_v4();
+        let after = inner.lane_cursor.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let limit = inner.options.batch_size();
+        let lanes = inner.lanes.claim(client, token, inner.options.claim_duration(), limit, &after).await?;
+        {
+            // Continue after the last lane claimed while lanes fill the limit; wrap otherwise.
+            let mut cursor = inner.lane_cursor.lock().unwrap_or_else(PoisonError::into_inner);
+            *cursor = match lanes.last() {
+                Some(last) if lanes.len() >= limit as usize => last.clone(),
+                _ => String::new(),
+            };
+        }
+        if lanes.is_empty() {
+            return Ok(());
+        }
+        report.lanes = lanes.len() as u64;
+        let context = LaneContext {
+            statements: &inner.lanes,
+            transports: &inner.transports,
+            breakers: &inner.breakers,
+            options: &inner.options,
+            token,
+        };
+        let tally = work_lanes(client, &context, &lanes).await?;
+        report.sent += tally.sent;
+        report.failed += tally.failed;
+        report.lanes_parked += tally.parked;
+        report.panics += tally.panics;
+        Ok(())
+    }
+}
+
+impl Dispatcher {
+    /// Operator action (LAN-2, LAN-5): un-parks `lane`, whose head is then tried again at
+    /// once; recorded in the audit table with `actor`. Returns false when it was not parked.
+    pub async fn release_lane(&self, lane: &str, actor: &str) -> Result<bool, DispatchError> {
+        let connection = self.inner.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
+        let released = self.inner.lanes.release_lane(&*connection, lane, actor).await?;
+        if released {
+            self.inner.wake.notify_one();
+        }
+        Ok(released)
+    }
+
+    /// Operator action (LAN-5): moves the head of the parked `lane` to the dead table so the
+    /// rows behind it flow; recorded in the audit table with `actor`. Returns the moved
+    /// head's `seq`, or `None` when the lane was not parked.
+    pub async fn skip_lane_head(&self, lane: &str, actor: &str) -> Result<Option<i64>, DispatchError> {
+        let connection = self.inner.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
+        let skipped = self.inner.lanes.skip_lane_head(&*connection, lane, actor).await?;
+        if skipped.is_some() {
+            self.inner.wake.notify_one();
+        }
+        Ok(skipped)
+    }
+}

@@ -1,0 +1,91 @@
+//! Waking on the namespace's channel (OUT-4).
+//!
+//! A dedicated connection (not from the pool: it is held for the dispatcher's life and must
+//! not starve passes, LIF-2) LISTENs on the channel the writer notifies when its
+//! transaction commits. Each notification wakes the pass loop. After every (re)connect the
+//! loop is woken once, since rows may have committed while nobody listened. A broken
+//! connection is reopened with backoff; polling covers the gap.
+
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::time::Duration;
+
+use relayer_core::PassBackoff;
+use tokio::sync::Notify;
+use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_util::sync::CancellationToken;
+
+const TARGET: &str = "relayer::dispatcher";
+
+/// Listens until `shutdown`, waking `wake` on every notification.
+pub(crate) async fn listen(
+    config: tokio_postgres::Config,
+    channel: String,
+    wake: Arc<Notify>,
+    backoff: PassBackoff,
+    shutdown: CancellationToken,
+) {
+    let mut failures = 0u32;
+    while !shutdown.is_cancelled() {
+        match listen_once(&config, &channel, &wake, &shutdown).await {
+            Ok(()) => failures = 0,
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                tracing::warn!(target: TARGET, %channel, error = %error_chain(&error), failures, "LISTEN connection failed");
+            }
+        }
+        let wait = if failures == 0 { Duration::from_millis(100) } else { backoff.wait_after(failures) };
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// One LISTEN session: returns when the connection ends (an error) or at shutdown.
+async fn listen_once(
+    config: &tokio_postgres::Config,
+    channel: &str,
+    wake: &Arc<Notify>,
+    shutdown: &CancellationToken,
+) -> Result<(), tokio_postgres::Error> {
+    let (client, mut connection) = config.connect(NoTls).await?;
+    let notify = Arc::clone(wake);
+    let mut driver = tokio::spawn(async move {
+        while let Some(message) = poll_fn(|cx| connection.poll_message(cx)).await {
+            if let AsyncMessage::Notification(_) = message? {
+                notify.notify_one();
+            }
+        }
+        Ok(())
+    });
+    // The channel is a fixed `relayer_` + hex name: safe to splice, quoted anyway.
+    let statement = format!("LISTEN \"{channel}\"");
+    let listening = tokio::select! {
+        result = client.batch_execute(&statement) => result,
+        ended = &mut driver => return ended.unwrap_or(Ok(())),
+    };
+    if let Err(error) = listening {
+        driver.abort();
+        return Err(error);
+    }
+    tracing::debug!(target: TARGET, %channel, "listening");
+    wake.notify_one();
+    let ended = tokio::select! {
+        () = shutdown.cancelled() => { driver.abort(); Ok(()) }
+        ended = &mut driver => ended.unwrap_or(Ok(())),
+    };
+    drop(client);
+    ended
+}
+
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
+}

@@ -1,0 +1,376 @@
+//! Ordered lanes (LAN-1..5): one owner per lane, one message in flight per lane.
+//!
+//! A lane is every outbox row sharing a `lane` key; its *head* is the row with the lowest
+//! `seq`. Only the head is ever sent, so a lane is delivered strictly in `seq` order.
+//! Ownership lives in the `lanes` table: a dispatcher claims a lane with a token and a
+//! deadline on the database clock (an upsert that only succeeds when the lane is neither
+//! parked nor held by a live claim), renews the deadline each time it reads the head, and
+//! fences every change to the head by its token. After a crash the deadline passes and any
+//! dispatcher takes the lane over (LAN-3).
+//!
+//! A failed head blocks its lane: it is retried after a backoff, and rows behind it wait.
+//! With `max_attempts` reached, the lane is *parked* (`parked_at`, `parked_seq`,
+//! `parked_reason`): the head stays in the outbox and nothing behind it moves until an
+//! operator releases the lane ([`LaneStatements::release_lane`]: the head is tried again)
+//! or skips the head ([`LaneStatements::skip_lane_head`]: it moves to the dead table).
+//! Both actions are recorded in the audit table (LAN-2, LAN-5). The recovery sweeper and
+//! the unordered claims never touch lane rows (`lane IS NULL` everywhere, LAN-4).
+
+use std::time::{Duration, SystemTime};
+
+use relayer_core::{Namespace, Timestamp};
+use tokio_postgres::GenericClient;
+use tokio_postgres::types::Type;
+use uuid::Uuid;
+
+use crate::error::StorageError;
+use crate::outbox::{CLAIMED_COLUMNS, ClaimedMessage, decode_claimed};
+use crate::recovery::micros;
+
+/// What a lane owner finds when it looks at its lane ([`LaneStatements::head`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LaneHead {
+    /// The lane is no longer ours (the claim expired and was taken, or it was parked).
+    Lost,
+    /// The lane has no rows left.
+    Empty,
+    /// The head waits for its delivery or retry time.
+    NotDue,
+    /// The head, due now; the lane claim was renewed.
+    Due(ClaimedMessage),
+}
+
+/// What to do with a lane head whose send failed ([`LaneStatements::fail_head`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadFailure<'a> {
+    /// Retry the head `after` this delay; the lane waits behind it.
+    Retry {
+        /// The error chain, stored as `last_error`.
+        error: &'a str,
+        /// The retry delay.
+        after: Duration,
+    },
+    /// The head is poison: park the lane behind it.
+    Park {
+        /// The error chain, stored as `last_error` and `parked_reason`.
+        error: &'a str,
+    },
+}
+
+/// A parked lane, as operators see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParkedLane {
+    /// The lane key.
+    pub lane: String,
+    /// When it was parked, on the database clock.
+    pub parked_at: Timestamp,
+    /// The head that could not be delivered.
+    pub parked_seq: Option<i64>,
+    /// The head's last error.
+    pub reason: Option<String>,
+}
+
+/// The lane statements rendered for one namespace.
+#[derive(Clone, Debug)]
+pub struct LaneStatements {
+    claim: String,
+    head: String,
+    accept_head: String,
+    fail_head: String,
+    release_claim: String,
+    release_lane: String,
+    skip_head: String,
+    parked: String,
+}
+
+impl LaneStatements {
+    /// Renders the statements for `namespace`.
+    pub fn new(namespace: &Namespace) -> Self {
+        let (outbox, lanes, dead, audit) = (
+            namespace.table("outbox"),
+            namespace.table("lanes"),
+            namespace.table("dead"),
+            namespace.table("audit"),
+        );
+        LaneStatements {
+            // Index: outbox_lane_idx ((lane, seq) INCLUDE (visible_at) WHERE lane IS NOT NULL),
+            // walked as a skip scan: one index descent per distinct lane after $4, stopping
+            // once $3 free due heads are found; lanes_pkey for ownership and the upsert.
+            // The upsert succeeds only for lanes neither parked nor held by a live claim,
+            // so two dispatchers never own one lane.
+            claim: format!(
+                "WITH RECURSIVE heads AS ( \
+                   (SELECT lane, seq, visible_at FROM {outbox} \
+                    WHERE lane IS NOT NULL AND lane > $4 ORDER BY lane, seq LIMIT 1) \
+                   UNION ALL \
+                   SELECT next.lane, next.seq, next.visible_at FROM heads, LATERAL ( \
+                     SELECT lane, seq, visible_at FROM {outbox} \
+                     WHERE lane IS NOT NULL AND lane > heads.lane ORDER BY lane, seq LIMIT 1) next), \
+                 candidates AS ( \
+                   SELECT heads.lane FROM heads \
+                   WHERE heads.visible_at <= now() \
+                     AND NOT EXISTS (SELECT 1 FROM {lanes} l WHERE l.lane = heads.lane \
+                                     AND (l.parked_at IS NOT NULL OR l.claimed_until > now())) \
+                   LIMIT $3) \
+                 INSERT INTO {lanes} AS l (lane, claim_token, claimed_until) \
+                 SELECT lane, $1, now() + $2::int8 * interval '1 microsecond' FROM candidates \
+                 ON CONFLICT (lane) DO UPDATE \
+                   SET claim_token = excluded.claim_token, claimed_until = excluded.claimed_until \
+                   WHERE l.parked_at IS NULL AND (l.claimed_until IS NULL OR l.claimed_until <= now()) \
+                 RETURNING l.lane"
+            ),
+            // Index: lanes_pkey (renewal, fenced by token), outbox_lane_idx (head).
+            head: format!(
+                "WITH owned AS ( \
+                   UPDATE {lanes} SET claimed_until = now() + $3::int8 * interval '1 microsecond' \
+                   WHERE lane = $1 AND claim_token = $2 AND parked_at IS NULL RETURNING lane) \
+                 SELECT h.*, h.visible_at <= now() AS due FROM owned LEFT JOIN LATERAL ( \
+                   SELECT {CLAIMED_COLUMNS}, visible_at FROM {outbox} \
+                   WHERE lane = owned.lane ORDER BY seq LIMIT 1) h ON true"
+            ),
+            // Index: lanes_pkey (fence, row-locked so a takeover cannot interleave), outbox_pkey.
+            accept_head: format!(
+                "WITH owner AS (SELECT lane FROM {lanes} WHERE lane = $1 AND claim_token = $2 FOR UPDATE) \
+                 DELETE FROM {outbox} o USING owner WHERE o.seq = $3 AND o.lane = owner.lane"
+            ),
+            // Index: lanes_pkey, outbox_pkey. $6 parks the lane (max_attempts reached): the
+            // claim is dropped with the park, the head stays in the outbox.
+            fail_head: format!(
+                "WITH owner AS ( \
+                   UPDATE {lanes} SET \
+                     parked_at = CASE WHEN $6 THEN now() END, \
+                     parked_seq = CASE WHEN $6 THEN $3::int8 END, \
+                     parked_reason = CASE WHEN $6 THEN $4::text END, \
+                     claim_token = CASE WHEN $6 THEN NULL ELSE claim_token END, \
+                     claimed_until = CASE WHEN $6 THEN NULL ELSE claimed_until END \
+                   WHERE lane = $1 AND claim_token = $2 RETURNING lane) \
+                 UPDATE {outbox} o SET attempts = o.attempts + 1, last_error = $4, \
+                        visible_at = now() + $5::int8 * interval '1 microsecond' \
+                 FROM owner WHERE o.seq = $3 AND o.lane = owner.lane"
+            ),
+            // Index: lanes_pkey, outbox_lane_idx. An empty, unparked lane's row is deleted
+            // so the lanes table holds only live lanes; otherwise the claim is dropped.
+            release_claim: format!(
+                "WITH gone AS ( \
+                   DELETE FROM {lanes} WHERE lane = $1 AND claim_token = $2 AND parked_at IS NULL \
+                     AND NOT EXISTS (SELECT 1 FROM {outbox} WHERE lane = $1) RETURNING lane) \
+                 UPDATE {lanes} SET claim_token = NULL, claimed_until = NULL \
+                 WHERE lane = $1 AND claim_token = $2 AND NOT EXISTS (SELECT 1 FROM gone)"
+            ),
+            // Index: lanes_pkey, outbox_pkey. The head keeps its attempts and is due at once.
+            // (RETURNING gives new values, so the park is read from `old`.)
+            release_lane: format!(
+                "WITH unparked AS ( \
+                   UPDATE {lanes} l SET parked_at = NULL, parked_seq = NULL, parked_reason = NULL \
+                   FROM (SELECT lane, parked_seq, parked_reason FROM {lanes} \
+                         WHERE lane = $1 AND parked_at IS NOT NULL FOR UPDATE) old \
+                   WHERE l.lane = old.lane \
+                   RETURNING old.lane, old.parked_seq, old.parked_reason), \
+                 due AS ( \
+                   UPDATE {outbox} o SET visible_at = now() FROM unparked u \
+                   WHERE o.seq = u.parked_seq AND o.lane = u.lane RETURNING o.seq) \
+                 INSERT INTO {audit} (actor, action, subject, detail) \
+                 SELECT $2, 'lane.release', u.lane, \
+                        jsonb_build_object('seq', u.parked_seq, 'reason', u.parked_reason, \
+                                           'head_found', (SELECT count(*) FROM due) > 0) \
+                 FROM unparked u RETURNING id"
+            ),
+            // Index: lanes_pkey, outbox_pkey; the head moves to dead in the same statement.
+            skip_head: format!(
+                "WITH unparked AS ( \
+                   UPDATE {lanes} l SET parked_at = NULL, parked_seq = NULL, parked_reason = NULL \
+                   FROM (SELECT lane, parked_seq, parked_reason FROM {lanes} \
+                         WHERE lane = $1 AND parked_at IS NOT NULL FOR UPDATE) old \
+                   WHERE l.lane = old.lane \
+                   RETURNING old.lane, old.parked_seq, old.parked_reason), \
+                 buried AS ( \
+                   DELETE FROM {outbox} o USING unparked u WHERE o.seq = u.parked_seq AND o.lane = u.lane \
+                   RETURNING o.seq, o.message_id, o.transport, o.destination, o.body, o.headers, \
+                             o.trace_context, o.lane, o.created_at, o.deliver_at, o.attempts, o.last_error), \
+                 moved AS ( \
+                   INSERT INTO {dead} (seq, message_id, transport, destination, body, headers, \
+                                       trace_context, lane, created_at, deliver_at, attempts, last_error) \
+                   SELECT * FROM buried RETURNING seq), \
+                 audited AS ( \
+                   INSERT INTO {audit} (actor, action, subject, detail) \
+                   SELECT $2, 'lane.skip_head', u.lane, \
+                          jsonb_build_object('seq', u.parked_seq, 'reason', u.parked_reason) \
+                   FROM unparked u RETURNING id) \
+                 SELECT (SELECT count(*) FROM audited), (SELECT seq FROM moved)"
+            ),
+            // Index: lanes_parked_idx.
+            parked: format!(
+                "SELECT lane, parked_at, parked_seq, parked_reason FROM {lanes} \
+                 WHERE parked_at IS NOT NULL ORDER BY parked_at, lane"
+            ),
+        }
+    }
+
+    /// Claims up to `limit` lanes whose head is due and which are neither parked nor held,
+    /// scanning lane keys after `after` (`""` from the start), for `claim`. Returns the
+    /// lanes now owned under `token`, in key order.
+    pub async fn claim(
+        &self,
+        client: &impl GenericClient,
+        token: Uuid,
+        claim: Duration,
+        limit: u32,
+        after: &str,
+    ) -> Result<Vec<String>, StorageError> {
+        let (claim_us, limit) = (micros(claim), i64::from(limit));
+        let rows = client
+            .query_typed(
+                &self.claim,
+                &[(&token, Type::UUID), (&claim_us, Type::INT8), (&limit, Type::INT8), (&after, Type::TEXT)],
+            )
+            .await
+            .map_err(|e| StorageError::database("claiming lanes", e))?;
+        let mut lanes: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+        lanes.sort();
+        Ok(lanes)
+    }
+
+    /// Renews the claim on `lane` for `claim` and reads its head.
+    pub async fn head(
+        &self,
+        client: &impl GenericClient,
+        lane: &str,
+        token: Uuid,
+        claim: Duration,
+    ) -> Result<LaneHead, StorageError> {
+        let claim_us = micros(claim);
+        let row = client
+            .query_typed_opt(
+                &self.head,
+                &[(&lane, Type::TEXT), (&token, Type::UUID), (&claim_us, Type::INT8)],
+            )
+            .await
+            .map_err(|e| StorageError::database(format!("reading the head of lane {lane:?}"), e))?;
+        let Some(row) = row else { return Ok(LaneHead::Lost) };
+        let seq: Option<i64> = row.get(0);
+        if seq.is_none() {
+            return Ok(LaneHead::Empty);
+        }
+        let due: bool = row.get("due");
+        if !due {
+            return Ok(LaneHead::NotDue);
+        }
+        Ok(LaneHead::Due(decode_claimed(&row)?))
+    }
+
+    /// Deletes the accepted head `seq` of `lane`, fenced by the lane claim. Returns whether
+    /// it was deleted (false: the lane is no longer ours).
+    pub async fn accept_head(
+        &self,
+        client: &impl GenericClient,
+        lane: &str,
+        token: Uuid,
+        seq: i64,
+    ) -> Result<bool, StorageError> {
+        let deleted = client
+            .execute_typed(
+                &self.accept_head,
+                &[(&lane, Type::TEXT), (&token, Type::UUID), (&seq, Type::INT8)],
+            )
+            .await
+            .map_err(|e| StorageError::database(format!("deleting the head of lane {lane:?}"), e))?;
+        Ok(deleted == 1)
+    }
+
+    /// Records a failed send of head `seq` of `lane`, fenced by the lane claim: attempts
+    /// plus one and the error; then the head is retried later, or the lane parked behind it
+    /// (LAN-2). Returns whether the head was updated (false: the lane is no longer ours).
+    pub async fn fail_head(
+        &self,
+        client: &impl GenericClient,
+        lane: &str,
+        token: Uuid,
+        seq: i64,
+        failure: HeadFailure<'_>,
+    ) -> Result<bool, StorageError> {
+        let (error, retry_after, park) = match failure {
+            HeadFailure::Retry { error, after } => (error, after, false),
+            HeadFailure::Park { error } => (error, Duration::ZERO, true),
+        };
+        let delay_us = micros(retry_after);
+        let updated = client
+            .execute_typed(
+                &self.fail_head,
+                &[
+                    (&lane, Type::TEXT),
+                    (&token, Type::UUID),
+                    (&seq, Type::INT8),
+                    (&error, Type::TEXT),
+                    (&delay_us, Type::INT8),
+                    (&park, Type::BOOL),
+                ],
+            )
+            .await
+            .map_err(|e| StorageError::database(format!("recording a failed send on lane {lane:?}"), e))?;
+        Ok(updated == 1)
+    }
+
+    /// Gives up the claim on `lane` (forgetting the lane when it is empty and not parked).
+    pub async fn release_claim(
+        &self,
+        client: &impl GenericClient,
+        lane: &str,
+        token: Uuid,
+    ) -> Result<(), StorageError> {
+        client
+            .execute_typed(&self.release_claim, &[(&lane, Type::TEXT), (&token, Type::UUID)])
+            .await
+            .map_err(|e| StorageError::database(format!("releasing the claim on lane {lane:?}"), e))?;
+        Ok(())
+    }
+
+    /// Operator action: un-parks `lane`; its head is tried again at once (and parks the
+    /// lane again if that send fails too). Recorded in the audit table with `actor`.
+    /// Returns false when the lane was not parked.
+    pub async fn release_lane(
+        &self,
+        client: &impl GenericClient,
+        lane: &str,
+        actor: &str,
+    ) -> Result<bool, StorageError> {
+        let rows = client
+            .query_typed(&self.release_lane, &[(&lane, Type::TEXT), (&actor, Type::TEXT)])
+            .await
+            .map_err(|e| StorageError::database(format!("releasing lane {lane:?}"), e))?;
+        Ok(!rows.is_empty())
+    }
+
+    /// Operator action: moves the head of the parked `lane` to the dead table and
+    /// un-parks the lane, so the rows behind it flow. Recorded in the audit table with
+    /// `actor`. Returns the moved head's `seq`, or `None` when the lane was not parked.
+    pub async fn skip_lane_head(
+        &self,
+        client: &impl GenericClient,
+        lane: &str,
+        actor: &str,
+    ) -> Result<Option<i64>, StorageError> {
+        let row = client
+            .query_typed_one(&self.skip_head, &[(&lane, Type::TEXT), (&actor, Type::TEXT)])
+            .await
+            .map_err(|e| StorageError::database(format!("skipping the head of lane {lane:?}"), e))?;
+        let audited: i64 = row.get(0);
+        Ok(if audited == 0 { None } else { row.get(1) })
+    }
+
+    /// Every parked lane, oldest park first (O(parked lanes)).
+    pub async fn parked_lanes(&self, client: &impl GenericClient) -> Result<Vec<ParkedLane>, StorageError> {
+        let rows = client
+            .query_typed(&self.parked, &[])
+            .await
+            .map_err(|e| StorageError::database("listing parked lanes", e))?;
+        Ok(rows
+            .iter()
+            .map(|row| ParkedLane {
+                lane: row.get(0),
+                parked_at: Timestamp::from_system_time(row.get::<_, SystemTime>(1)),
+                parked_seq: row.get(2),
+                reason: row.get(3),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,435 @@
+//! Leadership leases (LDR-2, LDR-6): one row per job in `{prefix}leases`.
+//!
+//! A lease names its holder (`owner`, unique per worker instance), a `term` that grows by
+//! one each time a *different* owner takes the row, and `expires_at` on the database clock
+//! (NS-4). A pass becomes leader with [`LeaseStatements::acquire`], run inside the pass's
+//! own transaction: it locks the lease row with `FOR UPDATE SKIP LOCKED` and keeps that lock
+//! until the transaction ends, so even an expired lease cannot let a second connected owner
+//! overlap a running pass. A contender never waits behind a running pass: a locked row is
+//! skipped, and a skipped row that exists means "someone's pass is running, not leader this
+//! turn". Otherwise the row is taken when it is ours (same term), expired (term + 1) or
+//! absent (term 1); a live lease of another owner is left alone.
+//!
+//! [`LeaseStatements::renew`] restarts the expiry and is the last statement before a pass
+//! commits; [`LeaseStatements::release`] ends a lease at graceful shutdown so another
+//! instance takes over at once instead of after expiry.
+//!
+//! Statements a leader issues outside the lease-holding transaction (cleanup's batches are
+//! their own short transactions) carry the [`fence_clause`]: they act only while the lease
+//! still has the same owner and term and has not expired, so a deposed leader that wakes
+//! up late changes nothing.
+//!
+//! Every statement reads the row through the primary key `leases_pkey (job)`.
+
+use std::time::{Duration, SystemTime};
+
+use relayer_core::{Namespace, Timestamp, advisory_lock_key};
+use tokio_postgres::GenericClient;
+
+use crate::error::StorageError;
+use crate::recovery::micros;
+
+/// A lease held by `owner` for `job`, as the database recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The job the lease is for (`sweeper`, `cleanup`, …).
+    pub job: String,
+    /// The holder's identity, unique per worker instance.
+    pub owner: String,
+    /// Grows by one with each new holder; fenced statements compare it (LDR-6).
+    pub term: i64,
+    /// When the lease lapses unless renewed (database clock).
+    pub expires_at: Timestamp,
+}
+
+/// The lease statements rendered for one namespace.
+#[derive(Clone, Debug)]
+pub struct LeaseStatements {
+    namespace: Namespace,
+    lock_row: String,
+    row_exists: String,
+    insert_first: String,
+    take: String,
+    renew: String,
+    release: String,
+}
+
+/// Where a lease row stood when a pass locked it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holder {
+    Ours,
+    Expired,
+    LiveOther,
+}
+
+impl LeaseStatements {
+    /// Renders the statements for `namespace`.
+    pub fn new(namespace: &Namespace) -> Self {
+        let leases = namespace.table("leases");
+        LeaseStatements {
+            namespace: namespace.clone(),
+            // SKIP LOCKED: a row locked by a running pass is not waited for.
+            lock_row: format!(
+                "SELECT owner, expires_at > now() FROM {leases} WHERE job = $1 FOR UPDATE SKIP LOCKED"
+            ),
+            // A plain (MVCC) read never waits: it tells "absent" from "locked by a running pass".
+            row_exists: format!("SELECT EXISTS (SELECT 1 FROM {leases} WHERE job = $1)"),
+            // A unique-index conflict with an uncommitted insert would wait for that transaction;
+            // the transaction-scoped advisory lock lets only one first inserter try at a time, and
+            // the others return at once as "not leader".
+            insert_first: format!(
+                "INSERT INTO {leases} (job, owner, term, expires_at) \
+                 SELECT $1, $2, 1, now() + ($3::bigint * interval '1 microsecond') \
+                 WHERE pg_try_advisory_xact_lock($4) \
+                 ON CONFLICT (job) DO NOTHING \
+                 RETURNING term, expires_at"
+            ),
+            // Run only on a row this transaction has locked. SET expressions read the old row:
+            // the same owner keeps its term, a new owner gets the next one.
+            take: format!(
+                "UPDATE {leases} SET \
+                   term = CASE WHEN owner = $2 THEN term ELSE term + 1 END, \
+                   acquired_at = CASE WHEN owner = $2 THEN acquired_at ELSE now() END, \
+                   owner = $2, renewed_at = now(), \
+                   expires_at = now() + ($3::bigint * interval '1 microsecond') \
+                 WHERE job = $1 \
+                 RETURNING term, expires_at"
+            ),
+            // Fenced by owner and term. Inside the lease-holding transaction the row is our own
+            // lock, so SKIP LOCKED skips nothing; outside it a contender's brief probe is skipped
+            // instead of waited for (the renewal then reports the lease as not renewed).
+            renew: format!(
+                "UPDATE {leases} SET renewed_at = now(), \
+                   expires_at = now() + ($4::bigint * interval '1 microsecond') \
+                 WHERE job = (SELECT job FROM {leases} \
+                              WHERE job = $1 AND owner = $2 AND term = $3 FOR UPDATE SKIP LOCKED) \
+                 RETURNING expires_at"
+            ),
+            // The row (and its term) stays, so terms keep growing across holders.
+            release: format!(
+                "UPDATE {leases} SET expires_at = now() \
+                 WHERE job = (SELECT job FROM {leases} \
+                              WHERE job = $1 AND owner = $2 AND expires_at > now() FOR UPDATE SKIP LOCKED)"
+            ),
+        }
+    }
+
+    /// Tries to lead `job` as `owner` for `lease_duration`, inside the caller's transaction
+    /// `tx`. Never waits for another pass.
+    ///
+    /// `Some` means this transaction holds the lease row lock until it ends: renew with
+    /// [`renew`](Self::renew) as its last statement. `None` means another owner leads (a
+    /// live lease, or a pass running right now): skip this turn, and end the transaction.
+    pub async fn acquire(
+        &self,
+        tx: &impl GenericClient,
+        job: &str,
+        owner: &str,
+        lease_duration: Duration,
+    ) -> Result<Option<Lease>, StorageError> {
+        let context = || format!("acquiring lease {job:?} for {owner:?}");
+        let locked =
+            tx.query_opt(&self.lock_row, &[&job]).await.map_err(|e| StorageError::database(context(), e))?;
+        let holder = match locked {
+            Some(row) => {
+                let (holder_owner, live): (String, bool) = (row.get(0), row.get(1));
+                match (holder_owner == owner, live) {
+                    (true, _) => Holder::Ours,
+                    (false, false) => Holder::Expired,
+                    (false, true) => Holder::LiveOther,
+                }
+            }
+            None => return self.insert_if_absent(tx, job, owner, lease_duration).await,
+        };
+        if holder == Holder::LiveOther {
+            return Ok(None);
+        }
+        let row = tx
+            .query_one(&self.take, &[&job, &owner, &micros(lease_duration)])
+            .await
+            .map_err(|e| StorageError::database(context(), e))?;
+        let lease = lease(job, owner, row.get(0), row.get(1));
+        if holder == Holder::Expired {
+            tracing::info!(target: "relayer::lease", namespace = %self.namespace, job, owner, term = lease.term,
+                "took over an expired lease");
+        }
+        Ok(Some(lease))
+    }
+
+    /// The row was not lockable: either it does not exist yet, or a running pass holds it.
+    async fn insert_if_absent(
+        &self,
+        tx: &impl GenericClient,
+        job: &str,
+        owner: &str,
+        lease_duration: Duration,
+    ) -> Result<Option<Lease>, StorageError> {
+        let context = || format!("creating lease {job:?} for {owner:?}");
+        let exists: bool = tx
+            .query_one(&self.row_exists, &[&job])
+            .await
+            .map_err(|e| StorageError::database(context(), e))?
+            .get(0);
+        if exists {
+            return Ok(None);
+        }
+        let gate =
+            advisory_lock_key(&format!("lease:{}.{}{job}", self.namespace.schema(), self.namespace.prefix()));
+        let inserted = tx
+            .query_opt(&self.insert_first, &[&job, &owner, &micros(lease_duration), &gate])
+            .await
+            .map_err(|e| StorageError::database(context(), e))?;
+        Ok(inserted.map(|row| lease(job, owner, row.get(0), row.get(1))))
+    }
+
+    /// Restarts the expiry of `lease` at `now() + lease_duration`: the last statement of a
+    /// pass before it commits. `None` means the lease is no longer this holder's (another
+    /// owner took over, or a contender held the row at this instant): leadership is lost.
+    pub async fn renew(
+        &self,
+        client: &impl GenericClient,
+        lease: &Lease,
+        lease_duration: Duration,
+    ) -> Result<Option<Lease>, StorageError> {
+        let row = client
+            .query_opt(&self.renew, &[&lease.job, &lease.owner, &lease.term, &micros(lease_duration)])
+            .await
+            .map_err(|e| {
+                StorageError::database(format!("renewing lease {:?} for {:?}", lease.job, lease.owner), e)
+            })?;
+        Ok(row.map(|row| Lease { expires_at: timestamp(row.get(0)), ..lease.clone() }))
+    }
+
+    /// Ends `owner`'s lease on `job` now, for graceful shutdown: another instance can lead on
+    /// its next turn instead of after expiry. Returns whether a live lease was released.
+    /// Best effort: a contender probing the row at this instant makes it a no-op, and the
+    /// lease then simply expires.
+    pub async fn release(
+        &self,
+        client: &impl GenericClient,
+        job: &str,
+        owner: &str,
+    ) -> Result<bool, StorageError> {
+        let released = client
+            .execute(&self.release, &[&job, &owner])
+            .await
+            .map_err(|e| StorageError::database(format!("releasing lease {job:?} for {owner:?}"), e))?;
+        Ok(released > 0)
+    }
+
+    /// The current lease of `job`, if any row exists (for status and tests). A plain read:
+    /// it never waits.
+    pub async fn current(
+        &self,
+        client: &impl GenericClient,
+        job: &str,
+    ) -> Result<Option<Lease>, StorageError> {
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT owner, term, expires_at FROM {} WHERE job = $1",
+                    self.namespace.table("leases")
+                ),
+                &[&job],
+            )
+            .await
+            .map_err(|e| StorageError::database(format!("reading lease {job:?}"), e))?;
+        Ok(row.map(|row| Lease { owner: row.get(0), ..lease(job, "", row.get(1), row.get(2)) }))
+    }
+}
+
+/// The fence for statements a leader runs outside its lease-holding transaction (LDR-6):
+/// `EXISTS (…)` true only while the lease of job `$first`, owner `$first+1`, term
+/// `$first+2` (`text`, `text`, `bigint`) is still that holder's and unexpired. Bind the
+/// values with [`Lease::fence_params`].
+///
+/// ```
+/// let clause = relayer_postgres::leases::fence_clause(&relayer_core::Namespace::default(), 3);
+/// assert!(clause.contains("job = $3 AND owner = $4 AND term = $5"));
+/// ```
+pub fn fence_clause(namespace: &Namespace, first: usize) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM {} WHERE job = ${first} AND owner = ${} AND term = ${} AND expires_at > now())",
+        namespace.table("leases"),
+        first + 1,
+        first + 2
+    )
+}
+
+impl Lease {
+    /// The values [`fence_clause`] binds, in order: job, owner, term.
+    pub fn fence_params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 3] {
+        [&self.job, &self.owner, &self.term]
+    }
+}
+
+fn lease(job: &str, owner: &str, term: i64, expires_at: SystemTime) -> Lease {
+    Lease { job: job.to_owned(), owner: owner.to_owned(), term, expires_at: timestamp(expires_at) }
+}
+
+fn timestamp(time: SystemTime) -> Timestamp {
+    Timestamp::from_system_time(time)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+
+    use relayer_test_support::TestDb;
+    use tokio_postgres::Client;
+
+    use super::*;
+    use crate::migrate;
+    use crate::retention::RetentionStatements;
+
+    const LONG: Duration = Duration::from_secs(30);
+    const SHORT: Duration = Duration::from_secs(1);
+    /// A safety net so a regression that blocks fails the test instead of hanging it; no
+    /// test asserts how long anything takes.
+    const HANG: Duration = Duration::from_secs(60);
+
+    async fn setup() -> (TestDb, Client, LeaseStatements) {
+        let db = TestDb::new().await;
+        let mut client = db.connect().await;
+        migrate(&mut client, db.namespace()).await.unwrap();
+        let statements = LeaseStatements::new(db.namespace());
+        (db, client, statements)
+    }
+
+    /// One pass's leadership step: acquire in a transaction and commit.
+    async fn acquire(
+        client: &mut Client,
+        leases: &LeaseStatements,
+        owner: &str,
+        duration: Duration,
+    ) -> Option<Lease> {
+        let tx = client.transaction().await.unwrap();
+        let lease = leases.acquire(&tx, "cleanup", owner, duration).await.unwrap();
+        tx.commit().await.unwrap();
+        lease
+    }
+
+    async fn within<T>(future: impl Future<Output = T>) -> T {
+        tokio::time::timeout(HANG, future).await.expect("blocked: a lease call waited for another pass")
+    }
+
+    /// Polls (bounded) until `owner` can take the lease: it is expired on the DB clock.
+    async fn acquire_after_expiry(client: &mut Client, leases: &LeaseStatements, owner: &str) -> Lease {
+        for _ in 0..600 {
+            if let Some(lease) = acquire(client, leases, owner, LONG).await {
+                return lease;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the lease never expired");
+    }
+
+    #[tokio::test]
+    async fn first_owner_gets_term_one_and_renewing_keeps_it_ldr_6() {
+        let (_db, mut client, leases) = setup().await;
+        let first = acquire(&mut client, &leases, "a", LONG).await.unwrap();
+        assert_eq!((first.job.as_str(), first.owner.as_str(), first.term), ("cleanup", "a", 1));
+        let again = acquire(&mut client, &leases, "a", LONG).await.unwrap();
+        assert_eq!(again.term, 1, "the same owner keeps its term");
+        assert!(again.expires_at >= first.expires_at);
+        let renewed = leases.renew(&client, &again, LONG).await.unwrap().unwrap();
+        assert_eq!(renewed.term, 1);
+        assert_eq!(leases.current(&client, "cleanup").await.unwrap().unwrap().owner, "a");
+    }
+
+    #[tokio::test]
+    async fn another_owner_cannot_take_a_live_lease_ldr_2() {
+        let (_db, mut client, leases) = setup().await;
+        acquire(&mut client, &leases, "a", LONG).await.unwrap();
+        assert_eq!(acquire(&mut client, &leases, "b", LONG).await, None);
+        let stale = Lease { owner: "b".into(), ..acquire(&mut client, &leases, "a", LONG).await.unwrap() };
+        assert_eq!(leases.renew(&client, &stale, LONG).await.unwrap(), None, "renew is fenced by owner");
+        assert_eq!(leases.release(&client, "cleanup", "b").await.unwrap(), false, "so is release");
+    }
+
+    #[tokio::test]
+    async fn another_owner_takes_over_after_expiry_with_the_next_term_ldr_2() {
+        let (_db, mut client, leases) = setup().await;
+        acquire(&mut client, &leases, "a", SHORT).await.unwrap();
+        let taken = acquire_after_expiry(&mut client, &leases, "b").await;
+        assert_eq!((taken.owner.as_str(), taken.term), ("b", 2));
+        assert_eq!(acquire(&mut client, &leases, "a", LONG).await, None);
+        let old = Lease { owner: "a".into(), term: 1, ..taken.clone() };
+        assert_eq!(leases.renew(&client, &old, LONG).await.unwrap(), None, "the deposed owner cannot renew");
+    }
+
+    #[tokio::test]
+    async fn release_lets_another_owner_take_over_at_once_lif_1() {
+        let (_db, mut client, leases) = setup().await;
+        acquire(&mut client, &leases, "a", LONG).await.unwrap();
+        assert!(leases.release(&client, "cleanup", "a").await.unwrap());
+        assert!(!leases.release(&client, "cleanup", "a").await.unwrap(), "releasing twice is harmless");
+        let taken = acquire(&mut client, &leases, "b", LONG).await.unwrap();
+        assert_eq!((taken.owner.as_str(), taken.term), ("b", 2));
+    }
+
+    /// LDR-2: a contender asks while another pass's transaction holds the lease row. It must
+    /// answer "not leader" while that transaction is still open, whether the row is being
+    /// created, is live, or has expired under the running pass.
+    #[tokio::test]
+    async fn a_contender_does_not_wait_for_a_running_pass_ldr_2() {
+        let (db, mut holder, leases) = setup().await;
+        let mut contender = db.connect().await;
+
+        // The row does not exist yet: the holder's pass creates it and is still running.
+        let pass = holder.transaction().await.unwrap();
+        let lease = leases.acquire(&pass, "cleanup", "holder", SHORT).await.unwrap().unwrap();
+        assert_eq!(lease.term, 1);
+        assert_eq!(within(acquire(&mut contender, &leases, "contender", LONG)).await, None);
+        pass.commit().await.unwrap();
+
+        // The row exists and the holder's lease expires while its next pass still runs.
+        let pass = holder.transaction().await.unwrap();
+        leases.acquire(&pass, "cleanup", "holder", SHORT).await.unwrap().unwrap();
+        let observer = db.connect().await;
+        let expired =
+            format!("SELECT expires_at < clock_timestamp() FROM {}", db.namespace().table("leases"));
+        for _ in 0..600 {
+            if observer.query_one(&expired, &[]).await.unwrap().get::<_, bool>(0) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(within(acquire(&mut contender, &leases, "contender", LONG)).await, None);
+        // The holder's pass is still open and working: it commits only now.
+        pass.execute("SELECT 1", &[]).await.unwrap();
+        pass.commit().await.unwrap();
+        // The holder's expiry started at its pass's start, so it has lapsed by now.
+        let taken = acquire_after_expiry(&mut contender, &leases, "contender").await;
+        assert_eq!(taken.term, 2);
+    }
+
+    /// LDR-6: statements fenced by an old term change nothing.
+    #[tokio::test]
+    async fn a_deposed_leaders_fenced_delete_deletes_nothing_ldr_6() {
+        let (db, mut client, leases) = setup().await;
+        let retention = RetentionStatements::new(db.namespace());
+        let dead = db.namespace().table("dead");
+        client
+            .batch_execute(&format!(
+                "INSERT INTO {dead} (seq, message_id, transport, destination, body, created_at, failed_at, attempts) \
+                 SELECT n, gen_random_uuid(), 'queue', 'orders', '\\x00', now() - interval '60 days', \
+                        now() - interval '40 days', 1 FROM generate_series(1, 10) AS n"
+            ))
+            .await
+            .unwrap();
+        let deposed = acquire(&mut client, &leases, "a", SHORT).await.unwrap();
+        let leader = acquire_after_expiry(&mut client, &leases, "b").await;
+        assert_eq!(leader.term, 2);
+
+        let month = Duration::from_secs(30 * 86_400);
+        assert_eq!(retention.delete_expired_dead_fenced(&client, month, 100, &deposed).await.unwrap(), 0);
+        let stale_term = Lease { term: 1, ..leader.clone() };
+        assert_eq!(retention.delete_expired_dead_fenced(&client, month, 100, &stale_term).await.unwrap(), 0);
+        let remaining: i64 =
+            client.query_one(&format!("SELECT count(*) FROM {dead}"), &[]).await.unwrap().get(0);
+        assert_eq!(remaining, 10);
+        assert_eq!(retention.delete_expired_dead_fenced(&client, month, 4, &leader).await.unwrap(), 4);
+        assert_eq!(retention.delete_expired_dead_fenced(&client, month, 100, &leader).await.unwrap(), 6);
+    }
+}

@@ -1,0 +1,357 @@
+//! The outbox and lane statements against a real PostgreSQL (OUT-1..4, DSP-1, DSP-3, DSP-5,
+//! LAN-1..5).
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use relayer_core::{Delivery, MessageProblem, NewMessage, Uuid};
+use relayer_postgres::{
+    Completion, EnqueueError, HeadFailure, LaneHead, LaneStatements, OutboxStatements, OutboxWriter, migrate,
+    notify_channel,
+};
+use relayer_test_support::TestDb;
+
+const CLAIM: Duration = Duration::from_secs(30);
+
+async fn setup() -> (TestDb, tokio_postgres::Client) {
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    migrate(&mut client, db.namespace()).await.unwrap();
+    (db, client)
+}
+
+fn writer(db: &TestDb) -> OutboxWriter {
+    OutboxWriter::new(db.namespace(), ["queue", "other"]).with_max_body_bytes(64)
+}
+
+async fn count(client: &tokio_postgres::Client, db: &TestDb, table: &str) -> i64 {
+    client
+        .query_one(&format!("SELECT count(*) FROM {}", db.namespace().table(table)), &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+fn message(n: usize) -> NewMessage {
+    NewMessage::new("queue", "orders", format!("m{n}").into_bytes())
+}
+
+/// OUT-1, OUT-2: one batch, rows in order, fields preserved, scheduled on the DB clock.
+#[tokio::test]
+async fn enqueue_writes_a_batch_in_order_with_every_field() {
+    let (db, client) = setup().await;
+    let messages = vec![
+        message(0).header("content-type", "text/plain").trace_context("00-abc-def-01"),
+        message(1).lane("order-1"),
+        message(2).delivery(Delivery::After(Duration::from_secs(3600))),
+    ];
+    let written = writer(&db).enqueue(&client, &messages).await.unwrap();
+    assert_eq!(written.len(), 3);
+    assert!(written.windows(2).all(|w| w[0].seq < w[1].seq));
+    for (w, m) in written.iter().zip(&messages) {
+        assert_eq!(w.id, m.message_id());
+    }
+    let rows = client
+        .query(
+            &format!(
+                "SELECT message_id, headers->>'content-type', trace_context, lane, \
+                        deliver_at IS NOT NULL, visible_at > now() + interval '59 minutes', attempts \
+                 FROM {} ORDER BY seq",
+                db.namespace().table("outbox")
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, Uuid>(0), *messages[0].message_id().as_uuid());
+    assert_eq!(rows[0].get::<_, Option<String>>(1).as_deref(), Some("text/plain"));
+    assert_eq!(rows[0].get::<_, Option<String>>(2).as_deref(), Some("00-abc-def-01"));
+    assert_eq!(rows[1].get::<_, Option<String>>(3).as_deref(), Some("order-1"));
+    assert!(!rows[0].get::<_, bool>(4) && rows[2].get::<_, bool>(4) && rows[2].get::<_, bool>(5));
+    assert_eq!(rows[0].get::<_, i32>(6), 0);
+}
+
+/// OUT-3: each kind of bad message is refused with a clear error; nothing of the batch is written.
+#[tokio::test]
+async fn bad_messages_are_refused_and_nothing_is_written() {
+    let (db, client) = setup().await;
+    let writer = writer(&db);
+    let cases = [
+        (NewMessage::new("nats", "orders", vec![]), "no transport is registered as \"nats\""),
+        (NewMessage::new("queue", "", vec![]), "the destination is empty"),
+        (NewMessage::new("queue", "orders", vec![0; 65]), "the body is 65 bytes; the limit is 64"),
+        (message(9).header("bad name", "v"), "invalid header name \"bad name\""),
+    ];
+    for (bad, expected) in cases {
+        let batch = vec![message(0), message(1), bad];
+        let error = writer.enqueue(&client, &batch).await.unwrap_err();
+        assert!(matches!(&error, EnqueueError::Invalid(e) if e.index() == 2), "{error}");
+        assert!(error.to_string().contains(expected), "{error}");
+        assert_eq!(count(&client, &db, "outbox").await, 0);
+    }
+    let error = writer.enqueue(&client, &[NewMessage::new("x", "d", vec![])]).await.unwrap_err();
+    let EnqueueError::Invalid(e) = error else { panic!("expected a validation error") };
+    assert_eq!(e.problem(), &MessageProblem::UnknownTransport("x".into()));
+}
+
+/// OUT-1, OUT-4: a rolled-back enqueue leaves nothing and notifies no one; a committed
+/// one notifies the namespace's channel.
+#[tokio::test]
+async fn enqueue_is_transactional_and_notifies_on_commit_only() {
+    let (db, mut client) = setup().await;
+    let (listener, mut connection) = db.config().connect(tokio_postgres::NoTls).await.unwrap();
+    let (tx_note, mut notes) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let Ok(tokio_postgres::AsyncMessage::Notification(n)) = message {
+                let _ = tx_note.send(n.channel().to_owned());
+            }
+        }
+    });
+    listener.batch_execute(&format!("LISTEN {}", notify_channel(db.namespace()))).await.unwrap();
+
+    let tx = client.transaction().await.unwrap();
+    writer(&db).enqueue(&tx, &[message(0)]).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(count(&client, &db, "outbox").await, 0);
+    listener.batch_execute("SELECT 1").await.unwrap(); // a round trip: any notification has arrived
+    assert!(notes.try_recv().is_err(), "a rolled-back enqueue must not notify");
+
+    let tx = client.transaction().await.unwrap();
+    writer(&db).enqueue(&tx, &[message(1), message(2)]).await.unwrap();
+    tx.commit().await.unwrap();
+    let channel = tokio::time::timeout(Duration::from_secs(30), notes.recv()).await.unwrap().unwrap();
+    assert_eq!(channel, notify_channel(db.namespace()));
+    assert_eq!(count(&client, &db, "outbox").await, 2);
+}
+
+/// DSP-1: claims take only due, unordered, unclaimed rows, never more than asked, and a
+/// second claimer skips what the first holds.
+#[tokio::test]
+async fn claims_are_conditional_bounded_and_exclusive() {
+    let (db, client) = setup().await;
+    let mut batch: Vec<NewMessage> = (0..20).map(message).collect();
+    batch.push(message(20).lane("l"));
+    batch.push(message(21).delivery(Delivery::After(Duration::from_secs(3600))));
+    let written = writer(&db).enqueue(&client, &batch).await.unwrap();
+    let statements = OutboxStatements::new(db.namespace());
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+
+    let first = statements.claim_due(&client, a, CLAIM, 7, &[]).await.unwrap();
+    assert_eq!(first.len(), 7);
+    let second = statements.claim_due(&client, b, CLAIM, 100, &[]).await.unwrap();
+    assert_eq!(second.len(), 13, "the rest of the due unordered rows, none of the first claim's");
+    assert!(second.iter().all(|m| first.iter().all(|f| f.seq != m.seq)));
+    assert!(statements.claim_due(&client, b, CLAIM, 100, &[]).await.unwrap().is_empty());
+    // The scheduled row and the lane row are never claimed here; by seq neither.
+    let by_seq = statements.claim_seqs(&client, b, CLAIM, &[written[20].seq, written[21].seq]).await.unwrap();
+    assert!(by_seq.is_empty());
+    // Fields arrive intact.
+    assert_eq!(first[0].envelope.id, batch[0].message_id());
+    assert_eq!(first[0].envelope.body, b"m0");
+    assert_eq!((first[0].transport.as_str(), first[0].destination.as_str()), ("queue", "orders"));
+}
+
+/// DSP-6: tripped destinations are left out of claims.
+#[tokio::test]
+async fn claims_skip_tripped_destinations() {
+    let (db, client) = setup().await;
+    let batch = vec![message(0), NewMessage::new("queue", "payments", b"p".to_vec()), message(1)];
+    writer(&db).enqueue(&client, &batch).await.unwrap();
+    let statements = OutboxStatements::new(db.namespace());
+    let tripped = vec![("queue".to_owned(), "orders".to_owned())];
+    let claimed = statements.claim_due(&client, Uuid::new_v4(), CLAIM, 10, &tripped).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].destination, "payments");
+}
+
+/// DSP-3, DSP-5: one completion deletes accepted rows, releases failed ones with attempts and
+/// error, moves poison to dead, defers unsent ones; a stale token changes nothing.
+#[tokio::test]
+async fn completion_is_per_message_and_fenced_by_the_claim_token() {
+    let (db, client) = setup().await;
+    writer(&db).enqueue(&client, &(0..4).map(message).collect::<Vec<_>>()).await.unwrap();
+    let statements = OutboxStatements::new(db.namespace());
+    let token = Uuid::new_v4();
+    let claimed = statements.claim_due(&client, token, CLAIM, 10, &[]).await.unwrap();
+    let seqs: Vec<i64> = claimed.iter().map(|m| m.seq).collect();
+
+    let mut stale = Completion::new();
+    stale.accept(seqs[0]);
+    let report = statements.complete(&client, Uuid::new_v4(), &stale).await.unwrap();
+    assert_eq!((report.deleted, report.fenced_out), (0, 1), "a stale claim deletes nothing");
+
+    let mut completion = Completion::new();
+    completion.accept(seqs[0]);
+    completion.retry(seqs[1], "transient send failure: broker down", Duration::from_secs(3600));
+    completion.bury(seqs[2], "permanent send failure: refused");
+    completion.defer(seqs[3], Duration::ZERO);
+    let report = statements.complete(&client, token, &completion).await.unwrap();
+    assert_eq!(
+        (report.deleted, report.released, report.dead, report.deferred, report.fenced_out),
+        (1, 1, 1, 1, 0)
+    );
+
+    let outbox = db.namespace().table("outbox");
+    let rows = client
+        .query(
+            &format!("SELECT seq, attempts, last_error, claim_token IS NULL FROM {outbox} ORDER BY seq"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].get::<_, i64>(0), seqs[1]);
+    assert_eq!(rows[0].get::<_, i32>(1), 1);
+    assert_eq!(rows[0].get::<_, Option<String>>(2).as_deref(), Some("transient send failure: broker down"));
+    assert!(rows[0].get::<_, bool>(3));
+    assert_eq!(
+        (rows[1].get::<_, i64>(0), rows[1].get::<_, i32>(1)),
+        (seqs[3], 0),
+        "deferred: no attempt counted"
+    );
+    let dead = client
+        .query_one(&format!("SELECT seq, attempts, last_error FROM {}", db.namespace().table("dead")), &[])
+        .await
+        .unwrap();
+    assert_eq!((dead.get::<_, i64>(0), dead.get::<_, i32>(1)), (seqs[2], 1));
+    // The deferred row is claimable again at once; the retried one is not yet due.
+    let again = statements.claim_due(&client, Uuid::new_v4(), CLAIM, 10, &[]).await.unwrap();
+    assert_eq!(again.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![seqs[3]]);
+}
+
+/// DSP-1: an expired claim can be retaken, and the first claimer's completion is then fenced out.
+#[tokio::test]
+async fn an_expired_claim_is_retaken_and_the_old_owner_is_fenced_out() {
+    let (db, client) = setup().await;
+    writer(&db).enqueue(&client, &[message(0)]).await.unwrap();
+    let statements = OutboxStatements::new(db.namespace());
+    let (old, new) = (Uuid::new_v4(), Uuid::new_v4());
+    let claimed = statements.claim_due(&client, old, Duration::from_millis(1), 1, &[]).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let mut retaken = Vec::new();
+    for _ in 0..300 {
+        retaken = statements.claim_due(&client, new, CLAIM, 1, &[]).await.unwrap();
+        if !retaken.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(retaken.len(), 1);
+    let mut completion = Completion::new();
+    completion.accept(claimed[0].seq);
+    assert_eq!(statements.complete(&client, old, &completion).await.unwrap().fenced_out, 1);
+    assert_eq!(count(&client, &db, "outbox").await, 1);
+    assert_eq!(statements.complete(&client, new, &completion).await.unwrap().deleted, 1);
+    assert_eq!(count(&client, &db, "outbox").await, 0);
+}
+
+/// LAN-1, LAN-3: one owner per lane; the head is the lowest seq; accepted heads advance the lane.
+#[tokio::test]
+async fn lanes_have_one_owner_and_advance_head_by_head() {
+    let (db, client) = setup().await;
+    let batch = vec![message(0).lane("a"), message(1).lane("b"), message(2).lane("a"), message(3)];
+    let written = writer(&db).enqueue(&client, &batch).await.unwrap();
+    let lanes = LaneStatements::new(db.namespace());
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    assert_eq!(lanes.claim(&client, a, CLAIM, 10, "").await.unwrap(), vec!["a".to_owned(), "b".to_owned()]);
+    assert!(lanes.claim(&client, b, CLAIM, 10, "").await.unwrap().is_empty(), "lanes are held");
+    assert_eq!(lanes.head(&client, "a", b, CLAIM).await.unwrap(), LaneHead::Lost);
+
+    let LaneHead::Due(head) = lanes.head(&client, "a", a, CLAIM).await.unwrap() else { panic!("head due") };
+    assert_eq!(head.seq, written[0].seq);
+    assert!(!lanes.accept_head(&client, "a", b, head.seq).await.unwrap(), "fenced");
+    assert!(lanes.accept_head(&client, "a", a, head.seq).await.unwrap());
+    let LaneHead::Due(head) = lanes.head(&client, "a", a, CLAIM).await.unwrap() else { panic!("head due") };
+    assert_eq!(head.seq, written[2].seq);
+    assert!(lanes.accept_head(&client, "a", a, head.seq).await.unwrap());
+    assert_eq!(lanes.head(&client, "a", a, CLAIM).await.unwrap(), LaneHead::Empty);
+    lanes.release_claim(&client, "a", a).await.unwrap();
+    lanes.release_claim(&client, "b", a).await.unwrap();
+    // b is free again; a is empty and forgotten.
+    assert_eq!(lanes.claim(&client, b, CLAIM, 10, "").await.unwrap(), vec!["b".to_owned()]);
+    assert_eq!(count(&client, &db, "lanes").await, 1);
+}
+
+/// LAN-2, LAN-5: a failed head blocks; a parked lane stays parked until released or its head
+/// skipped, each recorded in the audit table.
+#[tokio::test]
+async fn parked_lanes_block_until_released_or_skipped_with_an_audit_record() {
+    let (db, client) = setup().await;
+    let batch = vec![message(0).lane("a"), message(1).lane("a")];
+    let written = writer(&db).enqueue(&client, &batch).await.unwrap();
+    let lanes = LaneStatements::new(db.namespace());
+    let token = Uuid::new_v4();
+    assert_eq!(lanes.claim(&client, token, CLAIM, 10, "").await.unwrap().len(), 1);
+    assert!(
+        lanes
+            .fail_head(
+                &client,
+                "a",
+                token,
+                written[0].seq,
+                HeadFailure::Retry { error: "boom", after: Duration::from_secs(3600) }
+            )
+            .await
+            .unwrap()
+    );
+    assert_eq!(lanes.head(&client, "a", token, CLAIM).await.unwrap(), LaneHead::NotDue, "the lane blocks");
+    assert!(
+        lanes
+            .fail_head(&client, "a", token, written[0].seq, HeadFailure::Park { error: "boom again" })
+            .await
+            .unwrap()
+    );
+    assert_eq!(lanes.head(&client, "a", token, CLAIM).await.unwrap(), LaneHead::Lost, "parked");
+    assert!(
+        lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, "").await.unwrap().is_empty(),
+        "parked lanes are not claimed"
+    );
+    let parked = lanes.parked_lanes(&client).await.unwrap();
+    assert_eq!(parked.len(), 1);
+    assert_eq!(
+        (parked[0].parked_seq, parked[0].reason.as_deref()),
+        (Some(written[0].seq), Some("boom again"))
+    );
+
+    assert!(lanes.release_lane(&client, "a", "alice").await.unwrap());
+    assert!(!lanes.release_lane(&client, "a", "alice").await.unwrap(), "not parked any more");
+    let token = Uuid::new_v4();
+    assert_eq!(
+        lanes.claim(&client, token, CLAIM, 10, "").await.unwrap().len(),
+        1,
+        "released head is due at once"
+    );
+    assert!(
+        lanes
+            .fail_head(&client, "a", token, written[0].seq, HeadFailure::Park { error: "still broken" })
+            .await
+            .unwrap()
+    );
+
+    assert_eq!(lanes.skip_lane_head(&client, "a", "bob").await.unwrap(), Some(written[0].seq));
+    assert_eq!(lanes.skip_lane_head(&client, "a", "bob").await.unwrap(), None);
+    assert_eq!(count(&client, &db, "dead").await, 1);
+    let token = Uuid::new_v4();
+    assert_eq!(lanes.claim(&client, token, CLAIM, 10, "").await.unwrap().len(), 1);
+    let LaneHead::Due(head) = lanes.head(&client, "a", token, CLAIM).await.unwrap() else {
+        panic!("head due")
+    };
+    assert_eq!(head.seq, written[1].seq, "the row behind the skipped head flows");
+    let audit = client
+        .query(
+            &format!("SELECT actor, action, subject FROM {} ORDER BY id", db.namespace().table("audit")),
+            &[],
+        )
+        .await
+        .unwrap();
+    let audit: Vec<(String, String, String)> = audit.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    assert_eq!(
+        audit,
+        vec![
+            ("alice".to_owned(), "lane.release".to_owned(), "a".to_owned()),
+            ("bob".to_owned(), "lane.skip_head".to_owned(), "a".to_owned())
+        ]
+    );
+}
