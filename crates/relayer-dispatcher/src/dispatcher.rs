@@ -8,8 +8,8 @@ use std::time::Instant;
 use futures_util::FutureExt;
 use relayer_core::{DispatcherOptions, Namespace, TransportRegistry};
 use relayer_postgres::{
-    Enqueued, LaneStatements, OutboxStatements, OutboxWriter, PgPool, connect_pool, notify_channel,
-    verify_schema,
+    Enqueued, LaneStatements, OutboxStatements, OutboxWriter, PgPool, StorageError, connect_pool,
+    notify_channel, verify_schema,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -102,7 +102,7 @@ impl Dispatcher {
         if transports.is_empty() {
             return Err(DispatchError::Setup("no transport is registered".to_owned()));
         }
-        let pool = connect_pool(database.clone(), pool_size).await?;
+        let pool = connect_pool(with_asynchronous_commit(database.clone()), pool_size).await?;
         {
             let connection = pool.get().await.map_err(|e| {
                 DispatchError::Setup(format!(
@@ -327,8 +327,10 @@ impl Dispatcher {
     /// Operator action (LAN-2, LAN-5): un-parks `lane`, whose head is then tried again at
     /// once; recorded in the audit table with `actor`. Returns false when it was not parked.
     pub async fn release_lane(&self, lane: &str, actor: &str) -> Result<bool, DispatchError> {
-        let connection = self.inner.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
-        let released = self.inner.lanes.release_lane(&*connection, lane, actor).await?;
+        let mut connection = self.inner.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
+        let tx = durable_transaction(&mut connection, "releasing a lane").await?;
+        let released = self.inner.lanes.release_lane(&tx, lane, actor).await?;
+        tx.commit().await.map_err(|e| StorageError::database("committing a lane release", e))?;
         if released {
             self.inner.wake.notify_one();
         }
@@ -339,11 +341,46 @@ impl Dispatcher {
     /// rows behind it flow; recorded in the audit table with `actor`. Returns the moved
     /// head's `seq`, or `None` when the lane was not parked.
     pub async fn skip_lane_head(&self, lane: &str, actor: &str) -> Result<Option<i64>, DispatchError> {
-        let connection = self.inner.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
-        let skipped = self.inner.lanes.skip_lane_head(&*connection, lane, actor).await?;
+        let mut connection = self.inner.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
+        let tx = durable_transaction(&mut connection, "skipping a lane head").await?;
+        let skipped = self.inner.lanes.skip_lane_head(&tx, lane, actor).await?;
+        tx.commit().await.map_err(|e| StorageError::database("committing a lane head skip", e))?;
         if skipped.is_some() {
             self.inner.wake.notify_one();
         }
         Ok(skipped)
     }
+}
+
+/// The dispatcher's own connections commit with `synchronous_commit = off`.
+///
+/// Why this is safe: the outbox row is the durable record of a message, and every write a
+/// pass makes to it — a claim, a fenced delete, a retry release, a park — only ever moves
+/// toward sending again. If a crash loses such a commit, the row is back as it was and is
+/// sent again: at least once, never lost (DSP-7). WAL is replayed as a prefix, so a lost
+/// commit also loses every later one, which keeps lanes in order. What must be durable
+/// is the transport's acceptance, and transports commit on their own connections. Dropping
+/// the flush wait from claims and completions stops them competing with the writers'
+/// commits for WAL flushes (docs/performance.md). Operator actions opt back in through
+/// [`durable_transaction`].
+fn with_asynchronous_commit(mut config: tokio_postgres::Config) -> tokio_postgres::Config {
+    let options = match config.get_options() {
+        Some(existing) if !existing.trim().is_empty() => format!("{existing} -c synchronous_commit=off"),
+        _ => "-c synchronous_commit=off".to_owned(),
+    };
+    config.options(&options);
+    config
+}
+
+/// A transaction whose commit waits for its WAL flush, for operator actions an operator
+/// must be able to trust once they returned.
+async fn durable_transaction<'c>(
+    connection: &'c mut tokio_postgres::Client,
+    what: &str,
+) -> Result<tokio_postgres::Transaction<'c>, StorageError> {
+    let tx = connection.transaction().await.map_err(|e| StorageError::database(what, e))?;
+    tx.batch_execute("SET LOCAL synchronous_commit = on")
+        .await
+        .map_err(|e| StorageError::database(what, e))?;
+    Ok(tx)
 }

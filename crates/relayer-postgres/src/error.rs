@@ -69,8 +69,8 @@ impl StorageError {
         StorageError { context: context.into(), kind, source: None }
     }
 
-    /// A database error while doing `context`.
-    pub(crate) fn database(context: impl Into<String>, source: tokio_postgres::Error) -> Self {
+    /// A database error while doing `context` (for adapters that run their own statements).
+    pub fn database(context: impl Into<String>, source: tokio_postgres::Error) -> Self {
         StorageError {
             context: context.into(),
             kind: StorageErrorKind::Database,

@@ -1,0 +1,383 @@
+//! The resilient pass loop (RES-1..3), its shutdown (LIF-1) and its test signals.
+
+use std::error::Error;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::FutureExt;
+use relayer_core::{LockGuard, PassBackoff};
+use tokio::sync::{Notify, broadcast};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::leadership::Leadership;
+
+/// Test signals kept for slow subscribers; older ones are dropped (they see `Lagged`).
+const EVENT_CAPACITY: usize = 256;
+
+/// The work of one background worker, one pass at a time.
+#[async_trait]
+pub trait Pass: Send + Sync + 'static {
+    /// What a pass that led reports (counts): logged in the pass's span and sent to tests.
+    type Report: fmt::Display + fmt::Debug + Clone + Send + Sync + 'static;
+    /// Why a pass failed. Its `source()` chain is logged.
+    type Error: Error + Send + Sync + 'static;
+
+    /// Runs one pass. With [`Leadership::Lease`] the pass takes the lease itself and returns
+    /// [`PassOutcome::NotLeader`] when another instance holds it. `shutdown` is cancelled when
+    /// the host stops: a long pass may return early at a safe point.
+    async fn run_pass(&self, shutdown: &CancellationToken) -> Result<PassOutcome<Self::Report>, Self::Error>;
+
+    /// Called once when the loop stops, after its last pass: release what the pass holds
+    /// across passes (a lease). Failures should be logged, not returned: shutdown goes on.
+    async fn stopped(&self) {}
+}
+
+/// What a pass that did not fail did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PassOutcome<R> {
+    /// This instance led the pass; here is its report.
+    Led(R),
+    /// Another instance leads: this turn was skipped.
+    NotLeader,
+}
+
+/// What a [`PassLoop`] reports to its subscribers, in order (River's test signals).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WorkerEvent<R> {
+    /// Pass `number` (1, 2, …) is starting.
+    PassStarted {
+        /// The pass's number in this loop.
+        number: u64,
+    },
+    /// The pass ended without error or panic.
+    PassSucceeded(PassOutcome<R>),
+    /// The pass failed; the loop waits `next_wait` before the next one (RES-2).
+    PassFailed {
+        /// Failed passes in a row, this one included.
+        consecutive: u32,
+        /// The wait before the next pass.
+        next_wait: Duration,
+    },
+    /// The loop has stopped and released its leadership; nothing follows.
+    Stopped,
+}
+
+/// Which worker a loop runs: names its tracing target (`relayer::<worker>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WorkerKind {
+    /// Direct and lane dispatch (`relayer::dispatcher`).
+    Dispatcher,
+    /// Recovery sweeper (`relayer::sweeper`).
+    Sweeper,
+    /// Retention cleanup (`relayer::cleanup`).
+    Cleanup,
+    /// Dead-letter policies (`relayer::dead_letter`).
+    DeadLetter,
+    /// Queue consumer (`relayer::consumer`).
+    Consumer,
+}
+
+impl WorkerKind {
+    /// The worker's name in logs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            WorkerKind::Dispatcher => "dispatcher",
+            WorkerKind::Sweeper => "sweeper",
+            WorkerKind::Cleanup => "cleanup",
+            WorkerKind::DeadLetter => "dead_letter",
+            WorkerKind::Consumer => "consumer",
+        }
+    }
+}
+
+impl fmt::Display for WorkerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Expands `$body` with `$target` bound to the worker's tracing target. tracing needs the
+/// target as a constant, so each worker gets its own arm.
+macro_rules! with_target {
+    ($kind:expr, $target:ident => $body:expr) => {
+        match $kind {
+            WorkerKind::Dispatcher => {
+                const $target: &str = "relayer::dispatcher";
+                $body
+            }
+            WorkerKind::Sweeper => {
+                const $target: &str = "relayer::sweeper";
+                $body
+            }
+            WorkerKind::Cleanup => {
+                const $target: &str = "relayer::cleanup";
+                $body
+            }
+            WorkerKind::DeadLetter => {
+                const $target: &str = "relayer::dead_letter";
+                $body
+            }
+            WorkerKind::Consumer => {
+                const $target: &str = "relayer::consumer";
+                $body
+            }
+        }
+    };
+}
+
+/// Runs a [`Pass`] over and over, resiliently, until shutdown. See the [crate docs](crate).
+///
+/// ```no_run
+/// # async fn example<P: relayer_worker::Pass>(pass: P) {
+/// use std::time::Duration;
+/// use relayer_core::PassBackoff;
+/// use relayer_worker::{Leadership, PassLoop, WorkerKind};
+/// use tokio_util::sync::CancellationToken;
+///
+/// let backoff = PassBackoff::new(Duration::from_secs(60), Duration::from_secs(60)).unwrap();
+/// let leadership = Leadership::lease("cleanup", "host-a/4242/1f3c", Duration::from_secs(30));
+/// let shutdown = CancellationToken::new();
+/// let mut handle = PassLoop::new(WorkerKind::Cleanup, pass, backoff, leadership).spawn(shutdown);
+/// // … on host shutdown:
+/// handle.shutdown().await;
+/// # }
+/// ```
+pub struct PassLoop<P: Pass> {
+    kind: WorkerKind,
+    pass: Arc<P>,
+    backoff: PassBackoff,
+    leadership: Leadership,
+    wake: Option<Arc<Notify>>,
+    events: broadcast::Sender<WorkerEvent<P::Report>>,
+}
+
+impl<P: Pass> fmt::Debug for PassLoop<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PassLoop")
+            .field("kind", &self.kind)
+            .field("backoff", &self.backoff)
+            .field("leadership", &self.leadership)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why one pass did not succeed, with its cause chain flattened for the log.
+struct Failure {
+    what: &'static str,
+    chain: String,
+}
+
+impl<P: Pass> PassLoop<P> {
+    /// A loop running `pass` on `backoff`'s schedule under `leadership`.
+    pub fn new(kind: WorkerKind, pass: P, backoff: PassBackoff, leadership: Leadership) -> Self {
+        Self::with_shared_pass(kind, Arc::new(pass), backoff, leadership)
+    }
+
+    /// Like [`new`](Self::new), for a pass the caller keeps a handle to.
+    pub fn with_shared_pass(
+        kind: WorkerKind,
+        pass: Arc<P>,
+        backoff: PassBackoff,
+        leadership: Leadership,
+    ) -> Self {
+        let (events, _) = broadcast::channel(EVENT_CAPACITY);
+        PassLoop { kind, pass, backoff, leadership, wake: None, events }
+    }
+
+    /// Starts the next pass early when `wake` is notified after a pass began. Wake-ups
+    /// coalesce, and a failure backoff is always waited out (the pass that ends it serves
+    /// the wake-ups that came during it).
+    pub fn wake_on(mut self, wake: Arc<Notify>) -> Self {
+        self.wake = Some(wake);
+        self
+    }
+
+    /// Sends the loop's events to `events` instead of a channel of its own, so a worker
+    /// can hand out subscriptions before its loop exists.
+    pub fn events_to(mut self, events: broadcast::Sender<WorkerEvent<P::Report>>) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// A subscription to the loop's events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<WorkerEvent<P::Report>> {
+        self.events.subscribe()
+    }
+
+    /// Runs the loop on a new task; [`WorkerHandle::shutdown`] stops it.
+    pub fn spawn(self, shutdown: CancellationToken) -> WorkerHandle {
+        let task = tokio::spawn(self.run(shutdown.clone()));
+        WorkerHandle { shutdown, task: Some(task) }
+    }
+
+    /// Runs passes until `shutdown` is cancelled, then releases leadership and returns.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let kind = self.kind;
+        let leadership = self.leadership.describe();
+        with_target!(kind, TARGET => tracing::info!(target: TARGET, worker = %kind, %leadership, "worker started"));
+        let mut guard: Option<Box<dyn LockGuard>> = None;
+        let mut consecutive_failures: u32 = 0;
+        let mut number: u64 = 0;
+        while !shutdown.is_cancelled() {
+            number += 1;
+            if let Some(wake) = &self.wake {
+                // A wake-up that arrived before this pass is served by it; one that arrives
+                // while it runs is kept and starts the next pass early.
+                let _ = wake.notified().now_or_never();
+            }
+            let _ = self.events.send(WorkerEvent::PassStarted { number });
+            let span = with_target!(kind, TARGET => tracing::info_span!(target: TARGET, "pass", worker = %kind,
+                number, outcome = tracing::field::Empty, report = tracing::field::Empty,
+                duration_ms = tracing::field::Empty));
+            let started = Instant::now();
+            let result = self.turn(&mut guard, &shutdown).instrument(span.clone()).await;
+            span.record("duration_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+            let wait = match result {
+                Ok(outcome) => {
+                    consecutive_failures = 0;
+                    match &outcome {
+                        PassOutcome::Led(report) => {
+                            span.record("outcome", "led");
+                            span.record("report", tracing::field::display(report));
+                        }
+                        PassOutcome::NotLeader => {
+                            span.record("outcome", "not leader");
+                        }
+                    }
+                    let _ = self.events.send(WorkerEvent::PassSucceeded(outcome));
+                    self.backoff.wait_after(0)
+                }
+                Err(failure) => {
+                    consecutive_failures = consecutive_failures.saturating_add(1);
+                    let next_wait = self.backoff.wait_after(consecutive_failures);
+                    span.record("outcome", failure.what);
+                    // Any error may mean the lock's session is gone: never keep leading on doubt.
+                    release(kind, guard.take()).await;
+                    span.in_scope(|| {
+                        with_target!(kind, TARGET => tracing::warn!(target: TARGET, worker = %kind,
+                            consecutive = consecutive_failures, next_wait = ?next_wait, cause = %failure.chain,
+                            "pass {}; retrying after backoff", failure.what));
+                    });
+                    let _ = self
+                        .events
+                        .send(WorkerEvent::PassFailed { consecutive: consecutive_failures, next_wait });
+                    next_wait
+                }
+            };
+            let wake = self.wake.as_deref().filter(|_| consecutive_failures == 0);
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(wait) => {}
+                () = woken(wake) => {}
+            }
+        }
+        release(kind, guard.take()).await;
+        self.pass.stopped().await;
+        with_target!(kind, TARGET => tracing::info!(target: TARGET, worker = %kind, passes = number, "worker stopped"));
+        let _ = self.events.send(WorkerEvent::Stopped);
+    }
+
+    /// One turn: make sure of leadership when the loop holds it, then run the pass with
+    /// panics caught.
+    async fn turn(
+        &self,
+        guard: &mut Option<Box<dyn LockGuard>>,
+        shutdown: &CancellationToken,
+    ) -> Result<PassOutcome<P::Report>, Failure> {
+        if let Leadership::Advisory(lock, resource) = &self.leadership {
+            if let Some(held) = guard.as_mut() {
+                if let Err(error) = held.ensure_held().await {
+                    // Leadership is lost or unknown; the caller drops the guard.
+                    return Err(Failure { what: "lost its advisory lock", chain: cause_chain(&error) });
+                }
+            } else {
+                match lock.try_lock(resource).await {
+                    Ok(Some(taken)) => *guard = Some(taken),
+                    Ok(None) => return Ok(PassOutcome::NotLeader),
+                    Err(error) => {
+                        return Err(Failure {
+                            what: "could not take its advisory lock",
+                            chain: cause_chain(&error),
+                        });
+                    }
+                }
+            }
+        }
+        match AssertUnwindSafe(self.pass.run_pass(shutdown)).catch_unwind().await {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(error)) => Err(Failure { what: "failed", chain: cause_chain(&error) }),
+            Err(panic) => Err(Failure { what: "panicked", chain: panic_message(panic.as_ref()) }),
+        }
+    }
+}
+
+/// Stops a spawned [`PassLoop`].
+#[derive(Debug)]
+pub struct WorkerHandle {
+    shutdown: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl WorkerHandle {
+    /// Cancels the loop's token and waits until it has stopped: a pass in flight finishes
+    /// (or stops at its own safe point) and leadership is released. Harmless to call twice.
+    pub async fn shutdown(&mut self) {
+        self.shutdown.cancel();
+        if let Some(task) = self.task.take()
+            && let Err(error) = task.await
+        {
+            tracing::error!(target: "relayer::worker", %error, "worker task ended abnormally");
+        }
+    }
+
+    /// Whether the loop has stopped.
+    pub fn is_finished(&self) -> bool {
+        self.task.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+}
+
+async fn release(kind: WorkerKind, guard: Option<Box<dyn LockGuard>>) {
+    let Some(guard) = guard else { return };
+    let resource = guard.resource().to_owned();
+    if let Err(error) = guard.release().await {
+        // The lock goes with its session anyway; nothing else to do.
+        with_target!(kind, TARGET => tracing::debug!(target: TARGET, worker = %kind, %resource,
+            cause = %cause_chain(&error), "releasing the advisory lock failed"));
+    }
+}
+
+async fn woken(wake: Option<&Notify>) {
+    match wake {
+        Some(notify) => notify.notified().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// `error: cause: cause …`, so a log line says what failed and why.
+fn cause_chain(error: &(dyn Error + 'static)) -> String {
+    let mut chain = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        chain.push_str(": ");
+        chain.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    chain
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a non-string panic payload");
+    format!("panic: {text}")
+}

@@ -1,0 +1,282 @@
+//! The pass loop under tokio's paused clock: RES-1..3, LIF-1 and LDR-5/LDR-6 (advisory).
+//!
+//! Time is virtual (`start_paused`): waits are exact and the tests observe them through the
+//! instants at which passes start, never by sleeping.
+#![allow(clippy::unwrap_used)] // In test helpers too, a failed unwrap is a failed test.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use relayer_core::{DistributedLock, LockError, LockErrorKind, LockGuard, PassBackoff, async_trait};
+use relayer_worker::{Leadership, Pass, PassLoop, PassOutcome, WorkerEvent, WorkerKind};
+use tokio::sync::{Notify, broadcast};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const INTERVAL: Duration = Duration::from_secs(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Succeed,
+    Fail,
+    Panic,
+}
+
+/// A pass that follows a script (then succeeds forever) and records when it ran.
+#[derive(Default)]
+struct Scripted {
+    script: Mutex<VecDeque<Step>>,
+    starts: Mutex<Vec<Instant>>,
+    stopped: AtomicU32,
+}
+
+impl Scripted {
+    fn new(steps: &[Step]) -> Arc<Self> {
+        Arc::new(Scripted { script: Mutex::new(steps.iter().copied().collect()), ..Scripted::default() })
+    }
+
+    /// The waits between consecutive pass starts.
+    fn waits(&self) -> Vec<Duration> {
+        let starts = self.starts.lock().unwrap();
+        starts.windows(2).map(|pair| pair[1] - pair[0]).collect()
+    }
+
+    fn passes(&self) -> usize {
+        self.starts.lock().unwrap().len()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("pass failed")]
+struct PassError(#[source] std::io::Error);
+
+#[async_trait]
+impl Pass for Scripted {
+    type Report = u64;
+    type Error = PassError;
+
+    async fn run_pass(&self, _shutdown: &CancellationToken) -> Result<PassOutcome<u64>, PassError> {
+        let number = {
+            let mut starts = self.starts.lock().unwrap();
+            starts.push(Instant::now());
+            starts.len() as u64
+        };
+        let step = self.script.lock().unwrap().pop_front().unwrap_or(Step::Succeed);
+        match step {
+            Step::Succeed => Ok(PassOutcome::Led(number)),
+            Step::Fail => Err(PassError(std::io::Error::other("connection refused"))),
+            Step::Panic => panic!("user code panicked in pass {number}"),
+        }
+    }
+
+    async fn stopped(&self) {
+        self.stopped.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn backoff() -> PassBackoff {
+    PassBackoff::new(INTERVAL, MAX_BACKOFF).unwrap()
+}
+
+fn start(
+    pass: &Arc<Scripted>,
+    leadership: Leadership,
+) -> (relayer_worker::WorkerHandle, broadcast::Receiver<WorkerEvent<u64>>) {
+    let pass_loop = PassLoop::with_shared_pass(WorkerKind::Sweeper, Arc::clone(pass), backoff(), leadership);
+    let events = pass_loop.subscribe();
+    (pass_loop.spawn(CancellationToken::new()), events)
+}
+
+/// The next event, skipping `PassStarted`.
+async fn next_outcome(events: &mut broadcast::Receiver<WorkerEvent<u64>>) -> WorkerEvent<u64> {
+    loop {
+        match events.recv().await.unwrap() {
+            WorkerEvent::PassStarted { .. } => {}
+            other => return other,
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn first_pass_runs_at_once_and_failures_back_off_res_2_res_3() {
+    use Step::{Fail, Succeed};
+    let pass = Scripted::new(&[Fail, Fail, Fail, Fail, Fail, Succeed, Fail]);
+    let began = Instant::now();
+    let (mut handle, mut events) = start(&pass, Leadership::EveryInstance);
+
+    let secs = Duration::from_secs;
+    for (consecutive, next_wait) in [(1, 10), (2, 20), (3, 40), (4, 60), (5, 60)] {
+        let expected = WorkerEvent::PassFailed { consecutive, next_wait: secs(next_wait) };
+        assert_eq!(next_outcome(&mut events).await, expected);
+    }
+    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(6)));
+    // A success resets the count: the next failure is the first again.
+    assert_eq!(
+        next_outcome(&mut events).await,
+        WorkerEvent::PassFailed { consecutive: 1, next_wait: secs(10) }
+    );
+    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(8)));
+    handle.shutdown().await;
+
+    assert_eq!(pass.starts.lock().unwrap()[0], began, "RES-3: the first pass runs at once");
+    // RES-2: interval · 2^(n-1) capped at max_backoff; a success returns to the interval.
+    assert_eq!(pass.waits(), [10, 20, 40, 60, 60, 10, 10].map(secs));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_pass_is_caught_logged_and_retried_res_1() {
+    let pass = Scripted::new(&[Step::Panic, Step::Panic]);
+    let (mut handle, mut events) = start(&pass, Leadership::EveryInstance);
+    let failed = |consecutive, seconds| WorkerEvent::PassFailed {
+        consecutive,
+        next_wait: Duration::from_secs(seconds),
+    };
+    assert_eq!(next_outcome(&mut events).await, failed(1, 10));
+    assert_eq!(next_outcome(&mut events).await, failed(2, 20));
+    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(3)));
+    handle.shutdown().await;
+    assert!(handle.is_finished());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_stops_the_wait_and_calling_it_twice_is_harmless_lif_1() {
+    let pass = Scripted::new(&[]);
+    let (mut handle, mut events) = start(&pass, Leadership::EveryInstance);
+    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(1)));
+    let before = Instant::now();
+    handle.shutdown().await;
+    handle.shutdown().await;
+    assert_eq!(Instant::now(), before, "the interval wait was cancelled, not waited out");
+    assert_eq!(events.recv().await.unwrap(), WorkerEvent::Stopped);
+    assert!(matches!(events.recv().await, Err(broadcast::error::RecvError::Closed)), "nothing after Stopped");
+    assert_eq!(pass.passes(), 1);
+    assert_eq!(pass.stopped.load(Ordering::SeqCst), 1, "the pass is told to release once");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_loop_that_never_started_a_wait_runs_no_pass() {
+    let pass = Scripted::new(&[]);
+    let pass_loop = PassLoop::with_shared_pass(
+        WorkerKind::Sweeper,
+        Arc::clone(&pass),
+        backoff(),
+        Leadership::EveryInstance,
+    );
+    let mut events = pass_loop.subscribe();
+    let shutdown = CancellationToken::new();
+    shutdown.cancel();
+    pass_loop.run(shutdown).await;
+    assert_eq!(events.recv().await.unwrap(), WorkerEvent::Stopped);
+    assert_eq!((pass.passes(), pass.stopped.load(Ordering::SeqCst)), (0, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wake_up_starts_the_next_pass_early_but_never_shortens_a_backoff() {
+    let pass = Scripted::new(&[Step::Succeed, Step::Fail]);
+    let wake = Arc::new(Notify::new());
+    let pass_loop = PassLoop::with_shared_pass(
+        WorkerKind::Dispatcher,
+        Arc::clone(&pass),
+        backoff(),
+        Leadership::EveryInstance,
+    )
+    .wake_on(Arc::clone(&wake));
+    let mut events = pass_loop.subscribe();
+    let mut handle = pass_loop.spawn(CancellationToken::new());
+    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(1)));
+    wake.notify_one();
+    assert!(matches!(next_outcome(&mut events).await, WorkerEvent::PassFailed { consecutive: 1, .. }));
+    wake.notify_one();
+    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(3)));
+    handle.shutdown().await;
+    assert_eq!(pass.waits(), [Duration::ZERO, INTERVAL]);
+}
+
+/// An in-process lock for tests: one holder at a time; `lose_session` makes the holder's
+/// next `ensure_held` fail, as a killed database session would.
+#[derive(Clone, Debug, Default)]
+struct TestLock {
+    state: Arc<Mutex<TestLockState>>,
+}
+
+#[derive(Debug, Default)]
+struct TestLockState {
+    /// The current holder's generation, if held.
+    holder: Option<u32>,
+    generation: u32,
+    lost: bool,
+    releases: u32,
+}
+
+#[derive(Debug)]
+struct TestGuard {
+    lock: TestLock,
+    generation: u32,
+}
+
+#[async_trait]
+impl DistributedLock for TestLock {
+    async fn try_lock(&self, resource: &str) -> Result<Option<Box<dyn LockGuard>>, LockError> {
+        let mut state = self.state.lock().unwrap();
+        if state.holder.is_some() {
+            return Ok(None);
+        }
+        let _ = resource;
+        state.generation += 1;
+        state.holder = Some(state.generation);
+        state.lost = false;
+        Ok(Some(Box::new(TestGuard { lock: self.clone(), generation: state.generation })))
+    }
+}
+
+#[async_trait]
+impl LockGuard for TestGuard {
+    fn resource(&self) -> &str {
+        "sweeper"
+    }
+
+    async fn ensure_held(&mut self) -> Result<(), LockError> {
+        let state = self.lock.state.lock().unwrap();
+        if state.lost || state.holder != Some(self.generation) {
+            return Err(LockError::new("sweeper", LockErrorKind::Lost));
+        }
+        Ok(())
+    }
+
+    async fn release(self: Box<Self>) -> Result<(), LockError> {
+        let mut state = self.lock.state.lock().unwrap();
+        if state.holder == Some(self.generation) {
+            state.holder = None;
+        }
+        state.releases += 1;
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_advisory_leader_checks_its_lock_before_each_pass_and_drops_it_on_error_ldr_6() {
+    let lock = TestLock::default();
+    let leadership = Leadership::Advisory(Arc::new(lock.clone()), "sweeper".to_owned());
+    let leader = Scripted::new(&[]);
+    let follower = Scripted::new(&[]);
+    let (mut leader_handle, mut leader_events) = start(&leader, leadership.clone());
+    assert_eq!(next_outcome(&mut leader_events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(1)));
+    let (mut follower_handle, mut follower_events) = start(&follower, leadership);
+    assert_eq!(next_outcome(&mut follower_events).await, WorkerEvent::PassSucceeded(PassOutcome::NotLeader));
+    assert_eq!(follower.passes(), 0, "a follower skips its turn without running the pass");
+    follower_handle.shutdown().await;
+
+    // The leader's session dies: its next check fails, it gives the lock up, and it leads
+    // again only after taking the lock anew.
+    lock.state.lock().unwrap().lost = true;
+    assert!(matches!(next_outcome(&mut leader_events).await, WorkerEvent::PassFailed { consecutive: 1, .. }));
+    assert_eq!(lock.state.lock().unwrap().releases, 1);
+    assert_eq!(leader.passes(), 1, "no pass ran on a lock in doubt");
+    assert_eq!(next_outcome(&mut leader_events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(2)));
+    assert_eq!(lock.state.lock().unwrap().generation, 2);
+    leader_handle.shutdown().await;
+    assert_eq!(lock.state.lock().unwrap().holder, None, "shutdown releases the lock");
+}
