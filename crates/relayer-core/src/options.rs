@@ -50,6 +50,9 @@ pub const MIN_LEASE: Duration = Duration::from_secs(1);
 /// The longest lease or claim duration: after a crash, work waits this long at most.
 pub const MAX_LEASE: Duration = Duration::from_secs(3_600);
 
+/// The most unordered pass loops one dispatcher runs side by side.
+pub const MAX_CONCURRENCY: u32 = 64;
+
 /// The largest body size limit that may be configured: 1 GiB, PostgreSQL's `bytea` limit.
 pub const MAX_BODY_BYTES_LIMIT: usize = 1 << 30;
 
@@ -447,6 +450,10 @@ worker_options! {
         max_backoff: Duration = 60 * SECOND;
         /// Largest message body accepted at enqueue (OUT-3). Default 1 MiB; 1..=1 GiB.
         max_body_bytes: usize = 1 << 20;
+        /// Unordered passes run side by side, each claiming its own batch (claims skip
+        /// rows another holds), so one batch's send and commits overlap the next one's.
+        /// Ordered lanes run in one more loop beside them. Default 2; 1..=64.
+        concurrency: u32 = 2;
     }
 }
 
@@ -461,7 +468,8 @@ impl DispatcherOptionsBuilder {
         check_interval(field("breaker_cool_down"), self.breaker_cool_down)?;
         check_interval(field("poll_interval"), self.poll_interval)?;
         check_interval(field("max_backoff"), self.max_backoff)?;
-        check_range(field("max_body_bytes"), self.max_body_bytes, 1..=MAX_BODY_BYTES_LIMIT)
+        check_range(field("max_body_bytes"), self.max_body_bytes, 1..=MAX_BODY_BYTES_LIMIT)?;
+        check_range(field("concurrency"), self.concurrency, 1..=MAX_CONCURRENCY)
     }
 }
 

@@ -508,6 +508,7 @@ prop_compose! {
         poll in interval(),
         max_backoff in interval(),
         body in 1usize..=1 << 30,
+        concurrency in 1u32..=64,
     ) -> DispatcherOptions {
         DispatcherOptions::builder()
             .batch_size(batch)
@@ -520,6 +521,7 @@ prop_compose! {
             .poll_interval(poll)
             .max_backoff(max_backoff)
             .max_body_bytes(body)
+            .concurrency(concurrency)
             .build()
             .unwrap()
     }
@@ -607,6 +609,7 @@ fn out_of_range(field: &'static str) -> BoxedStrategy<Value> {
         "max_body_bytes" => {
             prop_oneof![Just(json!(0)), ((1u64 << 30) + 1..=1 << 40).prop_map(|n| json!(n))].boxed()
         }
+        "concurrency" => prop_oneof![Just(json!(0)), (65u32..=u32::MAX).prop_map(|n| json!(n))].boxed(),
         // Every other field is an interval, backoff or budget.
         _ => prop_oneof![Just(json!("0s")), too_long].boxed(),
     }
@@ -627,6 +630,7 @@ const FIELDS: &[(&str, &[&str])] = &[
             "poll_interval",
             "max_backoff",
             "max_body_bytes",
+            "concurrency",
         ],
     ),
     (

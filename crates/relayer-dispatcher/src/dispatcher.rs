@@ -48,6 +48,19 @@ pub struct PassReport {
 }
 
 impl PassReport {
+    /// Adds `other`'s counts to this report.
+    fn absorb(&mut self, other: &PassReport) {
+        self.claimed += other.claimed;
+        self.sent += other.sent;
+        self.failed += other.failed;
+        self.dead += other.dead;
+        self.deferred += other.deferred;
+        self.fenced_out += other.fenced_out;
+        self.panics += other.panics;
+        self.lanes += other.lanes;
+        self.lanes_parked += other.lanes_parked;
+    }
+
     /// Whether the pass found a full batch, so another pass should follow at once.
     fn found_full_batch(&self, options: &DispatcherOptions) -> bool {
         let batch = u64::from(options.batch_size());
@@ -71,7 +84,7 @@ struct Inner {
     outbox: OutboxStatements,
     lanes: LaneStatements,
     breakers: Breakers,
-    wake: Arc<Notify>,
+    wake: Arc<Wake>,
     /// The lane key after which the next lane claim starts, so lanes late in key order
     /// get their turn when there are more due lanes than a pass claims.
     lane_cursor: Mutex<String>,
@@ -117,12 +130,12 @@ impl Dispatcher {
                 outbox: OutboxStatements::new(&namespace),
                 lanes: LaneStatements::new(&namespace),
                 breakers: Breakers::new(options.circuit_breaker()),
+                wake: Arc::new(Wake::new()),
                 options,
                 namespace,
                 transports,
                 pool,
                 listen_config: database,
-                wake: Arc::new(Notify::new()),
                 lane_cursor: Mutex::new(String::new()),
             }),
         })
@@ -140,9 +153,13 @@ impl Dispatcher {
             .with_max_body_bytes(self.inner.options.max_body_bytes())
     }
 
-    /// Runs passes until `shutdown` is cancelled, then returns once the pass in flight (and
-    /// its sends) has completed. Errors and panics are logged and retried with backoff;
-    /// they never end the loop (RES-1).
+    /// Runs passes until `shutdown` is cancelled, then returns once the passes in flight
+    /// (and their sends) have completed. Errors and panics are logged and retried with
+    /// backoff; they never end the loop (RES-1).
+    ///
+    /// `concurrency` loops dispatch unordered rows side by side — each claims its own batch,
+    /// so while one waits on its transport or its commit the next is already claiming — and
+    /// one more loop works the ordered lanes, so a backlog of either never delays the other.
     pub async fn run(&self, shutdown: CancellationToken) {
         let inner = &self.inner;
         let listener = tokio::spawn(listen(
@@ -152,13 +169,28 @@ impl Dispatcher {
             inner.options.pass_backoff(),
             shutdown.child_token(),
         ));
+        let unordered = inner.options.concurrency() as usize;
+        let loops = (0..unordered)
+            .map(|_| self.pass_loop(Work::Unordered, &shutdown))
+            .chain(std::iter::once(self.pass_loop(Work::Lanes, &shutdown)));
+        futures_util::future::join_all(loops).await;
+        if let Err(error) = listener.await {
+            tracing::warn!(target: TARGET, error = %error, "LISTEN task ended abnormally");
+        }
+    }
+
+    /// One loop of passes of one kind of work, until `shutdown`.
+    async fn pass_loop(&self, work: Work, shutdown: &CancellationToken) {
+        let inner = &self.inner;
         let backoff = inner.options.pass_backoff();
         let mut failures = 0u32;
         while !shutdown.is_cancelled() {
-            let wait = match AssertUnwindSafe(self.pass_on_pool()).catch_unwind().await {
+            let wait = match AssertUnwindSafe(self.pass_on_pool(work)).catch_unwind().await {
                 Ok(Ok(report)) => {
                     failures = 0;
                     if report.found_full_batch(&inner.options) {
+                        // A backlog: bring in a sibling loop, then go on at once.
+                        inner.wake.signal(work).notify_one();
                         tokio::task::yield_now().await;
                         continue;
                     }
@@ -166,73 +198,80 @@ impl Dispatcher {
                 }
                 Ok(Err(error)) => {
                     failures = failures.saturating_add(1);
-                    tracing::error!(target: TARGET, namespace = %inner.namespace, failures,
+                    tracing::error!(target: TARGET, namespace = %inner.namespace, ?work, failures,
                         error = %error_chain(&error), "dispatch pass failed; retrying with backoff");
                     backoff.wait_after(failures)
                 }
                 Err(_) => {
                     failures = failures.saturating_add(1);
-                    tracing::error!(target: TARGET, namespace = %inner.namespace, failures,
+                    tracing::error!(target: TARGET, namespace = %inner.namespace, ?work, failures,
                         "dispatch pass panicked; retrying with backoff");
                     backoff.wait_after(failures)
                 }
             };
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = inner.wake.notified() => {}
+                () = inner.wake.signal(work).notified() => {}
                 () = tokio::time::sleep(wait) => {}
             }
         }
-        shutdown.cancel();
-        if let Err(error) = listener.await {
-            tracing::warn!(target: TARGET, error = %error, "LISTEN task ended abnormally");
-        }
     }
 
-    async fn pass_on_pool(&self) -> Result<PassReport, DispatchError> {
+    async fn pass_on_pool(&self, work: Work) -> Result<PassReport, DispatchError> {
         let connection = self.inner.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
-        self.run_once(&connection).await
+        let mut report = PassReport::default();
+        let pass = async {
+            match work {
+                Work::Unordered => self.unordered_pass(&connection, &mut report).await,
+                Work::Lanes => self.lane_pass(&connection, &mut report).await,
+            }
+        };
+        pass.instrument(pass_span(work)).await?;
+        Ok(report)
     }
 
-    /// One pass on `client` (LIF-2: it uses no other connection): claim and send due
-    /// unordered rows, then due lane heads.
+    /// One pass of each kind of work on `client` (LIF-2: it uses no other connection):
+    /// claim and send due unordered rows, then due lane heads.
     pub async fn run_once(&self, client: &tokio_postgres::Client) -> Result<PassReport, DispatchError> {
-        let span = tracing::info_span!(target: TARGET, "dispatch_pass", namespace = %self.inner.namespace,
-            claimed = tracing::field::Empty, sent = tracing::field::Empty, failed = tracing::field::Empty,
-            dead = tracing::field::Empty, lanes = tracing::field::Empty, elapsed_ms = tracing::field::Empty);
+        let mut report = PassReport::default();
+        self.unordered_pass(client, &mut report).instrument(pass_span(Work::Unordered)).await?;
+        self.lane_pass(client, &mut report).instrument(pass_span(Work::Lanes)).await?;
+        Ok(report)
+    }
+
+    /// Claims up to a batch of due unordered rows, sends them and completes them.
+    async fn unordered_pass(
+        &self,
+        client: &tokio_postgres::Client,
+        report: &mut PassReport,
+    ) -> Result<(), DispatchError> {
         let started = Instant::now();
-        let result = async {
-            let inner = &self.inner;
-            let token = Uuid::new_v4();
-            let tripped = inner.breakers.tripped();
-            let claimed = inner
-                .outbox
-                .claim_due(
-                    client,
-                    token,
-                    inner.options.claim_duration(),
-                    inner.options.batch_size(),
-                    &tripped,
-                )
-                .await?;
-            let mut report = self.send_and_complete(client, token, claimed).await?;
-            self.lane_pass(client, &mut report).await?;
-            Ok(report)
+        let inner = &self.inner;
+        let token = Uuid::new_v4();
+        let tripped = inner.breakers.tripped();
+        let claimed = inner
+            .outbox
+            .claim_due(client, token, inner.options.claim_duration(), inner.options.batch_size(), &tripped)
+            .await?;
+        let sent = self.send_and_complete(client, token, claimed).await?;
+        report.absorb(&sent);
+        let span = tracing::Span::current();
+        span.record("claimed", report.claimed);
+        span.record("sent", report.sent);
+        span.record("failed", report.failed);
+        span.record("dead", report.dead);
+        span.record("elapsed_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        if report.claimed > 0 {
+            tracing::debug!(target: TARGET, ?report, "unordered pass done");
         }
-        .instrument(span.clone())
-        .await;
-        if let Ok(report) = &result {
-            span.record("claimed", report.claimed);
-            span.record("sent", report.sent);
-            span.record("failed", report.failed);
-            span.record("dead", report.dead);
-            span.record("lanes", report.lanes);
-            span.record("elapsed_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
-            if report.claimed > 0 || report.lanes > 0 {
-                span.in_scope(|| tracing::debug!(target: TARGET, ?report, "dispatch pass done"));
-            }
-        }
-        result
+        Ok(())
+    }
+
+    /// Tells this dispatcher that the caller just committed outbox rows: its loops wake at
+    /// once, without a database round trip (commit-triggered dispatch in the writing
+    /// process, OUT-4). Pairs with `OutboxWriter::without_notify`; harmless otherwise.
+    pub fn committed(&self) {
+        self.inner.wake.all();
     }
 
     /// Sends the rows this process just committed, at once (OUT-4's commit-triggered
@@ -254,7 +293,7 @@ impl Dispatcher {
         let report = self.send_and_complete(&connection, token, claimed).await?;
         if has_lane_rows {
             // Lane rows (or rows held elsewhere): let the loop look now rather than at the next poll.
-            self.inner.wake.notify_one();
+            self.inner.wake.all();
         }
         Ok(report)
     }
@@ -307,6 +346,7 @@ impl Dispatcher {
             return Ok(());
         }
         report.lanes = lanes.len() as u64;
+        tracing::Span::current().record("lanes", report.lanes);
         let context = LaneContext {
             statements: &inner.lanes,
             transports: &inner.transports,
@@ -332,7 +372,7 @@ impl Dispatcher {
         let released = self.inner.lanes.release_lane(&tx, lane, actor).await?;
         tx.commit().await.map_err(|e| StorageError::database("committing a lane release", e))?;
         if released {
-            self.inner.wake.notify_one();
+            self.inner.wake.all();
         }
         Ok(released)
     }
@@ -346,7 +386,7 @@ impl Dispatcher {
         let skipped = self.inner.lanes.skip_lane_head(&tx, lane, actor).await?;
         tx.commit().await.map_err(|e| StorageError::database("committing a lane head skip", e))?;
         if skipped.is_some() {
-            self.inner.wake.notify_one();
+            self.inner.wake.all();
         }
         Ok(skipped)
     }
@@ -383,4 +423,48 @@ async fn durable_transaction<'c>(
         .await
         .map_err(|e| StorageError::database(what, e))?;
     Ok(tx)
+}
+
+/// Which kind of work a pass loop does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Work {
+    /// Due unordered rows, a batch at a time (DSP-1..6).
+    Unordered,
+    /// Ordered lanes, one head per lane at a time (LAN-1..5).
+    Lanes,
+}
+
+/// The span of one pass; its counts are recorded as the pass learns them.
+fn pass_span(work: Work) -> tracing::Span {
+    tracing::info_span!(target: TARGET, "dispatch_pass", ?work,
+        claimed = tracing::field::Empty, sent = tracing::field::Empty, failed = tracing::field::Empty,
+        dead = tracing::field::Empty, lanes = tracing::field::Empty, elapsed_ms = tracing::field::Empty)
+}
+
+/// The wake-up signals of the pass loops. A notification wakes one idle unordered loop
+/// (permits do not stack, so a burst of notifications during a pass coalesces into one
+/// more pass) and the lane loop. An unordered loop that finds a full batch wakes a
+/// sibling before going on, so a backlog engages every loop while a trickle keeps one busy.
+pub(crate) struct Wake {
+    unordered: Notify,
+    lanes: Notify,
+}
+
+impl Wake {
+    fn new() -> Self {
+        Wake { unordered: Notify::new(), lanes: Notify::new() }
+    }
+
+    /// Wakes one unordered loop and the lane loop.
+    pub(crate) fn all(&self) {
+        self.unordered.notify_one();
+        self.lanes.notify_one();
+    }
+
+    fn signal(&self, work: Work) -> &Notify {
+        match work {
+            Work::Unordered => &self.unordered,
+            Work::Lanes => &self.lanes,
+        }
+    }
 }

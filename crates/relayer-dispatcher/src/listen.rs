@@ -2,7 +2,7 @@
 //!
 //! A dedicated connection (not from the pool: it is held for the dispatcher's life and must
 //! not starve passes, LIF-2) LISTENs on the channel the writer notifies when its
-//! transaction commits. Each notification wakes the pass loop. After every (re)connect the
+//! transaction commits. Each notification wakes every pass loop. After every (re)connect the
 //! loop is woken once, since rows may have committed while nobody listened. A broken
 //! connection is reopened with backoff; polling covers the gap.
 
@@ -11,17 +11,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use relayer_core::PassBackoff;
-use tokio::sync::Notify;
+
+use crate::dispatcher::Wake;
 use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 
 const TARGET: &str = "relayer::dispatcher";
 
-/// Listens until `shutdown`, waking `wake` on every notification.
+/// Listens until `shutdown`, waking every pass loop on every notification.
 pub(crate) async fn listen(
     config: tokio_postgres::Config,
     channel: String,
-    wake: Arc<Notify>,
+    wake: Arc<Wake>,
     backoff: PassBackoff,
     shutdown: CancellationToken,
 ) {
@@ -46,7 +47,7 @@ pub(crate) async fn listen(
 async fn listen_once(
     config: &tokio_postgres::Config,
     channel: &str,
-    wake: &Arc<Notify>,
+    wake: &Arc<Wake>,
     shutdown: &CancellationToken,
 ) -> Result<(), tokio_postgres::Error> {
     let (client, mut connection) = config.connect(NoTls).await?;
@@ -54,7 +55,7 @@ async fn listen_once(
     let mut driver = tokio::spawn(async move {
         while let Some(message) = poll_fn(|cx| connection.poll_message(cx)).await {
             if let AsyncMessage::Notification(_) = message? {
-                notify.notify_one();
+                notify.all();
             }
         }
         Ok(())
@@ -70,7 +71,7 @@ async fn listen_once(
         return Err(error);
     }
     tracing::debug!(target: TARGET, %channel, "listening");
-    wake.notify_one();
+    wake.all();
     let ended = tokio::select! {
         () = shutdown.cancelled() => { driver.abort(); Ok(()) }
         ended = &mut driver => ended.unwrap_or(Ok(())),

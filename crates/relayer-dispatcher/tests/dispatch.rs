@@ -318,6 +318,29 @@ async fn a_writers_notify_wakes_a_dispatcher_elsewhere_without_polling() {
     task.await.unwrap();
 }
 
+/// OUT-4 in the writing process: a writer that sends no NOTIFY wakes its own dispatcher
+/// with `committed()` after the commit — no poll (an hour here), no database round trip.
+#[tokio::test]
+async fn a_silent_writer_wakes_its_own_dispatcher_with_committed() {
+    let db = database().await;
+    let transport = Arc::new(TestTransport::new("test"));
+    let dispatcher =
+        dispatcher(&db, options().poll_interval(Duration::from_secs(3600)), transport.clone(), 2).await;
+    let (shutdown, task) = spawn_run(&dispatcher);
+    let mut writer_client = db.connect().await;
+    let writer = dispatcher.writer().without_notify();
+    for round in 0..3 {
+        let tx = writer_client.transaction().await.unwrap();
+        writer.enqueue(&tx, &[message(round)]).await.unwrap();
+        tx.commit().await.unwrap();
+        dispatcher.committed();
+        eventually("the woken dispatcher delivers", || async { transport.accepted().len() == round + 1 })
+            .await;
+    }
+    shutdown.cancel();
+    task.await.unwrap();
+}
+
 /// LIF-2: a pool of one connection serves passes, commit-triggered dispatch and lanes.
 #[tokio::test]
 async fn a_pool_of_one_connection_works() {

@@ -84,7 +84,9 @@ pub enum EnqueueError {
 /// ```
 #[derive(Clone, Debug)]
 pub struct OutboxWriter {
-    insert: String,
+    insert_notifying: String,
+    insert_silent: String,
+    notify: bool,
     channel: String,
     transports: BTreeSet<String>,
     max_body_bytes: usize,
@@ -99,30 +101,34 @@ impl OutboxWriter {
         I::Item: Into<String>,
     {
         let outbox = namespace.table("outbox");
+        // One multi-row insert (BASELINE: 3-5x single inserts) plus, unless silenced, the
+        // wake-up of other processes, delivered by PostgreSQL only when the caller's
+        // transaction commits. The `notified` CTE is referenced so it runs, once.
+        // Indexes: pkey, outbox_due_idx / outbox_lane_idx / outbox_recovery_idx maintenance only.
+        let insert = format!(
+            "WITH inserted AS ( \
+               INSERT INTO {outbox} (message_id, transport, destination, body, headers, trace_context, \
+                                     lane, deliver_at, visible_at) \
+               SELECT m.id, m.transport, m.destination, m.body, m.headers, m.trace_context, m.lane, \
+                      coalesce(m.deliver_at, now() + m.delay_us * interval '1 microsecond'), \
+                      coalesce(m.deliver_at, now() + m.delay_us * interval '1 microsecond', now()) \
+               FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::jsonb[], $6::text[], \
+                           $7::text[], $8::timestamptz[], $9::int8[]) WITH ORDINALITY \
+                    AS m(id, transport, destination, body, headers, trace_context, lane, deliver_at, \
+                         delay_us, ord) \
+               ORDER BY m.ord \
+               RETURNING seq, message_id)"
+        );
         OutboxWriter {
-            // One multi-row insert (BASELINE: 3-5x single inserts) plus the wake-up of other
-            // processes, delivered by PostgreSQL only when the caller's transaction commits.
-            // The `notified` CTE is referenced so it runs, once.
-            // Indexes: pkey, outbox_due_idx / outbox_lane_idx / outbox_recovery_idx maintenance only.
-            insert: format!(
-                "WITH inserted AS ( \
-                   INSERT INTO {outbox} (message_id, transport, destination, body, headers, trace_context, \
-                                         lane, deliver_at, visible_at) \
-                   SELECT m.id, m.transport, m.destination, m.body, m.headers, m.trace_context, m.lane, \
-                          coalesce(m.deliver_at, now() + m.delay_us * interval '1 microsecond'), \
-                          coalesce(m.deliver_at, now() + m.delay_us * interval '1 microsecond', now()) \
-                   FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::jsonb[], $6::text[], \
-                               $7::text[], $8::timestamptz[], $9::int8[]) WITH ORDINALITY \
-                        AS m(id, transport, destination, body, headers, trace_context, lane, deliver_at, \
-                             delay_us, ord) \
-                   ORDER BY m.ord \
-                   RETURNING seq, message_id), \
-                 notified AS (SELECT pg_notify($10, '') AS done) \
+            insert_notifying: format!(
+                "{insert}, notified AS (SELECT pg_notify($10, '') AS done) \
                  SELECT inserted.seq, inserted.message_id FROM inserted, notified ORDER BY inserted.seq"
             ),
+            insert_silent: format!("{insert} SELECT seq, message_id FROM inserted ORDER BY seq"),
             channel: notify_channel(namespace),
             transports: transports.into_iter().map(Into::into).collect(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            notify: true,
         }
     }
 
@@ -134,6 +140,19 @@ impl OutboxWriter {
     /// Sets the largest body accepted, in bytes.
     pub fn with_max_body_bytes(mut self, max_body_bytes: usize) -> Self {
         self.max_body_bytes = max_body_bytes;
+        self
+    }
+
+    /// Leaves out the `pg_notify` (OUT-4) from every enqueue.
+    ///
+    /// Why you might: PostgreSQL (through version 17 at least) serializes the commits of all
+    /// transactions that issued NOTIFY, flush included, under one database-wide lock, so
+    /// concurrent one-message transactions lose group commit (docs/performance.md measures
+    /// it). A process whose rows are dispatched by its own dispatcher can wake it without
+    /// the database — `Dispatcher::committed()` after each commit — and dispatchers in
+    /// other processes then find the rows on their next poll instead of at once.
+    pub fn without_notify(mut self) -> Self {
+        self.notify = false;
         self
     }
 
@@ -198,8 +217,13 @@ impl OutboxWriter {
             (&delays, Type::INT8_ARRAY),
             (&self.channel, Type::TEXT),
         ];
+        let (statement, params) = if self.notify {
+            (&self.insert_notifying, &params[..])
+        } else {
+            (&self.insert_silent, &params[..9])
+        };
         let rows = client
-            .query_typed(&self.insert, &params)
+            .query_typed(statement, params)
             .await
             .map_err(|e| StorageError::database(format!("enqueueing {count} messages"), e))?;
         Ok(rows
