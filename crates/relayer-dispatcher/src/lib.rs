@@ -58,3 +58,4 @@ mod send;
 
 pub use dispatcher::{Dispatcher, PassReport};
 pub use error::DispatchError;
+pub use send::{SendPath, SendTally};

@@ -97,13 +97,66 @@ impl Breakers {
     }
 }
 
-/// What sending a claimed batch came to.
+/// What sending a claimed batch came to: the [`Completion`] to write, fenced by the
+/// claim's token, and counts for the pass's report.
 #[derive(Debug, Default)]
-pub(crate) struct SendTally {
-    pub(crate) completion: Completion,
-    pub(crate) accepted: u64,
-    pub(crate) failed: u64,
-    pub(crate) panics: u64,
+#[non_exhaustive]
+pub struct SendTally {
+    /// Every sent row's fate: accepted (delete), failed (retry after the per-row backoff,
+    /// or bury as poison), or deferred (its destination's breaker is open).
+    pub completion: Completion,
+    /// Messages the transports accepted.
+    pub accepted: u64,
+    /// Messages whose send failed (panics and unknown transports included).
+    pub failed: u64,
+    /// Transport panics caught, each counted as failed sends.
+    pub panics: u64,
+}
+
+/// The dispatcher's send path, for workers that claim outbox rows themselves: the
+/// recovery sweeper reuses it (SWP-4) rather than copying it.
+///
+/// [`send`](SendPath::send) does what a dispatch pass does between its claim and its
+/// completion: groups the claimed rows by (transport, destination) keeping `seq` order
+/// (DSP-2), splits each group by the transport's batch limit, sends the groups
+/// concurrently, catches a panicking transport (TRN-2), and decides each message's fate
+/// from its outcome — accepted, retried after `options`' retry backoff, buried once it is
+/// poison under `max_attempts` (DSP-3, DSP-5), or deferred while its destination's circuit
+/// breaker is open (DSP-6). A row naming a transport missing from the registry is a
+/// failed (transient) send. The caller writes the returned [`SendTally::completion`] with
+/// [`OutboxStatements::complete`](relayer_postgres::OutboxStatements::complete) under the
+/// token it claimed with.
+///
+/// A `SendPath` keeps its own circuit breakers, one per destination, across calls.
+pub struct SendPath {
+    transports: Arc<TransportRegistry>,
+    breakers: Breakers,
+    options: DispatcherOptions,
+}
+
+impl SendPath {
+    /// A send path over `transports`, deciding retries, poison and breakers by `options`
+    /// (its `retry_base`, `retry_max`, `max_attempts`, `breaker_threshold` and
+    /// `breaker_cool_down`; the other fields are not used here).
+    pub fn new(transports: Arc<TransportRegistry>, options: DispatcherOptions) -> Self {
+        SendPath { breakers: Breakers::new(options.circuit_breaker()), transports, options }
+    }
+
+    /// Sends `claimed` (unordered rows; lane rows must not be passed) and decides each
+    /// row's fate. Never fails: every error, panic or missing transport becomes a failed
+    /// send in the tally.
+    pub async fn send(&self, claimed: Vec<ClaimedMessage>) -> SendTally {
+        send_claimed(claimed, &self.transports, &self.breakers, &self.options).await
+    }
+}
+
+impl std::fmt::Debug for SendPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendPath")
+            .field("transports", &self.transports)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Sends `claimed` (unordered rows, seq order) and decides each row's fate.

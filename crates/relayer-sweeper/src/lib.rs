@@ -1,0 +1,97 @@
+//! The recovery sweeper (§6): the safety net that resends unordered outbox rows direct
+//! dispatch left behind.
+//!
+//! # The model
+//!
+//! Direct dispatch sends a row right after its transaction commits (OUT-4). Rows it did not
+//! finish — the writing process died, a send failed and is due for a retry, a claim expired
+//! with its holder, a scheduled row became due — stay in the outbox. One replica per
+//! namespace sweeps them (SWP-1): the holder of the lease job [`LEASE_JOB`] (`sweeper`),
+//! or of an advisory lock, chosen with [`Leadership`](relayer_worker::Leadership).
+//!
+//! Every `sweep_interval` a pass borrows **one** pooled connection (LIF-2: a pool of one
+//! works, and the pass never waits for a second connection while it holds one) and runs a
+//! single transaction:
+//!
+//! 1. take the lease row in that transaction (`FOR UPDATE SKIP LOCKED`: a contender never
+//!    waits; it is told "not leader" and rolls back) — the row lock is held until the pass
+//!    commits, so even an expired lease cannot let another replica overlap a running pass
+//!    (LDR-2);
+//! 2. ask the keyset cursor ([`KeysetCursor`](relayer_core::KeysetCursor), kept by the
+//!    sweeper across passes) where to read: a new traversal first captures the highest
+//!    pending unordered `seq` as a fixed boundary, then pages through it (SWP-3);
+//! 3. read one page of at most `batch_size` eligible `seq`s: unordered, due, with no live
+//!    claim, and at least `recovery_delay` old, so young rows are left to commit-triggered
+//!    dispatch (SWP-2);
+//! 4. claim them conditionally, as the dispatcher does: a row a concurrent dispatcher holds
+//!    is not returned and is counted as *skipped* (SWP-4);
+//! 5. send them through the dispatcher's own send path,
+//!    [`SendPath`](relayer_dispatcher::SendPath) — the same grouping by transport and
+//!    destination, batch limits, per-message outcomes, panic catching, retry backoff, poison
+//!    and circuit breakers (DSP-2..6). The transport receives the row's envelope as it was
+//!    written: id, body, headers and creation context (SWP-5);
+//! 6. complete the rows (fenced delete, retry release, move to the dead table), renew the
+//!    lease last, and commit.
+//!
+//! Claims, completions and the lease renewal therefore commit together. A crash, a killed
+//! connection or a failed statement before the commit rolls all of them back: the rows are
+//! pending again, untouched, and a later pass sends them again. **Delivery is at least
+//! once**: sends a pass made before such a late failure are replayed by a later pass, and a
+//! transport that accepted a message before a crash sees it again with the same id
+//! (DSP-7). Transports that deduplicate by message id absorb this.
+//!
+//! The cursor moves one page per pass, so a large backlog takes several passes (SWP-6), and
+//! after an empty or short page it wraps and captures a new boundary. Newer traffic
+//! therefore cannot starve older rows that failed, became due or lost their claim, and a
+//! failing destination cannot hide the rows after it. Lane rows are never read, claimed or
+//! sent (LAN-4): the lane dispatcher owns them.
+//!
+//! Passes run in a [`PassLoop`](relayer_worker::PassLoop): the first at once, then one
+//! every `sweep_interval`; a failed or panicking pass is logged and retried with backoff up
+//! to `max_backoff` (RES-1..3). Shutdown lets the pass in flight finish (a pass that sees
+//! the shutdown before sending sends nothing), then releases the lease so another replica
+//! leads at once. After a crash the lease expires on the database clock and another
+//! replica continues (LIF-3).
+//!
+//! Two things are only found out row by row. A row naming a transport the sweeper's
+//! registry lacks cannot be caught at start — any process may have written it — so its
+//! send fails (transiently), is retried with backoff, and with `max_attempts` becomes
+//! poison. And the retry and poison policy is the [`DispatcherOptions`](relayer_core::DispatcherOptions)
+//! given to the send path: give the sweeper the same options as the dispatchers, so a row
+//! is judged alike whoever sends it.
+//!
+//! Choose `lease_duration` longer than a pass takes: the renewal counts from the start of
+//! the pass's transaction (the database's `now()`), so a pass longer than the lease hands
+//! leadership to whichever replica asks first after it commits. Choose `claim_duration` as
+//! for the dispatcher; the sweeper's claims never outlive its transaction.
+//!
+//! Passes are traced under the target `relayer::sweeper`: a span per pass with the counts
+//! of [`SweepReport`] (scanned, claimed, sent, failed, dead, skipped) and its duration.
+//!
+//! ```no_run
+//! # async fn example(pool: relayer_postgres::PgPool, transports: std::sync::Arc<relayer_core::TransportRegistry>)
+//! #     -> Result<(), relayer_sweeper::SweepError> {
+//! use relayer_core::{DispatcherOptions, Namespace, SweeperOptions};
+//! use relayer_dispatcher::SendPath;
+//! use relayer_sweeper::Sweeper;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let options = SweeperOptions::default();
+//! // The same retry and poison policy as this service's dispatchers.
+//! let send = SendPath::new(transports, DispatcherOptions::default());
+//! let leadership = Sweeper::lease_leadership(&options);
+//! let sweeper = Sweeper::new(pool, Namespace::default(), options, send, leadership);
+//! let shutdown = CancellationToken::new();
+//! sweeper.run(shutdown).await // returns once `shutdown` is cancelled
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod error;
+mod pass;
+mod report;
+mod sweeper;
+
+pub use error::SweepError;
+pub use report::SweepReport;
+pub use sweeper::{LEASE_JOB, Sweeper};

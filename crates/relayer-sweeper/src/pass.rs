@@ -1,0 +1,225 @@
+//! One sweep pass: lease, page, claim, send, complete, renew — one transaction (SWP-4).
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use relayer_core::{KeysetCursor, Namespace, PageEnd, PassPlan, SweeperOptions};
+use relayer_dispatcher::SendPath;
+use relayer_postgres::recovery::RecoveryStatements;
+use relayer_postgres::{Lease, LeaseStatements, OutboxStatements, PgPool};
+use relayer_worker::{Leadership, Pass, PassOutcome};
+use tokio_postgres::{Client, Transaction};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::error::SweepError;
+use crate::report::SweepReport;
+
+pub(crate) const TARGET: &str = "relayer::sweeper";
+
+/// Everything a pass needs, shared by the loop and [`Sweeper::run_once`](crate::Sweeper::run_once).
+pub(crate) struct SweepPass {
+    pub(crate) pool: PgPool,
+    pub(crate) namespace: Namespace,
+    pub(crate) options: SweeperOptions,
+    pub(crate) leadership: Leadership,
+    pub(crate) send: SendPath,
+    pub(crate) recovery: RecoveryStatements,
+    pub(crate) outbox: OutboxStatements,
+    pub(crate) leases: LeaseStatements,
+    /// Where the next pass reads (SWP-3). A pass works on a copy and stores it back only
+    /// once its transaction committed, so a failed pass never moves the cursor.
+    pub(crate) cursor: Mutex<KeysetCursor>,
+}
+
+impl SweepPass {
+    fn cursor(&self) -> KeysetCursor {
+        *self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn store_cursor(&self, cursor: KeysetCursor) {
+        *self.cursor.lock().unwrap_or_else(PoisonError::into_inner) = cursor;
+    }
+
+    /// One pass on `client`, in its own span.
+    pub(crate) async fn sweep(
+        &self,
+        client: &mut Client,
+        shutdown: &CancellationToken,
+    ) -> Result<SweepReport, SweepError> {
+        let empty = tracing::field::Empty;
+        let span = tracing::info_span!(target: TARGET, "sweep", namespace = %self.namespace, led = empty,
+            term = empty, scanned = empty, claimed = empty, sent = empty, failed = empty, dead = empty,
+            skipped = empty, wrapped = empty, duration_ms = empty);
+        let started = Instant::now();
+        let result = self.sweep_in_transaction(client, shutdown).instrument(span.clone()).await;
+        span.record("duration_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        match &result {
+            Ok(report) => {
+                span.record("led", report.led);
+                if let Some(term) = report.term {
+                    span.record("term", term);
+                }
+                span.record("scanned", report.scanned);
+                span.record("claimed", report.claimed);
+                span.record("sent", report.sent);
+                span.record("failed", report.failed);
+                span.record("dead", report.dead);
+                span.record("skipped", report.skipped);
+                span.record("wrapped", report.wrapped);
+                if report.claimed > 0 {
+                    span.in_scope(|| tracing::info!(target: TARGET, %report, "recovered outbox rows"));
+                }
+            }
+            // Starting a traversal over is always safe; it only costs a rescan.
+            Err(_) => self.store_cursor(KeysetCursor::new()),
+        }
+        result
+    }
+
+    async fn sweep_in_transaction(
+        &self,
+        client: &mut Client,
+        shutdown: &CancellationToken,
+    ) -> Result<SweepReport, SweepError> {
+        let mut report = SweepReport::default();
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| SweepError::Transaction("beginning the pass transaction", e))?;
+
+        let lease = match &self.leadership {
+            Leadership::Lease { job, owner, lease_duration } => {
+                match self.leases.acquire(&tx, job, owner, *lease_duration).await? {
+                    Some(lease) => Some(lease),
+                    None => {
+                        tx.rollback()
+                            .await
+                            .map_err(|e| SweepError::Transaction("ending a turn without the lease", e))?;
+                        // Whoever leads now has its own cursor; ours is stale by the time we lead again.
+                        self.store_cursor(KeysetCursor::new());
+                        return Ok(report);
+                    }
+                }
+            }
+            // The loop holds the advisory lock across passes; with every instance sweeping,
+            // claims and SKIP LOCKED keep their rows apart.
+            Leadership::Advisory(..) | Leadership::EveryInstance => None,
+        };
+        report.led = true;
+        report.term = lease.as_ref().map(|lease| lease.term);
+
+        let mut cursor = self.cursor();
+        let window = match cursor.plan() {
+            PassPlan::CaptureBoundary => {
+                let boundary = self.recovery.highest_pending_unordered(&tx).await?;
+                cursor.begin_traversal(boundary)
+            }
+            PassPlan::Scan(window) => Some(window),
+        };
+        if let Some(window) = window {
+            let batch_size = self.options.batch_size();
+            let page = self
+                .recovery
+                .page(&tx, window.after, window.up_to, self.options.recovery_delay(), batch_size)
+                .await?;
+            if shutdown.is_cancelled() && !page.is_empty() {
+                // Nothing claimed or sent: roll back and leave the cursor where it was.
+                report.stopped_early = true;
+                tx.rollback()
+                    .await
+                    .map_err(|e| SweepError::Transaction("ending a pass stopped by shutdown", e))?;
+                return Ok(report);
+            }
+            report.scanned = page.len() as u64;
+            report.wrapped = cursor.record_page(&page, usize::try_from(batch_size).unwrap_or(usize::MAX))
+                == PageEnd::Wrapped;
+            self.recover(&tx, &page, &mut report).await?;
+        }
+
+        if let Some(lease) = &lease {
+            self.renew(&tx, lease).await?;
+        }
+        tx.commit().await.map_err(|e| SweepError::Transaction("committing the pass", e))?;
+        self.store_cursor(cursor);
+        Ok(report)
+    }
+
+    /// Claims the page's rows, sends them through the dispatcher's send path and completes
+    /// them, all inside the pass's transaction `tx`.
+    async fn recover(
+        &self,
+        tx: &Transaction<'_>,
+        page: &[i64],
+        report: &mut SweepReport,
+    ) -> Result<(), SweepError> {
+        if page.is_empty() {
+            return Ok(());
+        }
+        let token = Uuid::new_v4();
+        // Conditional, as direct dispatch's: rows a dispatcher holds (or has locked) are not returned.
+        let claimed = self.outbox.claim_seqs(tx, token, self.options.claim_duration(), page).await?;
+        report.claimed = claimed.len() as u64;
+        report.skipped = report.scanned.saturating_sub(report.claimed);
+        if claimed.is_empty() {
+            return Ok(());
+        }
+        let tally = self.send.send(claimed).await;
+        let written = self.outbox.complete(tx, token, &tally.completion).await?;
+        report.sent = tally.accepted;
+        report.failed = tally.failed;
+        report.panics = tally.panics;
+        report.dead = written.dead;
+        report.deferred = written.deferred;
+        if written.fenced_out > 0 {
+            // Cannot happen while our transaction holds the claimed rows' locks; say so if it does.
+            tracing::warn!(target: TARGET, namespace = %self.namespace, fenced_out = written.fenced_out,
+                "claimed rows were no longer ours at completion; left to their owner");
+        }
+        Ok(())
+    }
+
+    /// Restarts the lease's expiry as the transaction's last statement (LDR-2). A lease that
+    /// is no longer ours must not commit the pass's work: roll it back.
+    async fn renew(&self, tx: &Transaction<'_>, lease: &Lease) -> Result<(), SweepError> {
+        let Leadership::Lease { lease_duration, .. } = &self.leadership else { return Ok(()) };
+        if self.leases.renew(tx, lease, *lease_duration).await?.is_some() {
+            return Ok(());
+        }
+        tracing::warn!(target: TARGET, namespace = %self.namespace, job = %lease.job, term = lease.term,
+            "the sweeper lease was lost during the pass; rolling its work back");
+        Err(SweepError::LeaseLost { job: lease.job.clone(), term: lease.term })
+    }
+}
+
+#[async_trait]
+impl Pass for SweepPass {
+    type Report = SweepReport;
+    type Error = SweepError;
+
+    async fn run_pass(&self, shutdown: &CancellationToken) -> Result<PassOutcome<SweepReport>, SweepError> {
+        // One connection for the whole pass, and no second one while holding it (LIF-2).
+        let mut conn = self.pool.get().await.map_err(SweepError::Pool)?;
+        let report = self.sweep(&mut conn, shutdown).await?;
+        Ok(if report.led { PassOutcome::Led(report) } else { PassOutcome::NotLeader })
+    }
+
+    async fn stopped(&self) {
+        self.store_cursor(KeysetCursor::new());
+        let Leadership::Lease { job, owner, .. } = &self.leadership else { return };
+        let released = match self.pool.get().await {
+            Ok(conn) => self.leases.release(&*conn, job, owner).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match released {
+            Ok(true) => tracing::info!(target: TARGET, namespace = %self.namespace, job, owner,
+                "released the sweeper lease"),
+            Ok(false) => {}
+            // It expires by itself; another instance waits out the rest of it.
+            Err(cause) => tracing::warn!(target: TARGET, namespace = %self.namespace, job, owner, %cause,
+                "could not release the sweeper lease"),
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! The sweeper worker: options → [`Sweeper::new`] → [`Sweeper::run`] → one pass per
+//! `sweep_interval`, each [`Sweeper::run_once`] on one pooled connection.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use relayer_core::{KeysetCursor, Namespace, SweeperOptions};
+use relayer_dispatcher::SendPath;
+use relayer_postgres::recovery::RecoveryStatements;
+use relayer_postgres::{LeaseStatements, OutboxStatements, PgPool, verify_schema};
+use relayer_worker::{Leadership, PassLoop, WorkerEvent, WorkerKind};
+use tokio::sync::broadcast;
+use tokio_postgres::Client;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::error::SweepError;
+use crate::pass::SweepPass;
+use crate::report::SweepReport;
+
+/// The lease job of the recovery sweeper: one sweeper per namespace, independent of the
+/// cleanup lease (SWP-1).
+pub const LEASE_JOB: &str = "sweeper";
+
+/// Test signals kept for slow subscribers.
+const EVENT_CAPACITY: usize = 256;
+
+/// The recovery sweeper of one namespace (§6). See the [crate docs](crate) for the model.
+pub struct Sweeper {
+    pass: Arc<SweepPass>,
+    events: broadcast::Sender<WorkerEvent<SweepReport>>,
+}
+
+impl Sweeper {
+    /// A sweeper for `namespace`, borrowing one connection of `pool` per pass and sending
+    /// through `send` — build it with the same transports and
+    /// [`DispatcherOptions`](relayer_core::DispatcherOptions) as the dispatchers, so retries
+    /// and poison are judged alike. With [`Leadership::Lease`], use the job [`LEASE_JOB`]
+    /// and the options' `lease_duration` ([`Sweeper::lease_leadership`] does both).
+    pub fn new(
+        pool: PgPool,
+        namespace: Namespace,
+        options: SweeperOptions,
+        send: SendPath,
+        leadership: Leadership,
+    ) -> Self {
+        let (events, _) = broadcast::channel(EVENT_CAPACITY);
+        let pass = SweepPass {
+            recovery: RecoveryStatements::new(&namespace),
+            outbox: OutboxStatements::new(&namespace),
+            leases: LeaseStatements::new(&namespace),
+            cursor: Mutex::new(KeysetCursor::new()),
+            pool,
+            namespace,
+            options,
+            leadership,
+            send,
+        };
+        Sweeper { pass: Arc::new(pass), events }
+    }
+
+    /// The default leadership: the lease [`LEASE_JOB`] for `options.lease_duration()`, held
+    /// as an owner identity unique to this call (process id and a random suffix).
+    pub fn lease_leadership(options: &SweeperOptions) -> Leadership {
+        let suffix = Uuid::new_v4().simple().to_string();
+        let owner = format!("sweeper/{}/{}", std::process::id(), &suffix[..12]);
+        Leadership::lease(LEASE_JOB, owner, options.lease_duration())
+    }
+
+    /// The options this sweeper runs with (immutable, OPT-4).
+    pub fn options(&self) -> &SweeperOptions {
+        &self.pass.options
+    }
+
+    /// A subscription to the worker's events (pass started, succeeded with its report,
+    /// failed with the next wait, stopped), for tests and health checks.
+    pub fn subscribe(&self) -> broadcast::Receiver<WorkerEvent<SweepReport>> {
+        self.events.subscribe()
+    }
+
+    /// Checks the schema, then runs a pass at once and one every `sweep_interval` until
+    /// `shutdown` is cancelled; failed passes are logged and retried with backoff (RES-1..3).
+    /// On shutdown the pass in flight finishes and the lease is released, so another
+    /// instance takes over at once (LIF-1).
+    ///
+    /// Returns an error only when it cannot start: the schema is missing or too old, or no
+    /// connection can be had to check it (OPT-5). Transports cannot be checked up front: a
+    /// row naming one this sweeper lacks is a failed send (see the [crate docs](crate)).
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), SweepError> {
+        let pass = self.pass;
+        {
+            let conn = pass.pool.get().await.map_err(SweepError::Pool)?;
+            verify_schema(&*conn, &pass.namespace).await.map_err(SweepError::Schema)?;
+        }
+        let backoff = pass.options.pass_backoff();
+        let leadership = pass.leadership.clone();
+        PassLoop::with_shared_pass(WorkerKind::Sweeper, pass, backoff, leadership)
+            .events_to(self.events)
+            .run(shutdown)
+            .await;
+        Ok(())
+    }
+
+    /// Runs one pass on `client`, in one transaction: takes or renews the lease (lease
+    /// leadership; [`SweepReport::led`] is `false` when another instance holds it), reads
+    /// one page of eligible rows, claims, sends and completes them, renews the lease and
+    /// commits. With [`Leadership::Advisory`] the caller must hold the lock (as
+    /// [`run`](Self::run) does).
+    ///
+    /// On error everything the pass did in the database was rolled back; sends it made
+    /// are replayed by a later pass (at least once).
+    pub async fn run_once(&self, client: &mut Client) -> Result<SweepReport, SweepError> {
+        self.pass.sweep(client, &CancellationToken::new()).await
+    }
+}
+
+impl fmt::Debug for Sweeper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sweeper")
+            .field("namespace", &self.pass.namespace)
+            .field("options", &self.pass.options)
+            .field("leadership", &self.pass.leadership)
+            .finish_non_exhaustive()
+    }
+}
