@@ -19,11 +19,16 @@
 //! `explain` fills a 1M-row outbox and prints `EXPLAIN (ANALYZE, BUFFERS)` of every hot
 //! statement, captured with `auto_explain` exactly as relayer issues them.
 //!
+//! `maintenance` measures the buffers and time of idle and 1%-due recovery sweeper and
+//! retention cleanup passes on 1M-row tables, and recovery throughput against the raw
+//! limit; see [`maintenance`].
+//!
 //! Each run works in its own random schema, dropped at the end.
 #![deny(missing_docs)]
 #![allow(clippy::print_stdout)] // A benchmark's output is its report.
 
 mod explain;
+mod maintenance;
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -52,7 +57,8 @@ async fn main() {
     let outcome = match args.first().map(String::as_str) {
         Some("dispatch") => dispatch(quick).await,
         Some("explain") => explain::run(quick).await,
-        _ => Err("usage: relayer-bench dispatch|explain [--quick]".into()),
+        Some("maintenance") => maintenance::run(quick).await,
+        _ => Err("usage: relayer-bench dispatch|explain|maintenance [--quick]".into()),
     };
     if let Err(error) = outcome {
         let mut text = error.to_string();

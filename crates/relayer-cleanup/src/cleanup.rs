@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use relayer_core::store::{DeleteExpired, HoldLease, Lease};
 use relayer_core::{CleanupOptions, Namespace, RetentionTable};
 use relayer_postgres::retention::RetentionStatements;
-use relayer_postgres::{Lease, LeaseStatements, PgPool, StorageError, verify_schema};
+use relayer_postgres::{LeaseStatements, PgPool, PgStore, StorageError, verify_schema};
 use relayer_worker::{Leadership, Pass, PassLoop, PassOutcome, WorkerEvent, WorkerKind};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
@@ -188,7 +189,7 @@ impl CleanupPass {
                     .transaction()
                     .await
                     .map_err(|e| CleanupError::Transaction("beginning the lease transaction", e))?;
-                let lease = self.leases.acquire(&tx, job, owner, *lease_duration).await?;
+                let lease = PgStore::new(&tx, &self.leases).acquire(job, owner, *lease_duration).await?;
                 tx.commit().await.map_err(|e| CleanupError::Transaction("committing the lease", e))?;
                 match lease {
                     Some(lease) => Some(lease),
@@ -205,6 +206,8 @@ impl CleanupPass {
         // The budget is local elapsed time, never compared with a database timestamp (NS-4).
         let deadline = Instant::now().checked_add(self.options.pass_budget());
         let batch_size = self.options.batch_size();
+        // Outside any transaction: each batch commits on its own, fenced by the lease.
+        let retention_store = PgStore::new(&*client, &self.retention);
         'tables: for table in RetentionTable::ALL {
             // RET-1, RET-3: the outbox, and any table kept `infinite`, has no retention.
             let Some(retention) = self.options.retention(table).duration() else { continue };
@@ -213,7 +216,7 @@ impl CleanupPass {
                     report.stopped_early = true;
                     break 'tables;
                 }
-                let deleted = self.delete_batch(client, table, retention, lease.as_ref()).await?;
+                let deleted = self.delete_batch(&retention_store, table, retention, lease.as_ref()).await?;
                 report.batches = report.batches.saturating_add(1);
                 match table {
                     RetentionTable::Dead => report.dead_deleted += deleted,
@@ -228,7 +231,7 @@ impl CleanupPass {
 
         if let (Some(lease), Leadership::Lease { lease_duration, .. }) = (&lease, &self.leadership) {
             // Expiry restarts when the pass completes (LDR-2).
-            if self.leases.renew(&*client, lease, *lease_duration).await?.is_none() {
+            if PgStore::new(&*client, &self.leases).renew(lease, *lease_duration).await?.is_none() {
                 report.lease_lost = true;
                 tracing::warn!(target: "relayer::cleanup", namespace = %self.namespace, job = %lease.job,
                     term = lease.term, "the cleanup lease was lost during the pass; another instance leads");
@@ -241,27 +244,16 @@ impl CleanupPass {
         Ok(report)
     }
 
-    /// One short transaction deleting at most `batch_size` expired rows of `table`.
-    async fn delete_batch(
+    /// One short transaction deleting at most `batch_size` expired rows of `table`, fenced
+    /// by `lease` when leadership is a lease. Cleanup needs nothing else of the store.
+    async fn delete_batch<S: DeleteExpired>(
         &self,
-        client: &Client,
+        store: &S,
         table: RetentionTable,
         retention: Duration,
         lease: Option<&Lease>,
-    ) -> Result<u64, StorageError> {
-        let (statements, limit) = (&self.retention, self.options.batch_size());
-        match (table, lease) {
-            (RetentionTable::Dead, Some(lease)) => {
-                statements.delete_expired_dead_fenced(client, retention, limit, lease).await
-            }
-            (RetentionTable::Dead, None) => statements.delete_expired_dead(client, retention, limit).await,
-            (RetentionTable::Inbox, Some(lease)) => {
-                statements.delete_expired_inbox_fenced(client, retention, limit, lease).await
-            }
-            (RetentionTable::Inbox, None) => statements.delete_expired_inbox(client, retention, limit).await,
-            // Never reached: the outbox's retention is always `Keep` (RET-1).
-            (RetentionTable::Outbox, _) => Ok(0),
-        }
+    ) -> Result<u64, S::Error> {
+        store.delete_expired(table, retention, self.options.batch_size(), lease).await
     }
 }
 
@@ -283,7 +275,9 @@ impl Pass for CleanupPass {
     async fn stopped(&self) {
         let Leadership::Lease { job, owner, .. } = &self.leadership else { return };
         let released = match self.pool.get().await {
-            Ok(conn) => self.leases.release(&*conn, job, owner).await.map_err(|e| e.to_string()),
+            Ok(conn) => {
+                PgStore::new(&*conn, &self.leases).release(job, owner).await.map_err(|e| e.to_string())
+            }
             Err(e) => Err(e.to_string()),
         };
         match released {

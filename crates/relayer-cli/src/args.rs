@@ -29,6 +29,8 @@ pub(crate) enum Command {
     SchemaApply,
     Status,
     Demo,
+    /// Hidden: the demo's dispatcher process, killed on purpose by `demo`.
+    DemoChild,
     Help,
 }
 
@@ -63,10 +65,12 @@ pub(crate) fn parse(args: &[String], env_database_url: Option<String>) -> Result
         ["schema", "apply"] => Command::SchemaApply,
         ["status"] => Command::Status,
         ["demo"] => Command::Demo,
+        ["demo-child"] => Command::DemoChild,
         [] | ["help", ..] | [_, "help"] => Command::Help,
         other => return Err(format!("unknown command {:?}; see `relayer help`", other.join(" "))),
     };
-    let default_schema = if command == Command::Demo { "relayer_demo" } else { "public" };
+    let default_schema =
+        if matches!(command, Command::Demo | Command::DemoChild) { "relayer_demo" } else { "public" };
     let namespace = Namespace::new(
         schema.unwrap_or_else(|| default_schema.to_owned()),
         prefix.unwrap_or_else(|| relayer_core::namespace::DEFAULT_PREFIX.to_owned()),
@@ -94,6 +98,8 @@ mod tests {
         assert_eq!(args.command, Command::SchemaPrint);
         assert_eq!(args.namespace, Namespace::new("msg", "o_").unwrap());
         assert_eq!(parse_words("demo").unwrap().namespace.schema(), "relayer_demo");
+        assert_eq!(parse_words("demo-child --prefix d_").unwrap().command, Command::DemoChild);
+        assert!(!USAGE.contains("demo-child"), "the demo's child process is not a user command");
         assert_eq!(parse_words("").unwrap().command, Command::Help);
         assert_eq!(parse_words("status --help").unwrap().command, Command::Help);
     }

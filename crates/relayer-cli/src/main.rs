@@ -40,6 +40,7 @@ async fn main() -> ExitCode {
         Command::SchemaApply => status::apply(&args).await,
         Command::Status => status::show(&args).await,
         Command::Demo => demo::run(&args).await,
+        Command::DemoChild => demo::child::run(&args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

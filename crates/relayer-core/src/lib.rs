@@ -14,6 +14,7 @@ pub mod lock;
 pub mod message;
 pub mod namespace;
 pub mod options;
+pub mod store;
 pub mod time;
 pub mod transport;
 
@@ -21,6 +22,10 @@ pub use async_trait::async_trait;
 pub use lock::{DistributedLock, LockError, LockErrorKind, LockGuard, advisory_lock_key};
 pub use message::{Delivery, Envelope, Headers, MessageError, MessageId, MessageProblem, NewMessage};
 pub use namespace::{IdentifierError, IdentifierKind, Namespace};
+pub use store::{
+    ClaimOutbox, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns, CompletionReport,
+    DeleteExpired, HoldLease, Lease, ScanRecovery, Store, StoreError,
+};
 pub use time::Timestamp;
 pub use transport::{
     Capabilities, DuplicateTransport, ErrorClass, SendOutcome, Transport, TransportError, TransportRegistry,

@@ -6,9 +6,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use futures_util::FutureExt;
+use relayer_core::store::{ClaimOutbox, ClaimedMessage, CompleteOutbox};
 use relayer_core::{DispatcherOptions, Namespace, TransportRegistry};
 use relayer_postgres::{
-    Enqueued, LaneStatements, OutboxStatements, OutboxWriter, PgPool, StorageError, connect_pool,
+    Enqueued, LaneStatements, OutboxStatements, OutboxWriter, PgPool, PgStore, StorageError, connect_pool,
     notify_channel, verify_schema,
 };
 use tokio::sync::Notify;
@@ -249,11 +250,11 @@ impl Dispatcher {
         let inner = &self.inner;
         let token = Uuid::new_v4();
         let tripped = inner.breakers.tripped();
-        let claimed = inner
-            .outbox
-            .claim_due(client, token, inner.options.claim_duration(), inner.options.batch_size(), &tripped)
+        let outbox = PgStore::new(client, &inner.outbox);
+        let claimed = outbox
+            .claim_due(token, inner.options.claim_duration(), inner.options.batch_size(), &tripped)
             .await?;
-        let sent = self.send_and_complete(client, token, claimed).await?;
+        let sent = self.send_and_complete(&outbox, token, claimed).await?;
         report.absorb(&sent);
         let span = tracing::Span::current();
         span.record("claimed", report.claimed);
@@ -284,13 +285,10 @@ impl Dispatcher {
         let connection = self.inner.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
         let seqs: Vec<i64> = written.iter().map(|w| w.seq).collect();
         let token = Uuid::new_v4();
-        let claimed = self
-            .inner
-            .outbox
-            .claim_seqs(&*connection, token, self.inner.options.claim_duration(), &seqs)
-            .await?;
+        let outbox = PgStore::new(&*connection, &self.inner.outbox);
+        let claimed = outbox.claim_seqs(token, self.inner.options.claim_duration(), &seqs).await?;
         let has_lane_rows = claimed.len() < seqs.len();
-        let report = self.send_and_complete(&connection, token, claimed).await?;
+        let report = self.send_and_complete(&outbox, token, claimed).await?;
         if has_lane_rows {
             // Lane rows (or rows held elsewhere): let the loop look now rather than at the next poll.
             self.inner.wake.all();
@@ -298,19 +296,24 @@ impl Dispatcher {
         Ok(report)
     }
 
-    async fn send_and_complete(
+    /// Sends rows claimed under `token` and completes them through `outbox`.
+    async fn send_and_complete<S>(
         &self,
-        client: &tokio_postgres::Client,
+        outbox: &S,
         token: Uuid,
-        claimed: Vec<relayer_postgres::ClaimedMessage>,
-    ) -> Result<PassReport, DispatchError> {
+        claimed: Vec<ClaimedMessage>,
+    ) -> Result<PassReport, DispatchError>
+    where
+        S: CompleteOutbox,
+        DispatchError: From<S::Error>,
+    {
         let inner = &self.inner;
         let mut report = PassReport { claimed: claimed.len() as u64, ..PassReport::default() };
         if claimed.is_empty() {
             return Ok(report);
         }
         let tally = send_claimed(claimed, &inner.transports, &inner.breakers, &inner.options).await;
-        let written = inner.outbox.complete(client, token, &tally.completion).await?;
+        let written = outbox.complete(token, &tally.completion).await?;
         report.sent = tally.accepted;
         report.failed = tally.failed;
         report.panics = tally.panics;

@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use relayer_core::eligibility::is_poison;
+use relayer_core::store::{ClaimedMessage, Completion};
 use relayer_core::{
     BreakerState, CircuitBreaker, DispatcherOptions, Envelope, SendOutcome, Timestamp, Transport,
     TransportError, TransportRegistry,
 };
-use relayer_postgres::{ClaimedMessage, Completion};
 
 /// The longest `last_error` stored: enough for a cause chain, bounded so a chatty
 /// transport cannot bloat the outbox.
@@ -124,7 +124,7 @@ pub struct SendTally {
 /// poison under `max_attempts` (DSP-3, DSP-5), or deferred while its destination's circuit
 /// breaker is open (DSP-6). A row naming a transport missing from the registry is a
 /// failed (transient) send. The caller writes the returned [`SendTally::completion`] with
-/// [`OutboxStatements::complete`](relayer_postgres::OutboxStatements::complete) under the
+/// [`CompleteOutbox::complete`](relayer_core::store::CompleteOutbox::complete) under the
 /// token it claimed with.
 ///
 /// A `SendPath` keeps its own circuit breakers, one per destination, across calls.

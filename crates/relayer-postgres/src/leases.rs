@@ -29,18 +29,9 @@ use tokio_postgres::GenericClient;
 use crate::error::StorageError;
 use crate::recovery::micros;
 
-/// A lease held by `owner` for `job`, as the database recorded it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lease {
-    /// The job the lease is for (`sweeper`, `cleanup`, …).
-    pub job: String,
-    /// The holder's identity, unique per worker instance.
-    pub owner: String,
-    /// Grows by one with each new holder; fenced statements compare it (LDR-6).
-    pub term: i64,
-    /// When the lease lapses unless renewed (database clock).
-    pub expires_at: Timestamp,
-}
+// Pure data, defined in the core crate next to the `HoldLease` trait; re-exported so
+// `relayer_postgres::Lease` keeps working.
+pub use relayer_core::store::Lease;
 
 /// The lease statements rendered for one namespace.
 #[derive(Clone, Debug)]
@@ -241,7 +232,7 @@ impl LeaseStatements {
 /// The fence for statements a leader runs outside its lease-holding transaction (LDR-6):
 /// `EXISTS (…)` true only while the lease of job `$first`, owner `$first+1`, term
 /// `$first+2` (`text`, `text`, `bigint`) is still that holder's and unexpired. Bind the
-/// values with [`Lease::fence_params`].
+/// values with [`fence_params`].
 ///
 /// ```
 /// let clause = relayer_postgres::leases::fence_clause(&relayer_core::Namespace::default(), 3);
@@ -256,11 +247,9 @@ pub fn fence_clause(namespace: &Namespace, first: usize) -> String {
     )
 }
 
-impl Lease {
-    /// The values [`fence_clause`] binds, in order: job, owner, term.
-    pub fn fence_params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 3] {
-        [&self.job, &self.owner, &self.term]
-    }
+/// The values [`fence_clause`] binds for `lease`, in order: job, owner, term.
+pub fn fence_params(lease: &Lease) -> [&(dyn tokio_postgres::types::ToSql + Sync); 3] {
+    [&lease.job, &lease.owner, &lease.term]
 }
 
 fn lease(job: &str, owner: &str, term: i64, expires_at: SystemTime) -> Lease {

@@ -3,9 +3,13 @@
 //!
 //! SQL lives here and nowhere else. Each module owns one table or concern and names, next
 //! to every statement, the index it relies on (see `src/schema/v1.sql`).
+//! [`PgStore`] implements the core crate's store capabilities
+//! ([`relayer_core::store`]) by delegating to those statements, so workers can depend on
+//! the capabilities they use rather than on this crate's statement types.
 #![deny(missing_docs)]
 
 mod error;
+pub mod instances;
 pub mod lanes;
 pub mod leases;
 mod migrate;
@@ -16,8 +20,10 @@ pub mod recovery;
 pub mod retention;
 mod schema;
 mod status;
+mod store;
 
 pub use error::{StorageError, StorageErrorKind};
+pub use instances::{InstanceSettings, InstanceStatements};
 pub use lanes::{HeadFailure, LaneHead, LaneStatements, ParkedLane};
 pub use leases::{Lease, LeaseStatements};
 pub use migrate::{MigrationReport, current_version, migrate, migration_lock_resource, verify_schema};
@@ -29,3 +35,4 @@ pub use pool::{PgConnection, PgPool, connect_pool};
 pub use queue::QueueStatements;
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
 pub use status::{NamespaceStatus, namespace_status};
+pub use store::PgStore;

@@ -29,6 +29,10 @@ use uuid::Uuid;
 use crate::error::{StorageError, StorageErrorKind};
 use crate::recovery::micros;
 
+// Pure data, defined in the core crate next to the store traits; re-exported so
+// `relayer_postgres::outbox::ClaimedMessage` and friends keep working.
+pub use relayer_core::store::{ClaimedMessage, Completion, CompletionReport};
+
 /// The default largest body [`OutboxWriter`] accepts: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 
@@ -255,19 +259,6 @@ pub(crate) fn headers_from_json(value: serde_json::Value) -> Result<Headers, Sto
         .collect()
 }
 
-/// An outbox row held under a claim: where it goes and what the transport receives.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClaimedMessage {
-    /// The row's sequence number.
-    pub seq: i64,
-    /// The transport name.
-    pub transport: String,
-    /// The destination within the transport.
-    pub destination: String,
-    /// What the transport receives; `attempts` counts earlier failed sends.
-    pub envelope: Envelope,
-}
-
 /// The columns every claim returns, in the order [`decode_claimed`] reads them.
 pub(crate) const CLAIMED_COLUMNS: &str =
     "seq, message_id, transport, destination, body, headers, trace_context, lane, created_at, attempts";
@@ -290,83 +281,6 @@ pub(crate) fn decode_claimed(row: &tokio_postgres::Row) -> Result<ClaimedMessage
             attempts: u32::try_from(attempts).unwrap_or(0),
         },
     })
-}
-
-/// What became of a claimed batch, to be written by [`OutboxStatements::complete`].
-///
-/// Each row appears at most once: accepted, failed (retried or buried) or deferred.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Completion {
-    accepted: Vec<i64>,
-    failed_seq: Vec<i64>,
-    failed_error: Vec<String>,
-    failed_delay_us: Vec<i64>,
-    failed_dead: Vec<bool>,
-    deferred_seq: Vec<i64>,
-    deferred_delay_us: Vec<i64>,
-}
-
-impl Completion {
-    /// An empty completion.
-    pub fn new() -> Self {
-        Completion::default()
-    }
-
-    /// The transport accepted row `seq`: delete it.
-    pub fn accept(&mut self, seq: i64) {
-        self.accepted.push(seq);
-    }
-
-    /// Sending row `seq` failed with `error`: count the attempt, record the error and make
-    /// it visible again `delay` from now (DSP-3).
-    pub fn retry(&mut self, seq: i64, error: impl Into<String>, delay: Duration) {
-        self.failed_seq.push(seq);
-        self.failed_error.push(error.into());
-        self.failed_delay_us.push(micros(delay));
-        self.failed_dead.push(false);
-    }
-
-    /// Sending row `seq` failed with `error` and it is poison: count the attempt and move it
-    /// to the dead table (DSP-5).
-    pub fn bury(&mut self, seq: i64, error: impl Into<String>) {
-        self.failed_seq.push(seq);
-        self.failed_error.push(error.into());
-        self.failed_delay_us.push(0);
-        self.failed_dead.push(true);
-    }
-
-    /// Row `seq` was not sent (its destination is tripped, or shutdown began): release the
-    /// claim without counting an attempt, visible again `delay` from now.
-    pub fn defer(&mut self, seq: i64, delay: Duration) {
-        self.deferred_seq.push(seq);
-        self.deferred_delay_us.push(micros(delay));
-    }
-
-    /// How many rows this completion covers.
-    pub fn len(&self) -> usize {
-        self.accepted.len() + self.failed_seq.len() + self.deferred_seq.len()
-    }
-
-    /// Whether it covers no row.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// What [`OutboxStatements::complete`] changed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CompletionReport {
-    /// Accepted rows deleted.
-    pub deleted: u64,
-    /// Failed rows released for a retry.
-    pub released: u64,
-    /// Failed rows moved to the dead table.
-    pub dead: u64,
-    /// Unsent rows released without counting an attempt.
-    pub deferred: u64,
-    /// Rows no longer held under this claim (it expired and another dispatcher took them):
-    /// left untouched.
-    pub fenced_out: u64,
 }
 
 /// The outbox dispatch statements rendered for one namespace.
@@ -503,7 +417,7 @@ impl OutboxStatements {
         if completion.is_empty() {
             return Ok(CompletionReport::default());
         }
-        let c = completion;
+        let c = completion.columns();
         let row = client
             .query_typed_one(
                 &self.complete,

@@ -30,11 +30,16 @@ impl RecoveryStatements {
             // Backward scan of outbox_recovery_idx: one index page.
             highest_pending: format!("SELECT max(seq) FROM {outbox} WHERE lane IS NULL"),
             // Range scan of outbox_recovery_idx; visible_at and created_at are filtered from the index.
+            // The uncorrelated guard is an InitPlan the executor evaluates once, as a one-time
+            // filter, before any scan: when no unordered row is visible at all (an idle pass),
+            // it costs one descent of outbox_due_idx and the window is never walked, whatever
+            // plan stale statistics chose for the scan (docs/performance.md, Maintenance).
             page: format!(
                 "SELECT seq FROM {outbox} \
                  WHERE lane IS NULL AND seq > $1 AND seq <= $2 \
                    AND visible_at <= now() \
                    AND created_at <= now() - ($3::bigint * interval '1 microsecond') \
+                   AND (SELECT min(visible_at) FROM {outbox} WHERE lane IS NULL) <= now() \
                  ORDER BY seq LIMIT $4"
             ),
         }

@@ -19,7 +19,7 @@ use relayer_core::Namespace;
 use tokio_postgres::GenericClient;
 
 use crate::error::StorageError;
-use crate::leases::{Lease, fence_clause};
+use crate::leases::{Lease, fence_clause, fence_params};
 use crate::recovery::micros;
 
 /// The retention statements rendered for one namespace.
@@ -102,7 +102,7 @@ impl RetentionStatements {
         limit: u32,
         lease: &Lease,
     ) -> Result<u64, StorageError> {
-        let [job, owner, term] = lease.fence_params();
+        let [job, owner, term] = fence_params(lease);
         client
             .execute(&self.delete_dead_fenced, &[&micros(retention), &i64::from(limit), job, owner, term])
             .await
@@ -117,7 +117,7 @@ impl RetentionStatements {
         limit: u32,
         lease: &Lease,
     ) -> Result<u64, StorageError> {
-        let [job, owner, term] = lease.fence_params();
+        let [job, owner, term] = fence_params(lease);
         client
             .execute(&self.delete_inbox_fenced, &[&micros(retention), &i64::from(limit), job, owner, term])
             .await

@@ -4,12 +4,13 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
+use relayer_core::store::{ClaimOutbox, CompleteOutbox, HoldLease, Lease, ScanRecovery};
 use relayer_core::{KeysetCursor, Namespace, PageEnd, PassPlan, SweeperOptions};
 use relayer_dispatcher::SendPath;
 use relayer_postgres::recovery::RecoveryStatements;
-use relayer_postgres::{Lease, LeaseStatements, OutboxStatements, PgPool};
+use relayer_postgres::{LeaseStatements, OutboxStatements, PgPool, PgStore};
 use relayer_worker::{Leadership, Pass, PassOutcome};
-use tokio_postgres::{Client, Transaction};
+use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -89,10 +90,15 @@ impl SweepPass {
             .transaction()
             .await
             .map_err(|e| SweepError::Transaction("beginning the pass transaction", e))?;
+        // Every capability on the pass's one transaction: claims, completions and the lease
+        // renewal commit together.
+        let leases = PgStore::new(&tx, &self.leases);
+        let recovery = PgStore::new(&tx, &self.recovery);
+        let outbox = PgStore::new(&tx, &self.outbox);
 
         let lease = match &self.leadership {
             Leadership::Lease { job, owner, lease_duration } => {
-                match self.leases.acquire(&tx, job, owner, *lease_duration).await? {
+                match leases.acquire(job, owner, *lease_duration).await? {
                     Some(lease) => Some(lease),
                     None => {
                         tx.rollback()
@@ -114,17 +120,14 @@ impl SweepPass {
         let mut cursor = self.cursor();
         let window = match cursor.plan() {
             PassPlan::CaptureBoundary => {
-                let boundary = self.recovery.highest_pending_unordered(&tx).await?;
+                let boundary = recovery.highest_pending_unordered().await?;
                 cursor.begin_traversal(boundary)
             }
             PassPlan::Scan(window) => Some(window),
         };
         if let Some(window) = window {
             let batch_size = self.options.batch_size();
-            let page = self
-                .recovery
-                .page(&tx, window.after, window.up_to, self.options.recovery_delay(), batch_size)
-                .await?;
+            let page = recovery.recovery_page(window, self.options.recovery_delay(), batch_size).await?;
             if shutdown.is_cancelled() && !page.is_empty() {
                 // Nothing claimed or sent: roll back and leave the cursor where it was.
                 report.stopped_early = true;
@@ -136,11 +139,11 @@ impl SweepPass {
             report.scanned = page.len() as u64;
             report.wrapped = cursor.record_page(&page, usize::try_from(batch_size).unwrap_or(usize::MAX))
                 == PageEnd::Wrapped;
-            self.recover(&tx, &page, &mut report).await?;
+            self.recover(&outbox, &page, &mut report).await?;
         }
 
         if let Some(lease) = &lease {
-            self.renew(&tx, lease).await?;
+            self.renew(&leases, lease).await?;
         }
         tx.commit().await.map_err(|e| SweepError::Transaction("committing the pass", e))?;
         self.store_cursor(cursor);
@@ -148,26 +151,25 @@ impl SweepPass {
     }
 
     /// Claims the page's rows, sends them through the dispatcher's send path and completes
-    /// them, all inside the pass's transaction `tx`.
-    async fn recover(
-        &self,
-        tx: &Transaction<'_>,
-        page: &[i64],
-        report: &mut SweepReport,
-    ) -> Result<(), SweepError> {
+    /// them, all through `outbox` (bound to the pass's transaction).
+    async fn recover<S>(&self, outbox: &S, page: &[i64], report: &mut SweepReport) -> Result<(), SweepError>
+    where
+        S: ClaimOutbox + CompleteOutbox,
+        SweepError: From<S::Error>,
+    {
         if page.is_empty() {
             return Ok(());
         }
         let token = Uuid::new_v4();
         // Conditional, as direct dispatch's: rows a dispatcher holds (or has locked) are not returned.
-        let claimed = self.outbox.claim_seqs(tx, token, self.options.claim_duration(), page).await?;
+        let claimed = outbox.claim_seqs(token, self.options.claim_duration(), page).await?;
         report.claimed = claimed.len() as u64;
         report.skipped = report.scanned.saturating_sub(report.claimed);
         if claimed.is_empty() {
             return Ok(());
         }
         let tally = self.send.send(claimed).await;
-        let written = self.outbox.complete(tx, token, &tally.completion).await?;
+        let written = outbox.complete(token, &tally.completion).await?;
         report.sent = tally.accepted;
         report.failed = tally.failed;
         report.panics = tally.panics;
@@ -183,9 +185,13 @@ impl SweepPass {
 
     /// Restarts the lease's expiry as the transaction's last statement (LDR-2). A lease that
     /// is no longer ours must not commit the pass's work: roll it back.
-    async fn renew(&self, tx: &Transaction<'_>, lease: &Lease) -> Result<(), SweepError> {
+    async fn renew<L>(&self, leases: &L, lease: &Lease) -> Result<(), SweepError>
+    where
+        L: HoldLease,
+        SweepError: From<L::Error>,
+    {
         let Leadership::Lease { lease_duration, .. } = &self.leadership else { return Ok(()) };
-        if self.leases.renew(tx, lease, *lease_duration).await?.is_some() {
+        if leases.renew(lease, *lease_duration).await?.is_some() {
             return Ok(());
         }
         tracing::warn!(target: TARGET, namespace = %self.namespace, job = %lease.job, term = lease.term,
@@ -210,7 +216,9 @@ impl Pass for SweepPass {
         self.store_cursor(KeysetCursor::new());
         let Leadership::Lease { job, owner, .. } = &self.leadership else { return };
         let released = match self.pool.get().await {
-            Ok(conn) => self.leases.release(&*conn, job, owner).await.map_err(|e| e.to_string()),
+            Ok(conn) => {
+                PgStore::new(&*conn, &self.leases).release(job, owner).await.map_err(|e| e.to_string())
+            }
             Err(e) => Err(e.to_string()),
         };
         match released {

@@ -1,0 +1,420 @@
+//! `relayer-bench maintenance`: what the recovery sweeper and retention cleanup cost.
+//!
+//! NS-5 says a pass that finds nothing to do reads a handful of pages whatever the table
+//! size. This benchmark fills the outbox, dead and inbox tables with 1M rows each (quick:
+//! 200k) by `generate_series` — hand-written bulk rows, since no component writes a million
+//! rows that are already days old — and measures, with `auto_explain` (`log_analyze`,
+//! `log_buffers`, JSON) on the pass's own session, the shared buffers (hit + read) of every
+//! statement the *real* worker issues in one `run_once` pass, and the pass's wall time:
+//!
+//! 1. **idle, after VACUUM**: every outbox row scheduled an hour ahead, every dead and inbox
+//!    row inside its retention;
+//! 2. **1% due**: every hundredth row made due (outbox visible, dead older than 30 days,
+//!    inbox older than 7 days), then VACUUM ANALYZE; one sweeper pass (one page, sent to the
+//!    PostgreSQL queue) and one cleanup pass (which deletes every due row, batch by batch);
+//! 3. **idle, after churn**: the due outbox rows drained by sweeper passes, no VACUUM; the
+//!    dead index entries left behind are what an idle pass then has to step over
+//!    (BASELINE.md: ~1,400 buffers instead of 3 for an unvacuumed retention index).
+//!
+//! Then **recovery throughput**: a backlog of 100k due rows (quick: 20k) drained by the real
+//! sweeper (`run_once` in a loop, default options but the batch size) against the raw limit
+//! measured in the same run: a loop of one
+//! `DELETE … WHERE seq = ANY(ARRAY(SELECT … LIMIT n FOR UPDATE SKIP LOCKED)) RETURNING …`
+//! feeding an `INSERT` into the queue table, same batch size.
+//!
+//! The last line is `RESULT idle_sweep_buffers=<n> idle_cleanup_buffers=<n> recovery_ratio=<x>`:
+//! the larger idle figure of the two conditions, and the ratio at the default batch size.
+
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use relayer_cleanup::{Cleanup, CleanupReport, LEASE_JOB as CLEANUP_JOB};
+use relayer_core::{CleanupOptions, DispatcherOptions, SweeperOptions, TransportRegistry};
+use relayer_dispatcher::SendPath;
+use relayer_postgres::connect_pool;
+use relayer_queue::PgQueueTransport;
+use relayer_sweeper::{LEASE_JOB as SWEEPER_JOB, SweepReport, Sweeper};
+use relayer_worker::Leadership;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+
+use crate::{BenchResult, Scratch, connect};
+
+/// The sweeper's default batch size: the ratio in the RESULT line is measured at it.
+const DEFAULT_BATCH: u32 = 100;
+
+pub(crate) async fn run(quick: bool) -> BenchResult<()> {
+    let (rows, backlog) = if quick { (200_000, 20_000) } else { (1_000_000, 100_000) };
+    let scratch = Scratch::new().await?;
+    let passes = passes_in(&scratch, rows).await;
+    scratch.drop_schema().await?;
+    let (idle_sweep, idle_cleanup) = passes?;
+
+    println!("\n=== recovery throughput: a backlog of {backlog} due rows, same server, same run");
+    let mut ratios = Vec::new();
+    for batch in [DEFAULT_BATCH, 1_000] {
+        let scratch = Scratch::new().await?;
+        let measured = throughput_in(&scratch, backlog, batch).await;
+        scratch.drop_schema().await?;
+        let (raw, sweeper) = measured?;
+        let ratio = sweeper / raw;
+        println!(
+            "  batch {batch:>5}: raw {raw:>8.0} rows/s   sweeper {sweeper:>8.0} rows/s   ratio {ratio:.2}"
+        );
+        ratios.push((batch, ratio));
+    }
+    let ratio = ratios.iter().find(|(batch, _)| *batch == DEFAULT_BATCH).map_or(f64::NAN, |(_, r)| *r);
+    println!(
+        "RESULT idle_sweep_buffers={idle_sweep} idle_cleanup_buffers={idle_cleanup} recovery_ratio={ratio:.2}"
+    );
+    Ok(())
+}
+
+/// The idle and 1%-due passes; returns the worst idle buffers of the sweeper and of cleanup.
+async fn passes_in(scratch: &Scratch, rows: i64) -> BenchResult<(u64, u64)> {
+    let ns = &scratch.namespace;
+    let (outbox, dead, inbox) = (ns.table("outbox"), ns.table("dead"), ns.table("inbox"));
+    let filler = connect(&scratch.config).await?;
+    let clock = Instant::now();
+    // Hand-written bulk rows: no component writes rows that are already hours or days old.
+    filler
+        .execute(
+            &format!(
+                "INSERT INTO {outbox} (message_id, transport, destination, body, created_at, deliver_at, visible_at) \
+                 SELECT gen_random_uuid(), 'queue', 'orders', '\\x7b7d', now() - interval '1 hour', \
+                        now() + interval '1 hour', now() + interval '1 hour' \
+                 FROM generate_series(1, $1::bigint)"
+            ),
+            &[&rows],
+        )
+        .await?;
+    filler
+        .execute(
+            &format!(
+                "INSERT INTO {dead} (seq, message_id, transport, destination, body, created_at, failed_at, attempts, last_error) \
+                 SELECT n, gen_random_uuid(), 'queue', 'orders', '\\x7b7d', now() - interval '2 days', \
+                        now() - interval '1 day', 3, 'permanent send failure: bench' \
+                 FROM generate_series(1, $1::bigint) AS n"
+            ),
+            &[&rows],
+        )
+        .await?;
+    filler
+        .execute(
+            &format!(
+                "INSERT INTO {inbox} (consumer, message_id, processed_at) \
+                 SELECT 'billing', gen_random_uuid(), now() - interval '1 hour' FROM generate_series(1, $1::bigint)"
+            ),
+            &[&rows],
+        )
+        .await?;
+    vacuum(&filler, scratch).await?;
+    println!(
+        "maintenance benchmark: outbox, dead and inbox filled with {rows} rows each in {:.1} s (namespace {ns})",
+        clock.elapsed().as_secs_f64()
+    );
+
+    let mut session = ExplainedSession::open(scratch).await?;
+    let queue_pool = connect_pool(scratch.config.clone(), 2).await?;
+    let transports =
+        Arc::new(TransportRegistry::new().with(Arc::new(PgQueueTransport::new(queue_pool, ns)))?);
+    let pool = connect_pool(scratch.config.clone(), 1).await?;
+    let sweeper_options = SweeperOptions::default();
+    let sweeper = Sweeper::new(
+        pool.clone(),
+        ns.clone(),
+        sweeper_options.clone(),
+        SendPath::new(Arc::clone(&transports), DispatcherOptions::default()),
+        Leadership::lease(SWEEPER_JOB, "bench", sweeper_options.lease_duration()),
+    );
+    let cleanup_options = CleanupOptions::default();
+    let cleanup = Cleanup::new(
+        pool,
+        ns.clone(),
+        cleanup_options.clone(),
+        Leadership::lease(CLEANUP_JOB, "bench", cleanup_options.lease_duration()),
+    );
+
+    // A first pass of each warms the session's catalog caches and takes the leases.
+    sweeper.run_once(&mut session.client).await?;
+    cleanup.run_once(&mut session.client).await?;
+    session.drain();
+
+    println!("\n=== idle, right after VACUUM ANALYZE (nothing due)");
+    let idle_sweep_vacuumed = session.sweep(&sweeper, true).await?;
+    let idle_cleanup_vacuumed = session.clean(&cleanup, true).await?;
+
+    println!("\n=== 1% due ({} rows per table), after VACUUM ANALYZE", rows / 100);
+    filler
+        .execute(
+            &format!(
+                "UPDATE {outbox} SET deliver_at = now() - interval '1 minute', visible_at = now() - interval '1 minute' \
+                 WHERE seq % 100 = 0"
+            ),
+            &[],
+        )
+        .await?;
+    filler
+        .execute(
+            &format!("UPDATE {dead} SET failed_at = now() - interval '31 days' WHERE seq % 100 = 0"),
+            &[],
+        )
+        .await?;
+    // Every hundredth inbox row in processed_at order (all rows share one timestamp, so
+    // pick by ctid page instead: an even spread over the table).
+    filler
+        .execute(
+            &format!(
+                "UPDATE {inbox} SET processed_at = now() - interval '8 days' \
+                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM {inbox} TABLESAMPLE SYSTEM (1) REPEATABLE (7)))"
+            ),
+            &[],
+        )
+        .await?;
+    vacuum(&filler, scratch).await?;
+    session.sweep(&sweeper, true).await?;
+    session.clean(&cleanup, false).await?;
+
+    println!(
+        "\n=== idle, after churn (due outbox rows drained by sweeper passes, due rows deleted; no VACUUM)"
+    );
+    let clock = Instant::now();
+    let (mut passes, mut sent, mut empty_in_a_row) = (0u32, 0u64, 0u32);
+    while empty_in_a_row < 2 && passes < 100_000 {
+        let report = sweeper.run_once(&mut session.client).await?;
+        passes += 1;
+        sent += report.sent;
+        empty_in_a_row = if report.scanned == 0 { empty_in_a_row + 1 } else { 0 };
+    }
+    session.drain();
+    println!(
+        "  drained {sent} due outbox rows in {passes} sweeper passes, {:.1} s",
+        clock.elapsed().as_secs_f64()
+    );
+    let idle_sweep_churned = session.sweep(&sweeper, true).await?;
+    let idle_cleanup_churned = session.clean(&cleanup, true).await?;
+    println!(
+        "\nidle sweeper pass: {idle_sweep_vacuumed} buffers after VACUUM, {idle_sweep_churned} after churn; \
+         idle cleanup pass: {idle_cleanup_vacuumed} after VACUUM, {idle_cleanup_churned} after churn"
+    );
+    Ok((idle_sweep_vacuumed.max(idle_sweep_churned), idle_cleanup_vacuumed.max(idle_cleanup_churned)))
+}
+
+async fn vacuum(client: &Client, scratch: &Scratch) -> BenchResult<()> {
+    for table in ["outbox", "dead", "inbox", "queue"] {
+        // VACUUM cannot run inside the implicit transaction of a multi-statement batch.
+        client.batch_execute(&format!("VACUUM ANALYZE {}", scratch.namespace.table(table))).await?;
+    }
+    Ok(())
+}
+
+/// A session whose every statement's plan, with buffers, arrives as a notice.
+struct ExplainedSession {
+    client: Client,
+    plans: UnboundedReceiver<String>,
+}
+
+/// One executed statement, as auto_explain reported it.
+struct Explained {
+    query: String,
+    buffers: u64,
+    plan: String,
+}
+
+impl ExplainedSession {
+    async fn open(scratch: &Scratch) -> BenchResult<Self> {
+        let (client, mut connection) = scratch.config.connect(NoTls).await?;
+        let (plans_tx, plans) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = poll_fn(|cx| connection.poll_message(cx)).await {
+                if let AsyncMessage::Notice(notice) = message {
+                    let _ = plans_tx.send(notice.message().to_owned());
+                }
+            }
+        });
+        client
+            .batch_execute(
+                "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_analyze = on; \
+                 SET auto_explain.log_buffers = on; SET auto_explain.log_timing = off; \
+                 SET auto_explain.log_format = 'json'; SET auto_explain.log_level = 'notice'",
+            )
+            .await?;
+        Ok(ExplainedSession { client, plans })
+    }
+
+    /// The statements reported since the last call.
+    fn drain(&mut self) -> Vec<Explained> {
+        let mut explained = Vec::new();
+        while let Ok(notice) = self.plans.try_recv() {
+            let Some(json) = notice.find('{').map(|at| &notice[at..]) else { continue };
+            let Ok(value) = serde_json::from_str::<serde_json::Value>(json) else { continue };
+            let query = value["Query Text"]
+                .as_str()
+                .unwrap_or_default()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            let top = &value["Plan"];
+            let mut plan = String::new();
+            render(top, 0, &mut plan);
+            explained.push(Explained { query, buffers: buffers(top), plan });
+        }
+        explained
+    }
+
+    /// One sweeper pass: prints each statement's buffers (and plans); returns the total.
+    async fn sweep(&mut self, sweeper: &Sweeper, show_plans: bool) -> BenchResult<u64> {
+        let clock = Instant::now();
+        let report: SweepReport = sweeper.run_once(&mut self.client).await?;
+        let elapsed = clock.elapsed();
+        Ok(self.report("sweeper", &report.to_string(), elapsed, show_plans))
+    }
+
+    /// One cleanup pass: prints each statement's buffers (and plans); returns the total.
+    async fn clean(&mut self, cleanup: &Cleanup, show_plans: bool) -> BenchResult<u64> {
+        let clock = Instant::now();
+        let report: CleanupReport = cleanup.run_once(&mut self.client).await?;
+        let elapsed = clock.elapsed();
+        Ok(self.report("cleanup", &report.to_string(), elapsed, show_plans))
+    }
+
+    fn report(&mut self, worker: &str, report: &str, elapsed: Duration, show_plans: bool) -> u64 {
+        let statements = self.drain();
+        let total: u64 = statements.iter().map(|s| s.buffers).sum();
+        println!(
+            "  {worker} pass: {total} buffers in {} statements, {:.2} ms ({report})",
+            statements.len(),
+            elapsed.as_secs_f64() * 1e3
+        );
+        // Statements repeated by a pass (cleanup's batches) are summed per text.
+        let mut by_text: Vec<(String, u64, u32, String)> = Vec::new();
+        for statement in statements {
+            match by_text.iter_mut().find(|(query, ..)| *query == statement.query) {
+                Some(entry) => {
+                    entry.1 += statement.buffers;
+                    entry.2 += 1;
+                }
+                None => by_text.push((statement.query, statement.buffers, 1, statement.plan)),
+            }
+        }
+        for (query, buffers, times, plan) in by_text {
+            let short: String = query.chars().take(110).collect();
+            println!("    {buffers:>7} buffers  x{times:<4} {short}");
+            if show_plans && buffers > 0 {
+                print!("{plan}");
+            }
+        }
+        total
+    }
+}
+
+/// Shared buffers hit and read by a plan node, its children included.
+fn buffers(node: &serde_json::Value) -> u64 {
+    let get = |key: &str| node[key].as_u64().unwrap_or(0);
+    get("Shared Hit Blocks") + get("Shared Read Blocks")
+}
+
+/// A plan as indented lines: node, relation or index, rows, buffers.
+fn render(node: &serde_json::Value, depth: usize, out: &mut String) {
+    let name = node["Node Type"].as_str().unwrap_or("?");
+    let mut line = format!("{:width$}-> {name}", "", width = 14 + depth * 2);
+    if let Some(index) = node["Index Name"].as_str() {
+        line.push_str(&format!(" using {index}"));
+    } else if let Some(relation) = node["Relation Name"].as_str() {
+        line.push_str(&format!(" on {relation}"));
+    }
+    if let Some(relationship) =
+        node["Parent Relationship"].as_str().filter(|r| *r != "Outer" && *r != "Inner")
+    {
+        line.push_str(&format!(" [{relationship}]"));
+    }
+    line.push_str(&format!("  rows={} buffers={}", node["Actual Rows"].as_u64().unwrap_or(0), buffers(node)));
+    if let Some(filter) = node["Index Cond"].as_str() {
+        line.push_str(&format!("  cond: {filter}"));
+    }
+    out.push_str(&line);
+    out.push('\n');
+    if let Some(children) = node["Plans"].as_array() {
+        for child in children {
+            render(child, depth + 1, out);
+        }
+    }
+}
+
+/// Raw and sweeper drain rates (rows/s) of a `backlog` of due rows, batches of `batch`.
+async fn throughput_in(scratch: &Scratch, backlog: i64, batch: u32) -> BenchResult<(f64, f64)> {
+    let ns = &scratch.namespace;
+    let (outbox, queue) = (ns.table("outbox"), ns.table("queue"));
+    let client = connect(&scratch.config).await?;
+    let fill = format!(
+        "INSERT INTO {outbox} (message_id, transport, destination, body, created_at) \
+         SELECT gen_random_uuid(), 'queue', 'orders', \
+                convert_to('{{\"order\":' || n || ',\"payload\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}', 'UTF8'), \
+                now() - interval '1 hour' \
+         FROM generate_series(1, $1::bigint) AS n"
+    );
+    reset(&client, scratch, &fill, backlog).await?;
+    let drain = format!(
+        "WITH taken AS (DELETE FROM {outbox} WHERE seq = ANY(ARRAY( \
+             SELECT seq FROM {outbox} ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)) \
+           RETURNING seq, message_id, destination, body, headers, trace_context, created_at) \
+         INSERT INTO {queue} (message_id, queue, body, headers, trace_context, created_at) \
+         SELECT message_id, destination, body, headers, trace_context, created_at FROM taken ORDER BY seq"
+    );
+    let clock = Instant::now();
+    let mut moved = 0u64;
+    loop {
+        let n = client.execute(&drain, &[&i64::from(batch)]).await?;
+        if n == 0 {
+            break;
+        }
+        moved += n;
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let raw = moved as f64 / clock.elapsed().as_secs_f64();
+
+    reset(&client, scratch, &fill, backlog).await?;
+    let queue_pool = connect_pool(scratch.config.clone(), 2).await?;
+    let transports =
+        Arc::new(TransportRegistry::new().with(Arc::new(PgQueueTransport::new(queue_pool, ns)))?);
+    let options = SweeperOptions::builder().batch_size(batch).build()?;
+    let sweeper = Sweeper::new(
+        connect_pool(scratch.config.clone(), 1).await?,
+        ns.clone(),
+        options.clone(),
+        SendPath::new(transports, DispatcherOptions::default()),
+        Leadership::lease(SWEEPER_JOB, "bench", options.lease_duration()),
+    );
+    let (mut pass_client, connection) = scratch.config.connect(NoTls).await?;
+    tokio::spawn(connection);
+    let clock = Instant::now();
+    let mut sent = 0u64;
+    let mut passes = 0u32;
+    let total = u64::try_from(backlog).unwrap_or(0);
+    while sent < total {
+        let report = sweeper.run_once(&mut pass_client).await?;
+        sent += report.sent;
+        passes += 1;
+        if passes > 1_000_000 {
+            return Err(format!("the sweeper sent only {sent} of {backlog} rows").into());
+        }
+    }
+    #[allow(clippy::cast_precision_loss)]
+    let swept = sent as f64 / clock.elapsed().as_secs_f64();
+    let left: i64 = client.query_one(&format!("SELECT count(*) FROM {outbox}"), &[]).await?.get(0);
+    if left != 0 {
+        return Err(format!("{left} rows left in the outbox after the sweeper sent {sent}").into());
+    }
+    Ok((raw, swept))
+}
+
+/// Empties the outbox and queue, writes `backlog` due rows with `fill`, and vacuums.
+async fn reset(client: &Client, scratch: &Scratch, fill: &str, backlog: i64) -> BenchResult<()> {
+    let (outbox, queue) = (scratch.namespace.table("outbox"), scratch.namespace.table("queue"));
+    client.batch_execute(&format!("TRUNCATE {outbox}, {queue}")).await?;
+    client.execute(fill, &[&backlog]).await?;
+    client.batch_execute(&format!("VACUUM ANALYZE {outbox}")).await?;
+    client.batch_execute(&format!("VACUUM ANALYZE {queue}")).await?;
+    Ok(())
+}

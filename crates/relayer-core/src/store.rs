@@ -1,0 +1,299 @@
+//! The store capabilities the workers need, one small trait per capability, and the pure
+//! data they exchange.
+//!
+//! Workers do not talk to "the database"; each names only what it uses. The dispatcher
+//! and the recovery sweeper claim outbox rows ([`ClaimOutbox`]) and complete them
+//! ([`CompleteOutbox`]); the sweeper also scans for rows left behind ([`ScanRecovery`]);
+//! retention cleanup only deletes expired rows ([`DeleteExpired`]); leaders hold leases
+//! ([`HoldLease`]). A worker's bounds are therefore a readable list of what it may do to
+//! the store, and a user who implements the traits for another store — or wraps relayer's
+//! PostgreSQL handle to add metrics, faults or logging — implements only what the worker
+//! at hand asks for. One trait per capability, never one trait with every method.
+//!
+//! Every capability extends [`Store`], which fixes the one error type of a store so bounds
+//! such as `S: ClaimOutbox + CompleteOutbox` name a single `S::Error`. That error answers
+//! [`StoreError::is_transient`], so callers decide "retry later or give up" without
+//! matching on driver internals.
+//!
+//! Methods take `&self`: an implementation is a handle bound to one connection (or
+//! transaction), so whether calls share a transaction is the caller's choice when it
+//! builds the handle, not the trait's. relayer's PostgreSQL handle is
+//! `relayer_postgres::PgStore`. This module does no I/O.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use relayer_core::Uuid;
+//! use relayer_core::store::{ClaimOutbox, CompleteOutbox, Completion, CompletionReport, StoreError};
+//!
+//! /// Claims `seqs` and gives every row back unsent: it needs to claim and to complete,
+//! /// nothing else, so any store with those two capabilities will do.
+//! async fn hand_back<S>(store: &S, seqs: &[i64]) -> Result<CompletionReport, S::Error>
+//! where
+//!     S: ClaimOutbox + CompleteOutbox,
+//! {
+//!     let token = Uuid::new_v4();
+//!     let claimed = store.claim_seqs(token, Duration::from_secs(30), seqs).await?;
+//!     let mut completion = Completion::new();
+//!     for message in &claimed {
+//!         completion.defer(message.seq, Duration::ZERO);
+//!     }
+//!     match store.complete(token, &completion).await {
+//!         // The claims expire on their own; a transient failure is not worth a panic.
+//!         Err(error) if error.is_transient() => Ok(CompletionReport::default()),
+//!         other => other,
+//!     }
+//! }
+//! ```
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::cursor::ScanWindow;
+use crate::eligibility::RetentionTable;
+use crate::message::Envelope;
+use crate::time::Timestamp;
+
+/// A store's error: an error that says whether retrying later may succeed.
+pub trait StoreError: std::error::Error + Send + Sync + 'static {
+    /// Whether retrying later may succeed (a lost connection, a timeout, a serialization
+    /// failure), as opposed to a failure that will repeat (a missing schema, a bad row).
+    fn is_transient(&self) -> bool;
+}
+
+/// The base of every store capability: the error its methods return.
+pub trait Store: Send + Sync {
+    /// The store's error.
+    type Error: StoreError;
+}
+
+/// Claiming outbox rows (DSP-1, OUT-4): the dispatcher and the recovery sweeper.
+///
+/// A claim stamps `token` on the rows and hides them for `claim`; a completion under the
+/// same token settles them ([`CompleteOutbox`]). Rows come back in `seq` order. Ordered
+/// (lane) rows are never returned.
+#[async_trait]
+pub trait ClaimOutbox: Store {
+    /// Claims up to `limit` due, unordered rows no one holds, oldest due first. Rows of the
+    /// `tripped` (transport, destination) pairs are left alone (DSP-6).
+    async fn claim_due(
+        &self,
+        token: Uuid,
+        claim: Duration,
+        limit: u32,
+        tripped: &[(String, String)],
+    ) -> Result<Vec<ClaimedMessage>, Self::Error>;
+
+    /// Claims those of `seqs` that are unordered, due and free.
+    async fn claim_seqs(
+        &self,
+        token: Uuid,
+        claim: Duration,
+        seqs: &[i64],
+    ) -> Result<Vec<ClaimedMessage>, Self::Error>;
+}
+
+/// Completing claimed outbox rows (DSP-3, DSP-5): the dispatcher and the recovery sweeper.
+#[async_trait]
+pub trait CompleteOutbox: Store {
+    /// Writes `completion` for rows claimed with `token`, all at once, fenced by the token:
+    /// rows no longer held under it are left alone and counted as
+    /// [`CompletionReport::fenced_out`].
+    async fn complete(&self, token: Uuid, completion: &Completion) -> Result<CompletionReport, Self::Error>;
+}
+
+/// The recovery sweeper's reads (SWP-2, SWP-3), paged by the
+/// [`KeysetCursor`](crate::KeysetCursor).
+#[async_trait]
+pub trait ScanRecovery: Store {
+    /// The highest `seq` among pending unordered rows, eligible or not: the boundary of a
+    /// new traversal. `None` when there is no such row.
+    async fn highest_pending_unordered(&self) -> Result<Option<i64>, Self::Error>;
+
+    /// Up to `limit` recovery-eligible `seq`s in `window`, ascending: unordered, due, and
+    /// at least `recovery_delay` old.
+    async fn recovery_page(
+        &self,
+        window: ScanWindow,
+        recovery_delay: Duration,
+        limit: u32,
+    ) -> Result<Vec<i64>, Self::Error>;
+}
+
+/// Retention deletes (RET-1..3): retention cleanup.
+#[async_trait]
+pub trait DeleteExpired: Store {
+    /// Deletes up to `limit` rows of `table` older than `retention`; returns how many.
+    /// Fewer than `limit` means the backlog is gone for now. With `fence`, deletes nothing
+    /// unless that lease is still its owner's, at the same term, and unexpired (LDR-6).
+    /// The outbox never expires by age (RET-1): for it this deletes nothing.
+    async fn delete_expired(
+        &self,
+        table: RetentionTable,
+        retention: Duration,
+        limit: u32,
+        fence: Option<&Lease>,
+    ) -> Result<u64, Self::Error>;
+}
+
+/// Leadership leases (LDR-2, LDR-6): the sweeper's and cleanup's leaders.
+#[async_trait]
+pub trait HoldLease: Store {
+    /// Tries to lead `job` as `owner` for `lease_duration`, never waiting for another
+    /// pass. `None`: another owner leads this turn.
+    async fn acquire(
+        &self,
+        job: &str,
+        owner: &str,
+        lease_duration: Duration,
+    ) -> Result<Option<Lease>, Self::Error>;
+
+    /// Restarts the expiry of `lease`. `None`: the lease is no longer this holder's.
+    async fn renew(&self, lease: &Lease, lease_duration: Duration) -> Result<Option<Lease>, Self::Error>;
+
+    /// Ends `owner`'s lease on `job` now; returns whether a live lease was released.
+    async fn release(&self, job: &str, owner: &str) -> Result<bool, Self::Error>;
+}
+
+/// An outbox row held under a claim: where it goes and what the transport receives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimedMessage {
+    /// The row's sequence number.
+    pub seq: i64,
+    /// The transport name.
+    pub transport: String,
+    /// The destination within the transport.
+    pub destination: String,
+    /// What the transport receives; `attempts` counts earlier failed sends.
+    pub envelope: Envelope,
+}
+
+/// What became of a claimed batch, to be written by [`CompleteOutbox::complete`].
+///
+/// Each row appears at most once: accepted, failed (retried or buried) or deferred.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Completion {
+    accepted: Vec<i64>,
+    failed_seq: Vec<i64>,
+    failed_error: Vec<String>,
+    failed_delay_us: Vec<i64>,
+    failed_dead: Vec<bool>,
+    deferred_seq: Vec<i64>,
+    deferred_delay_us: Vec<i64>,
+}
+
+/// A [`Completion`] as parallel columns, the shape a store binds as array parameters.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct CompletionColumns<'a> {
+    /// Rows the transport accepted: delete them.
+    pub accepted: &'a [i64],
+    /// Failed rows.
+    pub failed_seq: &'a [i64],
+    /// Each failed row's error.
+    pub failed_error: &'a [String],
+    /// Each failed row's retry delay, in microseconds (0 when buried).
+    pub failed_delay_us: &'a [i64],
+    /// Whether each failed row is poison: moved to the dead table instead of retried.
+    pub failed_dead: &'a [bool],
+    /// Rows released unsent, without counting an attempt.
+    pub deferred_seq: &'a [i64],
+    /// Each deferred row's delay, in microseconds.
+    pub deferred_delay_us: &'a [i64],
+}
+
+impl Completion {
+    /// An empty completion.
+    pub fn new() -> Self {
+        Completion::default()
+    }
+
+    /// The transport accepted row `seq`: delete it.
+    pub fn accept(&mut self, seq: i64) {
+        self.accepted.push(seq);
+    }
+
+    /// Sending row `seq` failed with `error`: count the attempt, record the error and make
+    /// it visible again `delay` from now (DSP-3).
+    pub fn retry(&mut self, seq: i64, error: impl Into<String>, delay: Duration) {
+        self.failed_seq.push(seq);
+        self.failed_error.push(error.into());
+        self.failed_delay_us.push(micros(delay));
+        self.failed_dead.push(false);
+    }
+
+    /// Sending row `seq` failed with `error` and it is poison: count the attempt and move it
+    /// to the dead table (DSP-5).
+    pub fn bury(&mut self, seq: i64, error: impl Into<String>) {
+        self.failed_seq.push(seq);
+        self.failed_error.push(error.into());
+        self.failed_delay_us.push(0);
+        self.failed_dead.push(true);
+    }
+
+    /// Row `seq` was not sent (its destination is tripped, or shutdown began): release the
+    /// claim without counting an attempt, visible again `delay` from now.
+    pub fn defer(&mut self, seq: i64, delay: Duration) {
+        self.deferred_seq.push(seq);
+        self.deferred_delay_us.push(micros(delay));
+    }
+
+    /// How many rows this completion covers.
+    pub fn len(&self) -> usize {
+        self.accepted.len() + self.failed_seq.len() + self.deferred_seq.len()
+    }
+
+    /// Whether it covers no row.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The completion as parallel columns, for store implementations.
+    pub fn columns(&self) -> CompletionColumns<'_> {
+        CompletionColumns {
+            accepted: &self.accepted,
+            failed_seq: &self.failed_seq,
+            failed_error: &self.failed_error,
+            failed_delay_us: &self.failed_delay_us,
+            failed_dead: &self.failed_dead,
+            deferred_seq: &self.deferred_seq,
+            deferred_delay_us: &self.deferred_delay_us,
+        }
+    }
+}
+
+/// What [`CompleteOutbox::complete`] changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompletionReport {
+    /// Accepted rows deleted.
+    pub deleted: u64,
+    /// Failed rows released for a retry.
+    pub released: u64,
+    /// Failed rows moved to the dead table.
+    pub dead: u64,
+    /// Unsent rows released without counting an attempt.
+    pub deferred: u64,
+    /// Rows no longer held under this claim (it expired and another dispatcher took them):
+    /// left untouched.
+    pub fenced_out: u64,
+}
+
+/// A lease held by `owner` for `job`, as the store recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The job the lease is for (`sweeper`, `cleanup`, …).
+    pub job: String,
+    /// The holder's identity, unique per worker instance.
+    pub owner: String,
+    /// Grows by one with each new holder; fenced statements compare it (LDR-6).
+    pub term: i64,
+    /// When the lease lapses unless renewed (database clock).
+    pub expires_at: Timestamp,
+}
+
+/// A duration in whole microseconds, saturating far beyond any validated option.
+fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}

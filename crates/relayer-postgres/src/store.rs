@@ -1,0 +1,160 @@
+//! The core crate's store capabilities ([`relayer_core::store`]) on PostgreSQL.
+//!
+//! [`PgStore`] binds one client — a connection, a pooled connection or a transaction — to
+//! one namespace's rendered statements, and implements the capability those statements
+//! serve: [`ClaimOutbox`] and [`CompleteOutbox`] with [`OutboxStatements`], [`ScanRecovery`]
+//! with [`RecoveryStatements`], [`DeleteExpired`] with [`RetentionStatements`] and
+//! [`HoldLease`] with [`LeaseStatements`]. Each method delegates to the statement method of
+//! the same name; the SQL, and the index each statement relies on, stay in those modules.
+//! Calls made through handles on the same transaction share it.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use relayer_core::store::{
+    ClaimOutbox, ClaimedMessage, CompleteOutbox, Completion, CompletionReport, DeleteExpired, HoldLease,
+    Lease, ScanRecovery, Store, StoreError,
+};
+use relayer_core::{RetentionTable, ScanWindow};
+use tokio_postgres::GenericClient;
+use uuid::Uuid;
+
+use crate::error::StorageError;
+use crate::leases::LeaseStatements;
+use crate::outbox::OutboxStatements;
+use crate::recovery::RecoveryStatements;
+use crate::retention::RetentionStatements;
+
+/// A store handle: `client` bound to `statements` (one of [`OutboxStatements`],
+/// [`RecoveryStatements`], [`RetentionStatements`], [`LeaseStatements`]).
+///
+/// ```no_run
+/// # async fn example(client: &tokio_postgres::Client) -> Result<(), relayer_postgres::StorageError> {
+/// use relayer_core::{Namespace, ScanRecovery};
+/// use relayer_postgres::PgStore;
+/// use relayer_postgres::recovery::RecoveryStatements;
+///
+/// let statements = RecoveryStatements::new(&Namespace::default());
+/// let boundary = PgStore::new(client, &statements).highest_pending_unordered().await?;
+/// # let _ = boundary; Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct PgStore<'c, C, S> {
+    client: &'c C,
+    statements: &'c S,
+}
+
+impl<'c, C, S> PgStore<'c, C, S> {
+    /// Binds `client` to `statements`.
+    pub fn new(client: &'c C, statements: &'c S) -> Self {
+        PgStore { client, statements }
+    }
+}
+
+impl<C, S> Clone for PgStore<'_, C, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C, S> Copy for PgStore<'_, C, S> {}
+
+impl StoreError for StorageError {
+    fn is_transient(&self) -> bool {
+        StorageError::is_transient(self)
+    }
+}
+
+impl<C: GenericClient + Sync, S: Sync> Store for PgStore<'_, C, S> {
+    type Error = StorageError;
+}
+
+#[async_trait]
+impl<C: GenericClient + Sync> ClaimOutbox for PgStore<'_, C, OutboxStatements> {
+    async fn claim_due(
+        &self,
+        token: Uuid,
+        claim: Duration,
+        limit: u32,
+        tripped: &[(String, String)],
+    ) -> Result<Vec<ClaimedMessage>, StorageError> {
+        self.statements.claim_due(self.client, token, claim, limit, tripped).await
+    }
+
+    async fn claim_seqs(
+        &self,
+        token: Uuid,
+        claim: Duration,
+        seqs: &[i64],
+    ) -> Result<Vec<ClaimedMessage>, StorageError> {
+        self.statements.claim_seqs(self.client, token, claim, seqs).await
+    }
+}
+
+#[async_trait]
+impl<C: GenericClient + Sync> CompleteOutbox for PgStore<'_, C, OutboxStatements> {
+    async fn complete(&self, token: Uuid, completion: &Completion) -> Result<CompletionReport, StorageError> {
+        self.statements.complete(self.client, token, completion).await
+    }
+}
+
+#[async_trait]
+impl<C: GenericClient + Sync> ScanRecovery for PgStore<'_, C, RecoveryStatements> {
+    async fn highest_pending_unordered(&self) -> Result<Option<i64>, StorageError> {
+        self.statements.highest_pending_unordered(self.client).await
+    }
+
+    async fn recovery_page(
+        &self,
+        window: ScanWindow,
+        recovery_delay: Duration,
+        limit: u32,
+    ) -> Result<Vec<i64>, StorageError> {
+        self.statements.page(self.client, window.after, window.up_to, recovery_delay, limit).await
+    }
+}
+
+#[async_trait]
+impl<C: GenericClient + Sync> DeleteExpired for PgStore<'_, C, RetentionStatements> {
+    async fn delete_expired(
+        &self,
+        table: RetentionTable,
+        retention: Duration,
+        limit: u32,
+        fence: Option<&Lease>,
+    ) -> Result<u64, StorageError> {
+        let (statements, client) = (self.statements, self.client);
+        match (table, fence) {
+            (RetentionTable::Dead, Some(lease)) => {
+                statements.delete_expired_dead_fenced(client, retention, limit, lease).await
+            }
+            (RetentionTable::Dead, None) => statements.delete_expired_dead(client, retention, limit).await,
+            (RetentionTable::Inbox, Some(lease)) => {
+                statements.delete_expired_inbox_fenced(client, retention, limit, lease).await
+            }
+            (RetentionTable::Inbox, None) => statements.delete_expired_inbox(client, retention, limit).await,
+            // The outbox never expires by age (RET-1).
+            (RetentionTable::Outbox, _) => Ok(0),
+        }
+    }
+}
+
+#[async_trait]
+impl<C: GenericClient + Sync> HoldLease for PgStore<'_, C, LeaseStatements> {
+    async fn acquire(
+        &self,
+        job: &str,
+        owner: &str,
+        lease_duration: Duration,
+    ) -> Result<Option<Lease>, StorageError> {
+        self.statements.acquire(self.client, job, owner, lease_duration).await
+    }
+
+    async fn renew(&self, lease: &Lease, lease_duration: Duration) -> Result<Option<Lease>, StorageError> {
+        self.statements.renew(self.client, lease, lease_duration).await
+    }
+
+    async fn release(&self, job: &str, owner: &str) -> Result<bool, StorageError> {
+        self.statements.release(self.client, job, owner).await
+    }
+}

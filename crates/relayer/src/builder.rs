@@ -1,0 +1,207 @@
+//! Describing a host: [`Relayer::builder`] → transports, workers, leadership → `start`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use relayer_core::{CleanupOptions, DispatcherOptions, Namespace, SweeperOptions, Transport};
+use relayer_worker::{Leadership, WorkerKind};
+
+use crate::error::StartError;
+use crate::host::RelayerHost;
+
+/// The entry point: `Relayer::builder(config, namespace)`.
+#[derive(Clone, Copy, Debug)]
+pub struct Relayer;
+
+impl Relayer {
+    /// Describes a host on the database `config` for `namespace`. It runs no worker until
+    /// one is added: add transports and workers, then [`start`](RelayerBuilder::start).
+    pub fn builder(config: tokio_postgres::Config, namespace: Namespace) -> RelayerBuilder {
+        RelayerBuilder {
+            config,
+            namespace,
+            transports: Vec::new(),
+            #[cfg(feature = "queue")]
+            queue_transport: false,
+            options: RelayerOptions::default(),
+            leadership: HashMap::new(),
+            instance_id: None,
+            pool_size: DEFAULT_POOL_SIZE,
+        }
+    }
+}
+
+/// Connections per pool when not set: one for a pass, one spare for `dispatch_now` or the
+/// other worker sharing it. A pass never needs two (LIF-2), so 1 also works.
+const DEFAULT_POOL_SIZE: u32 = 2;
+
+/// How replicas of a led worker (the sweeper, cleanup) choose the one that runs each pass
+/// (LDR-5).
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub enum LeaderElection {
+    /// A row in the namespace's lease table for the worker's job, held as this instance,
+    /// lasting the worker's `lease_duration` (LDR-2). The default.
+    #[default]
+    Lease,
+    /// A PostgreSQL session advisory lock on `{worker}:{schema}.{prefix}`, held on a
+    /// dedicated connection; refused once the host shuts down (LDR-3, LDR-4).
+    #[cfg(feature = "advisory-lock")]
+    AdvisoryLock,
+    /// Any other leadership, e.g. over your own [`DistributedLock`](relayer_core::DistributedLock).
+    Custom(Leadership),
+}
+
+/// The options of the workers a host runs, fixed once it starts (OPT-4). `None`: the host
+/// does not run that worker (LIF-4).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RelayerOptions {
+    dispatcher: Option<DispatcherOptions>,
+    sweeper: Option<SweeperOptions>,
+    cleanup: Option<CleanupOptions>,
+}
+
+impl RelayerOptions {
+    /// The dispatcher's options, when the host runs one.
+    pub fn dispatcher(&self) -> Option<&DispatcherOptions> {
+        self.dispatcher.as_ref()
+    }
+
+    /// The recovery sweeper's options, when the host runs one.
+    pub fn sweeper(&self) -> Option<&SweeperOptions> {
+        self.sweeper.as_ref()
+    }
+
+    /// Retention cleanup's options, when the host runs it.
+    pub fn cleanup(&self) -> Option<&CleanupOptions> {
+        self.cleanup.as_ref()
+    }
+}
+
+/// Describes a host; [`start`](Self::start) checks the whole setup and starts it.
+#[must_use = "a builder does nothing until `start` is awaited"]
+pub struct RelayerBuilder {
+    pub(crate) config: tokio_postgres::Config,
+    pub(crate) namespace: Namespace,
+    pub(crate) transports: Vec<Arc<dyn Transport>>,
+    #[cfg(feature = "queue")]
+    pub(crate) queue_transport: bool,
+    pub(crate) options: RelayerOptions,
+    pub(crate) leadership: HashMap<WorkerKind, LeaderElection>,
+    pub(crate) instance_id: Option<String>,
+    pub(crate) pool_size: u32,
+}
+
+impl std::fmt::Debug for RelayerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayerBuilder")
+            .field("namespace", &self.namespace)
+            .field("transports", &self.transports.iter().map(|t| t.name().to_owned()).collect::<Vec<_>>())
+            .field("options", &self.options)
+            .field("leadership", &self.leadership)
+            .field("instance_id", &self.instance_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RelayerBuilder {
+    /// Registers `transport` under its own name. Names must be unique; a duplicate is
+    /// reported by [`start`](Self::start).
+    pub fn transport(mut self, transport: Arc<dyn Transport>) -> Self {
+        self.transports.push(transport);
+        self
+    }
+
+    /// Registers relayer's PostgreSQL queue transport as `"queue"`, writing to this
+    /// namespace's queue table on this database through the host's pool.
+    #[cfg(feature = "queue")]
+    pub fn queue_transport(mut self) -> Self {
+        self.queue_transport = true;
+        self
+    }
+
+    /// Runs a dispatcher with `options` (§4, §5). Without it, this host never sends
+    /// messages itself: a host that must not dispatch leaves it out (LIF-4). The sweeper
+    /// also judges retries and poison by these options (the defaults when absent).
+    #[cfg(feature = "dispatcher")]
+    pub fn dispatcher(mut self, options: DispatcherOptions) -> Self {
+        self.options.dispatcher = Some(options);
+        self
+    }
+
+    /// Runs the recovery sweeper with `options` (§6), led by a lease unless
+    /// [`leadership`](Self::leadership) says otherwise.
+    #[cfg(feature = "sweeper")]
+    pub fn sweeper(mut self, options: SweeperOptions) -> Self {
+        self.options.sweeper = Some(options);
+        self
+    }
+
+    /// Runs retention cleanup with `options` (§8), led by a lease unless
+    /// [`leadership`](Self::leadership) says otherwise.
+    #[cfg(feature = "cleanup")]
+    pub fn cleanup(mut self, options: CleanupOptions) -> Self {
+        self.options.cleanup = Some(options);
+        self
+    }
+
+    /// Chooses how `worker` (the sweeper or cleanup) is led; the default is a lease. The
+    /// dispatcher runs on every instance and takes no leadership.
+    pub fn leadership(mut self, worker: WorkerKind, election: LeaderElection) -> Self {
+        self.leadership.insert(worker, election);
+        self
+    }
+
+    /// This instance's identity: lease owner and fingerprint row key, unique per running
+    /// instance. Default: `{host}/{pid}/{random}`.
+    pub fn instance_id(mut self, instance_id: impl Into<String>) -> Self {
+        self.instance_id = Some(instance_id.into());
+        self
+    }
+
+    /// Connections in each of the host's pools (the dispatcher's, and the one the sweeper,
+    /// cleanup and the queue transport share). Default 2; a pass never needs more than one.
+    pub fn pool_size(mut self, connections: u32) -> Self {
+        self.pool_size = connections.max(1);
+        self
+    }
+
+    /// Checks the whole setup, then starts the configured workers as tokio tasks.
+    ///
+    /// Checked first, in order: transport names are unique; a dispatcher or sweeper has a
+    /// transport; leadership is only set for a led worker this host runs; the database
+    /// answers; the namespace's schema is present and current. On any failure nothing was
+    /// started and nothing was written. Then this instance records its settings
+    /// fingerprints, compares them with the other live instances' (OPT-4), and starts the
+    /// workers.
+    pub async fn start(self) -> Result<RelayerHost, StartError> {
+        RelayerHost::start(self).await
+    }
+}
+
+/// A default instance id: `{host}/{pid}/{8 random hex digits}`, unique per start.
+pub(crate) fn default_instance_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|name| name.trim().to_owned())
+        })
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}/{}/{}", std::process::id(), &random[..8])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_instance_ids_are_unique_per_start_and_name_the_process() {
+        let (a, b) = (default_instance_id(), default_instance_id());
+        assert_ne!(a, b);
+        let pid = format!("/{}/", std::process::id());
+        assert!(a.contains(&pid), "{a}");
+    }
+}

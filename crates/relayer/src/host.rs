@@ -1,0 +1,456 @@
+//! The running host: starts the configured workers as tokio tasks, and stops them (LIF-1).
+
+use std::sync::{Arc, Mutex, PoisonError};
+#[cfg(any(feature = "sweeper", feature = "cleanup"))]
+use std::time::Duration;
+
+use relayer_core::{Namespace, TransportRegistry};
+use relayer_postgres::{InstanceStatements, OutboxWriter, PgPool, connect_pool, verify_schema};
+#[cfg(any(feature = "sweeper", feature = "cleanup"))]
+use relayer_worker::Leadership;
+use relayer_worker::WorkerKind;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+#[cfg(any(feature = "sweeper", feature = "cleanup"))]
+use crate::builder::LeaderElection;
+use crate::builder::{RelayerBuilder, RelayerOptions, default_instance_id};
+use crate::error::StartError;
+use crate::fingerprints::{
+    FORGET_AFTER, REFRESH_INTERVAL, SettingsDisagreement, WorkerSettings, record_and_compare,
+};
+
+const TARGET: &str = "relayer::host";
+
+/// A started relayer: its workers run as tokio tasks until [`shutdown`](Self::shutdown).
+///
+/// **Shut the host down before dropping it** (and before the runtime stops): `shutdown`
+/// waits for passes in flight and releases leases and locks, so another instance takes
+/// over at once. Dropping a running host only cancels its workers, without waiting; their
+/// leases then expire on the database clock (LIF-3).
+pub struct RelayerHost {
+    namespace: Namespace,
+    instance_id: String,
+    options: RelayerOptions,
+    transports: Arc<TransportRegistry>,
+    #[cfg(feature = "dispatcher")]
+    dispatcher: Option<relayer_dispatcher::Dispatcher>,
+    pool: PgPool,
+    instances: InstanceStatements,
+    disagreements: Arc<Mutex<Vec<SettingsDisagreement>>>,
+    shutdown: CancellationToken,
+    /// Held for the whole of a shutdown, so a second call waits for the first to finish.
+    running: tokio::sync::Mutex<Running>,
+}
+
+/// What a shutdown has left to stop and clean.
+struct Running {
+    tasks: Vec<(&'static str, JoinHandle<()>)>,
+    /// Whether this instance's fingerprint rows are still recorded.
+    recorded: bool,
+}
+
+impl std::fmt::Debug for RelayerHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayerHost")
+            .field("namespace", &self.namespace)
+            .field("instance_id", &self.instance_id)
+            .field("options", &self.options)
+            .field("transports", &self.transports)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RelayerHost {
+    pub(crate) async fn start(builder: RelayerBuilder) -> Result<RelayerHost, StartError> {
+        let RelayerBuilder {
+            config,
+            namespace,
+            transports,
+            #[cfg(feature = "queue")]
+            queue_transport,
+            options,
+            leadership,
+            instance_id,
+            pool_size,
+        } = builder;
+
+        // Whole-setup checks that need no database come first (OPT-5).
+        let instance_id = instance_id.unwrap_or_else(default_instance_id);
+        if instance_id.trim().is_empty() {
+            return Err(StartError::EmptyInstanceId);
+        }
+        let mut registry = TransportRegistry::new();
+        for transport in transports {
+            registry.register(transport).map_err(StartError::DuplicateTransport)?;
+        }
+        #[cfg(feature = "queue")]
+        if queue_transport && registry.contains(relayer_queue::DEFAULT_NAME) {
+            let name = relayer_queue::DEFAULT_NAME.to_owned();
+            return Err(StartError::DuplicateTransport(relayer_core::DuplicateTransport(name)));
+        }
+        #[cfg(feature = "queue")]
+        let has_transport = !registry.is_empty() || queue_transport;
+        #[cfg(not(feature = "queue"))]
+        let has_transport = !registry.is_empty();
+        if !has_transport {
+            let senders: Vec<&str> =
+                [options.dispatcher().map(|_| "dispatcher"), options.sweeper().map(|_| "recovery sweeper")]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+            if !senders.is_empty() {
+                return Err(StartError::NoTransport { workers: senders.join(" and ") });
+            }
+        }
+        for worker in leadership.keys() {
+            let runs = match worker {
+                WorkerKind::Sweeper => options.sweeper().is_some(),
+                WorkerKind::Cleanup => options.cleanup().is_some(),
+                _ => {
+                    return Err(StartError::Leadership {
+                        worker: *worker,
+                        reason: "which is not led: only the sweeper and cleanup take leadership",
+                    });
+                }
+            };
+            if !runs {
+                return Err(StartError::Leadership {
+                    worker: *worker,
+                    reason: "which this host does not run",
+                });
+            }
+        }
+
+        // Then the database: reachable, schema present and current (NS-3).
+        let pool = connect_pool(config.clone(), pool_size).await.map_err(StartError::Connect)?;
+        {
+            let connection = pool.get().await.map_err(StartError::Pool)?;
+            verify_schema(&*connection, &namespace).await.map_err(StartError::Schema)?;
+        }
+        #[cfg(feature = "queue")]
+        if queue_transport {
+            let queue = relayer_queue::PgQueueTransport::new(pool.clone(), &namespace);
+            registry.register(Arc::new(queue)).map_err(StartError::DuplicateTransport)?;
+        }
+        let transports = Arc::new(registry);
+
+        // Build every worker before starting any, so a refusal starts nothing.
+        let shutdown = CancellationToken::new();
+        #[cfg(feature = "dispatcher")]
+        let dispatcher = match options.dispatcher() {
+            Some(dispatcher_options) => Some(
+                relayer_dispatcher::Dispatcher::new(
+                    dispatcher_options.clone(),
+                    namespace.clone(),
+                    Arc::clone(&transports),
+                    config.clone(),
+                    pool_size,
+                )
+                .await
+                .map_err(StartError::Dispatcher)?,
+            ),
+            None => None,
+        };
+        #[cfg(feature = "sweeper")]
+        let sweeper = options.sweeper().map(|sweeper_options| {
+            let election = leadership.get(&WorkerKind::Sweeper).cloned().unwrap_or_default();
+            let leadership = led_by(
+                election,
+                relayer_sweeper::LEASE_JOB,
+                &instance_id,
+                sweeper_options.lease_duration(),
+                &config,
+                &namespace,
+                &shutdown,
+            );
+            // The sweeper judges retries and poison as this host's dispatcher does.
+            let send = relayer_dispatcher::SendPath::new(
+                Arc::clone(&transports),
+                options.dispatcher().cloned().unwrap_or_default(),
+            );
+            relayer_sweeper::Sweeper::new(
+                pool.clone(),
+                namespace.clone(),
+                sweeper_options.clone(),
+                send,
+                leadership,
+            )
+        });
+        #[cfg(feature = "cleanup")]
+        let cleanup = options.cleanup().map(|cleanup_options| {
+            let election = leadership.get(&WorkerKind::Cleanup).cloned().unwrap_or_default();
+            let leadership = led_by(
+                election,
+                relayer_cleanup::LEASE_JOB,
+                &instance_id,
+                cleanup_options.lease_duration(),
+                &config,
+                &namespace,
+                &shutdown,
+            );
+            relayer_cleanup::Cleanup::new(
+                pool.clone(),
+                namespace.clone(),
+                cleanup_options.clone(),
+                leadership,
+            )
+        });
+
+        // OPT-4: record this instance's settings and compare with the other live instances'.
+        let worker_settings = worker_settings(&options);
+        let instances = InstanceStatements::new(&namespace);
+        let mut disagreements = Vec::new();
+        if !worker_settings.is_empty() {
+            let connection = pool.get().await.map_err(StartError::Pool)?;
+            if let Err(error) = instances.forget_unseen_for(&*connection, FORGET_AFTER).await {
+                // Only housekeeping: the comparison below does not depend on it.
+                tracing::debug!(target: TARGET, %error, "could not remove long-unseen instances");
+            }
+            disagreements = record_and_compare(&*connection, &instances, &instance_id, &worker_settings)
+                .await
+                .map_err(StartError::Fingerprints)?;
+            for disagreement in &disagreements {
+                warn_disagreement(&namespace, disagreement);
+            }
+        }
+        let disagreements = Arc::new(Mutex::new(disagreements));
+
+        // Everything checked: start the workers.
+        let mut tasks: Vec<(&'static str, JoinHandle<()>)> = Vec::new();
+        #[cfg(feature = "dispatcher")]
+        if let Some(dispatcher) = dispatcher.clone() {
+            let token = shutdown.child_token();
+            tasks.push(("dispatcher", tokio::spawn(async move { dispatcher.run(token).await })));
+        }
+        #[cfg(feature = "sweeper")]
+        if let Some(sweeper) = sweeper {
+            let token = shutdown.child_token();
+            tasks.push((
+                "sweeper",
+                tokio::spawn(async move {
+                    if let Err(error) = sweeper.run(token).await {
+                        tracing::error!(target: TARGET, error = %error_chain(&error), "the recovery sweeper stopped");
+                    }
+                }),
+            ));
+        }
+        #[cfg(feature = "cleanup")]
+        if let Some(cleanup) = cleanup {
+            let token = shutdown.child_token();
+            tasks.push((
+                "cleanup",
+                tokio::spawn(async move {
+                    if let Err(error) = cleanup.run(token).await {
+                        tracing::error!(target: TARGET, error = %error_chain(&error), "retention cleanup stopped");
+                    }
+                }),
+            ));
+        }
+        if !worker_settings.is_empty() {
+            let refresh = refresh_fingerprints(
+                pool.clone(),
+                instances.clone(),
+                namespace.clone(),
+                instance_id.clone(),
+                worker_settings,
+                Arc::clone(&disagreements),
+                shutdown.child_token(),
+            );
+            tasks.push(("fingerprints", tokio::spawn(refresh)));
+        }
+        let recorded = tasks.iter().any(|(name, _)| *name == "fingerprints");
+        tracing::info!(target: TARGET, %namespace, instance = %instance_id, transports = ?transports,
+            workers = ?tasks.iter().map(|(name, _)| *name).filter(|name| *name != "fingerprints").collect::<Vec<_>>(),
+            "relayer host started");
+
+        Ok(RelayerHost {
+            namespace,
+            instance_id,
+            options,
+            transports,
+            #[cfg(feature = "dispatcher")]
+            dispatcher,
+            pool,
+            instances,
+            disagreements,
+            shutdown,
+            running: tokio::sync::Mutex::new(Running { tasks, recorded }),
+        })
+    }
+
+    /// The options of the workers this host runs: fixed while it runs; a change means a
+    /// restart (OPT-4).
+    pub fn options(&self) -> &RelayerOptions {
+        &self.options
+    }
+
+    /// This instance's identity (lease owner, fingerprint row key).
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// The namespace this host serves.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// A writer for this namespace accepting exactly this host's transports (and, with a
+    /// dispatcher, its `max_body_bytes`). Enqueue inside your own transaction (OUT-1).
+    pub fn writer(&self) -> OutboxWriter {
+        #[cfg(feature = "dispatcher")]
+        if let Some(dispatcher) = &self.dispatcher {
+            return dispatcher.writer();
+        }
+        OutboxWriter::for_registry(&self.namespace, &self.transports)
+    }
+
+    /// The dispatcher, when this host runs one: for
+    /// [`dispatch_now`](relayer_dispatcher::Dispatcher::dispatch_now) after a commit, and
+    /// for lane operations.
+    #[cfg(feature = "dispatcher")]
+    pub fn dispatcher(&self) -> Option<&relayer_dispatcher::Dispatcher> {
+        self.dispatcher.as_ref()
+    }
+
+    /// The other live instances whose settings differ from this one's, per worker, as last
+    /// compared (at start, then every minute). Each is also logged at WARN when first seen.
+    pub fn disagreements(&self) -> Vec<SettingsDisagreement> {
+        self.disagreements.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Stops the host: cancels the workers, waits for passes in flight to finish, releases
+    /// leases and locks, removes this instance's fingerprint rows, and returns. Calling it
+    /// again, or concurrently, is harmless: later calls wait for the first and do nothing.
+    pub async fn shutdown(&self) {
+        let mut running = self.running.lock().await;
+        self.shutdown.cancel();
+        for (worker, task) in running.tasks.drain(..) {
+            if let Err(error) = task.await {
+                tracing::error!(target: TARGET, worker, %error, "a worker task ended abnormally");
+            }
+        }
+        if running.recorded {
+            running.recorded = false;
+            let forgotten = match self.pool.get().await {
+                Ok(connection) => self
+                    .instances
+                    .forget_instance(&*connection, &self.instance_id)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(error) => Err(error.to_string()),
+            };
+            if let Err(cause) = forgotten {
+                // The rows fade out of comparisons once unseen for a while.
+                tracing::warn!(target: TARGET, instance = %self.instance_id, %cause,
+                    "could not remove this instance's fingerprint rows");
+            }
+            tracing::info!(target: TARGET, namespace = %self.namespace, instance = %self.instance_id,
+                "relayer host stopped");
+        }
+    }
+}
+
+impl Drop for RelayerHost {
+    fn drop(&mut self) {
+        // Not awaited: shutdown() is the graceful path. This only stops the tasks.
+        self.shutdown.cancel();
+    }
+}
+
+/// The leadership `election` stands for, for the worker leasing `job`.
+#[cfg(any(feature = "sweeper", feature = "cleanup"))]
+fn led_by(
+    election: LeaderElection,
+    job: &str,
+    instance_id: &str,
+    lease_duration: Duration,
+    #[allow(unused_variables)] config: &tokio_postgres::Config,
+    #[allow(unused_variables)] namespace: &Namespace,
+    #[allow(unused_variables)] shutdown: &CancellationToken,
+) -> Leadership {
+    match election {
+        LeaderElection::Lease => Leadership::lease(job, instance_id, lease_duration),
+        #[cfg(feature = "advisory-lock")]
+        LeaderElection::AdvisoryLock => {
+            let lock =
+                relayer_advisory_lock::PgAdvisoryLock::new(config.clone()).with_shutdown(shutdown.clone());
+            Leadership::Advisory(
+                Arc::new(lock),
+                format!("{job}:{}.{}", namespace.schema(), namespace.prefix()),
+            )
+        }
+        LeaderElection::Custom(leadership) => leadership,
+    }
+}
+
+/// The settings this instance records, per worker it runs.
+fn worker_settings(options: &RelayerOptions) -> Vec<WorkerSettings> {
+    let mut settings = Vec::new();
+    if let Some(o) = options.dispatcher() {
+        settings.push(WorkerSettings::new("dispatcher", o.fingerprint(), &o.canonical_settings()));
+    }
+    if let Some(o) = options.sweeper() {
+        settings.push(WorkerSettings::new("sweeper", o.fingerprint(), &o.canonical_settings()));
+    }
+    if let Some(o) = options.cleanup() {
+        settings.push(WorkerSettings::new("cleanup", o.fingerprint(), &o.canonical_settings()));
+    }
+    settings
+}
+
+fn warn_disagreement(namespace: &Namespace, disagreement: &SettingsDisagreement) {
+    let differing: Vec<&str> = disagreement.differences.iter().map(|d| d.setting.as_str()).collect();
+    tracing::warn!(target: TARGET, %namespace, worker = %disagreement.worker,
+        instance = %disagreement.this_instance, other_instance = %disagreement.other_instance,
+        settings = ?differing, "instances sharing a namespace disagree on settings (OPT-4): {disagreement}");
+}
+
+/// Refreshes this instance's rows every [`REFRESH_INTERVAL`] so it keeps counting as live,
+/// and compares again, logging disagreements not seen before.
+async fn refresh_fingerprints(
+    pool: PgPool,
+    instances: InstanceStatements,
+    namespace: Namespace,
+    instance_id: String,
+    workers: Vec<WorkerSettings>,
+    disagreements: Arc<Mutex<Vec<SettingsDisagreement>>>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(REFRESH_INTERVAL) => {}
+        }
+        let compared = match pool.get().await {
+            Ok(connection) => record_and_compare(&*connection, &instances, &instance_id, &workers)
+                .await
+                .map_err(|e| error_chain(&e)),
+            Err(error) => Err(error.to_string()),
+        };
+        match compared {
+            Ok(current) => {
+                let mut known = disagreements.lock().unwrap_or_else(PoisonError::into_inner);
+                for disagreement in current.iter().filter(|d| !known.contains(d)) {
+                    warn_disagreement(&namespace, disagreement);
+                }
+                *known = current;
+            }
+            // The next refresh tries again; rows stay live for ten minutes.
+            Err(cause) => tracing::warn!(target: TARGET, instance = %instance_id, %cause,
+                "could not refresh this instance's fingerprint rows"),
+        }
+    }
+}
+
+/// `error: cause: cause …`, so a log line says what failed and why.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut chain = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        chain.push_str(": ");
+        chain.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    chain
+}

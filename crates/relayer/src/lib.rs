@@ -1,0 +1,117 @@
+//! relayer: reliable messaging on PostgreSQL.
+//!
+//! # The model
+//!
+//! A service writes messages into an outbox table inside its own transaction
+//! ([`RelayerHost::writer`]); background workers, hosted as tokio tasks by a
+//! [`RelayerHost`], keep them moving: the **dispatcher** sends committed rows to their
+//! transports, the **recovery sweeper** finds rows nobody sent (a crash, an expired claim),
+//! and **retention cleanup** keeps the dead and inbox tables bounded. You describe the host
+//! once with [`Relayer::builder`] — the database, the namespace, the transports and the
+//! workers it runs, each with its options — and [`start`](RelayerBuilder::start) it.
+//!
+//! Starting checks the whole setup first and starts *nothing* when something is wrong
+//! (OPT-5): a missing or old schema, a dispatcher or sweeper without a transport, two
+//! transports with one name. Any worker may be left out (LIF-4): a test host that must not
+//! dispatch simply does not add the dispatcher. Options are fixed once the host runs and
+//! readable from it ([`RelayerHost::options`]); a change means a restart. Every instance
+//! records a fingerprint of each worker's settings in the namespace's `instances` table and
+//! compares it with the other live instances'; replicas that disagree on timing or
+//! retention are logged at WARN and listed by [`RelayerHost::disagreements`] (OPT-4).
+//!
+//! [`RelayerHost::shutdown`] cancels the workers, waits for passes in flight, releases
+//! leases and locks, and returns; calling it twice is harmless (LIF-1). **Shut the host
+//! down before dropping it or stopping the runtime**: dropping it only cancels the workers
+//! without waiting, and leases are then left to expire instead of being released.
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "dispatcher", feature = "cleanup", feature = "queue"))]
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use relayer::{CleanupOptions, DispatcherOptions, Namespace, NewMessage, Relayer};
+//!
+//! let config: tokio_postgres::Config = "host=127.0.0.1 user=postgres dbname=app".parse()?;
+//! let host = Relayer::builder(config.clone(), Namespace::default())
+//!     .queue_transport() // relayer's PostgreSQL queue, registered as "queue"
+//!     .dispatcher(DispatcherOptions::default())
+//!     .cleanup(CleanupOptions::default())
+//!     .start()
+//!     .await?;
+//!
+//! let (mut client, connection) = config.connect(tokio_postgres::NoTls).await?;
+//! tokio::spawn(connection);
+//! let tx = client.transaction().await?;
+//! // … the service's own writes on `tx` …
+//! host.writer().enqueue(&tx, &[NewMessage::new("queue", "orders.created", b"{}".to_vec())]).await?;
+//! tx.commit().await?; // delivered at least once from here on
+//!
+//! host.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Features
+//!
+//! The facade re-exports the pieces behind cargo features, so a service that wants
+//! everything writes one dependency, and one that wants a single piece depends on that
+//! sub-crate alone (the crate map is in the repository README).
+//!
+//! | feature | brings |
+//! |---|---|
+//! | `postgres` (default) | [`postgres`]: schema, migrations, every SQL statement; the host builder |
+//! | `dispatcher` | [`dispatcher`] and [`RelayerBuilder::dispatcher`] |
+//! | `sweeper` | [`sweeper`] and [`RelayerBuilder::sweeper`] |
+//! | `cleanup` | [`cleanup`] and [`RelayerBuilder::cleanup`] |
+//! | `queue` | [`queue`] and [`RelayerBuilder::queue_transport`] |
+//! | `advisory-lock` | [`advisory_lock`] and [`LeaderElection::AdvisoryLock`] |
+//! | `full` | all of the above |
+#![deny(missing_docs)]
+
+pub use relayer_core as core;
+pub use relayer_core::{
+    CleanupOptions, Delivery, DispatcherOptions, DistributedLock, Envelope, Headers, LockGuard, MessageId,
+    Namespace, NewMessage, Retention, SendOutcome, SweeperOptions, Timestamp, Transport, TransportError,
+    TransportRegistry, async_trait,
+};
+
+#[cfg(feature = "postgres")]
+mod builder;
+#[cfg(feature = "postgres")]
+mod error;
+#[cfg(feature = "postgres")]
+mod fingerprints;
+#[cfg(feature = "postgres")]
+mod host;
+
+#[cfg(feature = "postgres")]
+pub use builder::{LeaderElection, Relayer, RelayerBuilder, RelayerOptions};
+#[cfg(feature = "postgres")]
+pub use error::StartError;
+#[cfg(feature = "postgres")]
+pub use fingerprints::{SettingDifference, SettingsDisagreement};
+#[cfg(feature = "postgres")]
+pub use host::RelayerHost;
+#[cfg(feature = "postgres")]
+pub use relayer_worker::{Leadership, WorkerKind};
+
+/// PostgreSQL storage (`relayer-postgres`).
+#[cfg(feature = "postgres")]
+pub use relayer_postgres as postgres;
+
+/// The dispatcher worker (`relayer-dispatcher`).
+#[cfg(feature = "dispatcher")]
+pub use relayer_dispatcher as dispatcher;
+
+/// The recovery sweeper (`relayer-sweeper`).
+#[cfg(feature = "sweeper")]
+pub use relayer_sweeper as sweeper;
+
+/// Retention cleanup (`relayer-cleanup`).
+#[cfg(feature = "cleanup")]
+pub use relayer_cleanup as cleanup;
+
+/// relayer's PostgreSQL queue transport (`relayer-queue`).
+#[cfg(feature = "queue")]
+pub use relayer_queue as queue;
+
+/// Session advisory locks (`relayer-advisory-lock`).
+#[cfg(feature = "advisory-lock")]
+pub use relayer_advisory_lock as advisory_lock;

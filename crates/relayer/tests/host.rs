@@ -1,0 +1,218 @@
+//! The host against a real PostgreSQL (LIF-1, LIF-4, OPT-4, OPT-5).
+//!
+//! Messages enter through the host's own writer and leave through relayer's queue
+//! transport; nothing is written by hand.
+#![allow(clippy::unwrap_used)] // In test helpers too, a failed unwrap is a failed test.
+
+use std::future::Future;
+use std::time::Duration;
+
+use relayer::{
+    CleanupOptions, DispatcherOptions, NewMessage, Relayer, RelayerBuilder, Retention, StartError,
+    SweeperOptions, WorkerKind,
+};
+use relayer_test_support::TestDb;
+use tokio_postgres::Client;
+
+/// A safety net so a regression that blocks fails instead of hanging; nothing asserts speed.
+const HANG: Duration = Duration::from_secs(60);
+
+async fn within<T>(future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(HANG, future).await.expect("timed out: the host never got there")
+}
+
+async fn migrated() -> (TestDb, Client) {
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    relayer::postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    (db, client)
+}
+
+fn builder(db: &TestDb) -> RelayerBuilder {
+    Relayer::builder(db.config(), db.namespace().clone())
+}
+
+/// Every worker, on short intervals so their first passes come quickly.
+fn every_worker(builder: RelayerBuilder) -> RelayerBuilder {
+    builder
+        .dispatcher(DispatcherOptions::builder().poll_interval(Duration::from_millis(100)).build().unwrap())
+        .sweeper(SweeperOptions::builder().sweep_interval(Duration::from_millis(100)).build().unwrap())
+        .cleanup(CleanupOptions::builder().cleanup_interval(Duration::from_millis(100)).build().unwrap())
+}
+
+async fn count(client: &Client, db: &TestDb, table: &str) -> i64 {
+    let sql = format!("SELECT count(*) FROM {}", db.namespace().table(table));
+    client.query_one(&sql, &[]).await.unwrap().get(0)
+}
+
+async fn enqueue(client: &mut Client, host: &relayer::RelayerHost, message: NewMessage) {
+    let tx = client.transaction().await.unwrap();
+    host.writer().enqueue(&tx, &[message]).await.unwrap();
+    tx.commit().await.unwrap();
+}
+
+#[tokio::test]
+async fn start_fails_on_a_missing_schema_and_starts_nothing_opt_5() {
+    let db = TestDb::new().await; // no migrate
+    let client = db.connect().await;
+    let error = every_worker(builder(&db).queue_transport()).start().await.unwrap_err();
+    assert!(matches!(error, StartError::Schema(_)), "{error:?}");
+    let text = error.to_string();
+    assert!(text.contains(db.schema()) && text.contains("relayer schema not found"), "{text}");
+    // Workers never create tables (NS-3): nothing exists that a started worker would write.
+    for table in ["leases", "instances"] {
+        let exists: bool = client
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&db.namespace().table(table)])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!exists, "{table} was created");
+    }
+}
+
+#[tokio::test]
+async fn start_fails_without_a_transport_and_writes_nothing_opt_5() {
+    let (db, client) = migrated().await;
+    let error = every_worker(builder(&db)).start().await.unwrap_err();
+    assert!(matches!(error, StartError::NoTransport { .. }), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        "relayer setup: the dispatcher and recovery sweeper needs a transport but none is registered; \
+         add one with `.transport(…)`"
+    );
+    assert_eq!((count(&client, &db, "leases").await, count(&client, &db, "instances").await), (0, 0));
+}
+
+#[tokio::test]
+async fn start_refuses_duplicate_transports_and_misplaced_leadership_opt_5() {
+    let (db, client) = migrated().await;
+    let pool = db.pool(1).await;
+    let queue = std::sync::Arc::new(relayer::queue::PgQueueTransport::new(pool, db.namespace()));
+    let error = builder(&db).queue_transport().transport(queue).start().await.unwrap_err();
+    assert!(error.to_string().contains("two transports are named \"queue\""), "{error}");
+
+    let error = builder(&db)
+        .queue_transport()
+        .leadership(WorkerKind::Cleanup, relayer::LeaderElection::Lease)
+        .start()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "relayer setup: leadership was set for the cleanup, which this host does not run"
+    );
+    assert_eq!((count(&client, &db, "leases").await, count(&client, &db, "instances").await), (0, 0));
+}
+
+#[tokio::test]
+async fn a_host_with_a_dispatcher_and_the_queue_transport_delivers_an_enqueued_message_lif_1() {
+    let (db, mut client) = migrated().await;
+    let options = DispatcherOptions::builder().poll_interval(Duration::from_millis(100)).build().unwrap();
+    let host = builder(&db).queue_transport().dispatcher(options.clone()).start().await.unwrap();
+    assert_eq!(host.options().dispatcher(), Some(&options));
+    assert!(host.dispatcher().is_some());
+
+    let message = NewMessage::new("queue", "orders", b"{\"order\":1}".to_vec());
+    let id = *message.message_id().as_uuid();
+    enqueue(&mut client, &host, message).await;
+    let queue = db.namespace().table("queue");
+    within(async {
+        loop {
+            let sql = format!("SELECT count(*) FROM {queue} WHERE message_id = $1 AND queue = 'orders'");
+            let delivered: i64 = client.query_one(&sql, &[&id]).await.unwrap().get(0);
+            if delivered == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    host.shutdown().await;
+    assert_eq!(count(&client, &db, "outbox").await, 0);
+}
+
+#[tokio::test]
+async fn shutdown_twice_is_harmless_and_releases_the_leases_lif_1() {
+    let (db, client) = migrated().await;
+    let host = every_worker(builder(&db).queue_transport()).instance_id("host-a").start().await.unwrap();
+    let leases = db.namespace().table("leases");
+    // Both led workers have taken their lease once their first pass ran.
+    within(async {
+        loop {
+            let sql = format!("SELECT count(*) FROM {leases} WHERE owner = 'host-a' AND expires_at > now()");
+            let live: i64 = client.query_one(&sql, &[]).await.unwrap().get(0);
+            if live == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(count(&client, &db, "instances").await, 3, "dispatcher, sweeper and cleanup recorded");
+
+    within(host.shutdown()).await;
+    within(host.shutdown()).await;
+
+    let sql = format!("SELECT job, expires_at <= now() FROM {leases} ORDER BY job");
+    let released: Vec<(String, bool)> =
+        client.query(&sql, &[]).await.unwrap().iter().map(|row| (row.get(0), row.get(1))).collect();
+    assert_eq!(released, [("cleanup".to_owned(), true), ("sweeper".to_owned(), true)]);
+    assert_eq!(count(&client, &db, "instances").await, 0, "a stopped instance leaves no fingerprint");
+}
+
+#[tokio::test]
+async fn two_hosts_with_different_cleanup_settings_report_a_disagreement_opt_4() {
+    let (db, _client) = migrated().await;
+    let first = builder(&db).cleanup(CleanupOptions::default()).instance_id("host-a").start().await.unwrap();
+    let other_retention = Retention::After(Duration::from_secs(86_400));
+    let second = builder(&db)
+        .cleanup(CleanupOptions::builder().dead_retention(other_retention).build().unwrap())
+        .instance_id("host-b")
+        .start()
+        .await
+        .unwrap();
+
+    let disagreements = second.disagreements();
+    assert_eq!(disagreements.len(), 1, "{disagreements:?}");
+    let disagreement = &disagreements[0];
+    assert_eq!(disagreement.worker, "cleanup");
+    assert_eq!(
+        (disagreement.this_instance.as_str(), disagreement.other_instance.as_str()),
+        ("host-b", "host-a")
+    );
+    let differing: Vec<_> = disagreement
+        .differences
+        .iter()
+        .map(|d| (d.setting.as_str(), d.ours.as_deref(), d.theirs.as_deref()))
+        .collect();
+    assert_eq!(differing, [("dead_retention", Some("1d"), Some("30d"))]);
+    assert!(first.disagreements().is_empty(), "the first host compared before the second existed");
+
+    // Hosts that agree report nothing.
+    let third = builder(&db).cleanup(CleanupOptions::default()).instance_id("host-c").start().await.unwrap();
+    let reported: Vec<_> = third.disagreements().into_iter().map(|d| d.other_instance).collect();
+    assert_eq!(reported, ["host-b"]);
+
+    for host in [first, second, third] {
+        host.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_host_without_a_dispatcher_does_not_dispatch_lif_4() {
+    let (db, mut client) = migrated().await;
+    let host = builder(&db)
+        .queue_transport()
+        .cleanup(CleanupOptions::builder().cleanup_interval(Duration::from_millis(100)).build().unwrap())
+        .start()
+        .await
+        .unwrap();
+    assert!(host.dispatcher().is_none());
+    assert_eq!(host.options().dispatcher(), None);
+    enqueue(&mut client, &host, NewMessage::new("queue", "orders", b"{}".to_vec())).await;
+    // Proving an absence needs a wait: a dispatcher would have sent it within milliseconds
+    // (commit-triggered wake-up), and cleanup passes every 100 ms meanwhile.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!((count(&client, &db, "outbox").await, count(&client, &db, "queue").await), (1, 0));
+    host.shutdown().await;
+}
