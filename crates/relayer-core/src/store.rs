@@ -104,6 +104,21 @@ pub trait CompleteOutbox: Store {
     async fn complete(&self, token: Uuid, completion: &Completion) -> Result<CompletionReport, Self::Error>;
 }
 
+/// Holding outbox rows for the length of one transaction, for a worker whose sends and
+/// completion commit together with its leadership (the recovery sweeper, SWP-4). The row
+/// locks are the claim: nothing outside the transaction could see a claim written inside
+/// it, so none is written.
+#[async_trait]
+pub trait LockOutbox: Store {
+    /// Locks those of `seqs` that are unordered, due and free until the caller's
+    /// transaction ends, and returns them; rows another holds are skipped.
+    async fn lock_seqs(&self, seqs: &[i64]) -> Result<Vec<ClaimedMessage>, Self::Error>;
+
+    /// Writes `completion` for rows this transaction locked with
+    /// [`lock_seqs`](LockOutbox::lock_seqs); the locks fence it.
+    async fn complete_locked(&self, completion: &Completion) -> Result<CompletionReport, Self::Error>;
+}
+
 /// The recovery sweeper's reads (SWP-2, SWP-3), paged by the
 /// [`KeysetCursor`](crate::KeysetCursor).
 #[async_trait]

@@ -289,6 +289,8 @@ pub struct OutboxStatements {
     claim_due: String,
     claim_seqs: String,
     complete: String,
+    lock_seqs: String,
+    complete_locked: String,
 }
 
 impl OutboxStatements {
@@ -322,34 +324,18 @@ impl OutboxStatements {
             // Index: outbox_pkey for every part. One statement, fenced by claim_token ($1):
             // accepted rows deleted, failed rows released or moved to dead, unsent rows
             // released. The parts touch disjoint rows.
-            complete: format!(
-                "WITH accepted AS ( \
-                   DELETE FROM {outbox} WHERE seq = ANY($2::int8[]) AND claim_token = $1 RETURNING seq), \
-                 failed AS ( \
-                   SELECT * FROM unnest($3::int8[], $4::text[], $5::int8[], $6::bool[]) \
-                     AS f(seq, error, delay_us, dead)), \
-                 buried AS ( \
-                   DELETE FROM {outbox} o USING failed f \
-                   WHERE o.seq = f.seq AND f.dead AND o.claim_token = $1 \
-                   RETURNING o.seq, o.message_id, o.transport, o.destination, o.body, o.headers, \
-                             o.trace_context, o.lane, o.created_at, o.deliver_at, o.attempts + 1, f.error), \
-                 moved AS ( \
-                   INSERT INTO {dead} (seq, message_id, transport, destination, body, headers, \
-                                       trace_context, lane, created_at, deliver_at, attempts, last_error) \
-                   SELECT * FROM buried RETURNING seq), \
-                 released AS ( \
-                   UPDATE {outbox} o SET attempts = o.attempts + 1, last_error = f.error, \
-                          claim_token = NULL, visible_at = now() + f.delay_us * interval '1 microsecond' \
-                   FROM failed f WHERE o.seq = f.seq AND NOT f.dead AND o.claim_token = $1 \
-                   RETURNING o.seq), \
-                 deferred AS ( \
-                   UPDATE {outbox} o SET claim_token = NULL, \
-                          visible_at = now() + d.delay_us * interval '1 microsecond' \
-                   FROM unnest($7::int8[], $8::int8[]) AS d(seq, delay_us) \
-                   WHERE o.seq = d.seq AND o.claim_token = $1 RETURNING o.seq) \
-                 SELECT (SELECT count(*) FROM accepted), (SELECT count(*) FROM released), \
-                        (SELECT count(*) FROM moved), (SELECT count(*) FROM deferred)"
+            complete: completion_statement(&outbox, &dead, "o.claim_token = $1"),
+            // Index: outbox_pkey. The sweeper's rows, locked until its pass transaction ends
+            // (SWP-4): the same conditions as a claim, without writing one — the lock is the
+            // claim, and nothing outside the transaction could see a claim written in it.
+            lock_seqs: format!(
+                "SELECT {CLAIMED_COLUMNS} FROM {outbox} \
+                 WHERE seq = ANY($1::int8[]) AND lane IS NULL AND visible_at <= now() \
+                 ORDER BY seq FOR UPDATE SKIP LOCKED"
             ),
+            // The same completion for rows this transaction holds locked: the row locks are
+            // the fence, so no token is matched ($1 is bound as NULL).
+            complete_locked: completion_statement(&outbox, &dead, "$1::uuid IS NULL"),
         }
     }
 
@@ -414,13 +400,23 @@ impl OutboxStatements {
         token: Uuid,
         completion: &Completion,
     ) -> Result<CompletionReport, StorageError> {
+        self.run_completion(client, &self.complete, Some(token), completion).await
+    }
+
+    async fn run_completion(
+        &self,
+        client: &impl GenericClient,
+        statement: &str,
+        token: Option<Uuid>,
+        completion: &Completion,
+    ) -> Result<CompletionReport, StorageError> {
         if completion.is_empty() {
             return Ok(CompletionReport::default());
         }
         let c = completion.columns();
         let row = client
             .query_typed_one(
-                &self.complete,
+                statement,
                 &[
                     (&token, Type::UUID),
                     (&c.accepted, Type::INT8_ARRAY),
@@ -446,6 +442,68 @@ impl OutboxStatements {
             fenced_out: requested.saturating_sub(touched),
         })
     }
+
+    /// Locks those of `seqs` that are unordered, due and free until the end of the caller's
+    /// transaction, and returns them; no claim is written. Only for a worker whose sends and
+    /// completion commit in that same transaction (the sweeper, SWP-4); rows another holds
+    /// are skipped.
+    pub async fn lock_seqs(
+        &self,
+        client: &impl GenericClient,
+        seqs: &[i64],
+    ) -> Result<Vec<ClaimedMessage>, StorageError> {
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = client
+            .query_typed(&self.lock_seqs, &[(&seqs, Type::INT8_ARRAY)])
+            .await
+            .map_err(|e| StorageError::database("locking outbox rows for recovery", e))?;
+        decode_sorted(&rows)
+    }
+
+    /// Writes `completion` for rows the caller's transaction locked with
+    /// [`lock_seqs`](Self::lock_seqs). Never call it outside that transaction: it matches
+    /// rows by `seq` alone.
+    pub async fn complete_locked(
+        &self,
+        client: &impl GenericClient,
+        completion: &Completion,
+    ) -> Result<CompletionReport, StorageError> {
+        self.run_completion(client, &self.complete_locked, None, completion).await
+    }
+}
+
+/// The one-statement completion (DSP-3, DSP-5), fenced by `fence` (a predicate over `o`).
+fn completion_statement(outbox: &str, dead: &str, fence: &str) -> String {
+    format!(
+        "WITH accepted AS ( \
+           DELETE FROM {outbox} o WHERE o.seq = ANY($2::int8[]) AND {fence} RETURNING o.seq), \
+         failed AS ( \
+           SELECT * FROM unnest($3::int8[], $4::text[], $5::int8[], $6::bool[]) \
+             AS f(seq, error, delay_us, dead)), \
+         buried AS ( \
+           DELETE FROM {outbox} o USING failed f \
+           WHERE o.seq = f.seq AND f.dead AND {fence} \
+           RETURNING o.seq, o.message_id, o.transport, o.destination, o.body, o.headers, \
+                     o.trace_context, o.lane, o.created_at, o.deliver_at, o.attempts + 1, f.error), \
+         moved AS ( \
+           INSERT INTO {dead} (seq, message_id, transport, destination, body, headers, \
+                               trace_context, lane, created_at, deliver_at, attempts, last_error) \
+           SELECT * FROM buried RETURNING seq), \
+         released AS ( \
+           UPDATE {outbox} o SET attempts = o.attempts + 1, last_error = f.error, \
+                  claim_token = NULL, visible_at = now() + f.delay_us * interval '1 microsecond' \
+           FROM failed f WHERE o.seq = f.seq AND NOT f.dead AND {fence} \
+           RETURNING o.seq), \
+         deferred AS ( \
+           UPDATE {outbox} o SET claim_token = NULL, \
+                  visible_at = now() + d.delay_us * interval '1 microsecond' \
+           FROM unnest($7::int8[], $8::int8[]) AS d(seq, delay_us) \
+           WHERE o.seq = d.seq AND {fence} RETURNING o.seq) \
+         SELECT (SELECT count(*) FROM accepted), (SELECT count(*) FROM released), \
+                (SELECT count(*) FROM moved), (SELECT count(*) FROM deferred)"
+    )
 }
 
 /// Decodes claimed rows in `seq` order (RETURNING gives no order), so a destination's

@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use relayer_core::store::{
     ClaimOutbox, ClaimedMessage, CompleteOutbox, Completion, CompletionReport, DeleteExpired, HoldLease,
-    Lease, ScanRecovery, Store, StoreError,
+    Lease, LockOutbox, ScanRecovery, Store, StoreError,
 };
 use relayer_core::{RetentionTable, ScanWindow};
 use tokio_postgres::GenericClient;
@@ -88,6 +88,17 @@ impl<C: GenericClient + Sync> ClaimOutbox for PgStore<'_, C, OutboxStatements> {
         seqs: &[i64],
     ) -> Result<Vec<ClaimedMessage>, StorageError> {
         self.statements.claim_seqs(self.client, token, claim, seqs).await
+    }
+}
+
+#[async_trait]
+impl<C: GenericClient + Sync> LockOutbox for PgStore<'_, C, OutboxStatements> {
+    async fn lock_seqs(&self, seqs: &[i64]) -> Result<Vec<ClaimedMessage>, StorageError> {
+        self.statements.lock_seqs(self.client, seqs).await
+    }
+
+    async fn complete_locked(&self, completion: &Completion) -> Result<CompletionReport, StorageError> {
+        self.statements.complete_locked(self.client, completion).await
     }
 }
 

@@ -355,3 +355,49 @@ async fn parked_lanes_block_until_released_or_skipped_with_an_audit_record() {
         ]
     );
 }
+
+/// SWP-4: the sweeper's rows are held by its transaction's locks instead of a written
+/// claim. Locking is as conditional as claiming (live claims, lane rows, future schedules
+/// and rows another transaction holds are skipped), and the locked completion deletes,
+/// retries and buries exactly the rows it names.
+#[tokio::test]
+async fn locked_recovery_skips_held_rows_and_completes_in_its_transaction() {
+    let (db, mut client) = setup().await;
+    let other = db.connect().await;
+    let mut batch: Vec<NewMessage> = (0..6).map(message).collect();
+    batch.push(message(6).lane("l"));
+    batch.push(message(7).delivery(Delivery::After(Duration::from_secs(3600))));
+    let written = writer(&db).enqueue(&client, &batch).await.unwrap();
+    let seqs: Vec<i64> = written.iter().map(|w| w.seq).collect();
+    let statements = OutboxStatements::new(db.namespace());
+    // Row 0 is under a live claim; row 1 is locked by another open transaction.
+    assert_eq!(statements.claim_seqs(&client, Uuid::new_v4(), CLAIM, &seqs[..1]).await.unwrap().len(), 1);
+    other.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(statements.lock_seqs(&other, &seqs[1..2]).await.unwrap().len(), 1);
+
+    let tx = client.transaction().await.unwrap();
+    let locked = statements.lock_seqs(&tx, &seqs).await.unwrap();
+    let got: Vec<i64> = locked.iter().map(|m| m.seq).collect();
+    assert_eq!(got, seqs[2..6].to_vec(), "only free, due, unordered rows");
+    let mut completion = Completion::new();
+    completion.accept(seqs[2]);
+    completion.accept(seqs[3]);
+    completion.retry(seqs[4], "broker down", Duration::from_secs(60));
+    completion.bury(seqs[5], "refused");
+    let report = statements.complete_locked(&tx, &completion).await.unwrap();
+    assert_eq!((report.deleted, report.released, report.dead, report.fenced_out), (2, 1, 1, 0));
+    tx.commit().await.unwrap();
+    other.batch_execute("ROLLBACK").await.unwrap();
+
+    assert_eq!(count(&client, &db, "outbox").await, 5, "claimed, locked-elsewhere, retried, lane, scheduled");
+    assert_eq!(count(&client, &db, "dead").await, 1);
+    let retried: (i32, Option<String>) = client
+        .query_one(
+            &format!("SELECT attempts, last_error FROM {} WHERE seq = $1", db.namespace().table("outbox")),
+            &[&seqs[4]],
+        )
+        .await
+        .map(|row| (row.get(0), row.get(1)))
+        .unwrap();
+    assert_eq!(retried, (1, Some("broker down".to_owned())));
+}

@@ -1,10 +1,10 @@
-//! One sweep pass: lease, page, claim, send, complete, renew — one transaction (SWP-4).
+//! One sweep pass: lease, page, lock, send, complete, renew — one transaction (SWP-4).
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use relayer_core::store::{ClaimOutbox, CompleteOutbox, HoldLease, Lease, ScanRecovery};
+use relayer_core::store::{HoldLease, Lease, LockOutbox, ScanRecovery};
 use relayer_core::{KeysetCursor, Namespace, PageEnd, PassPlan, SweeperOptions};
 use relayer_dispatcher::SendPath;
 use relayer_postgres::recovery::RecoveryStatements;
@@ -13,7 +13,6 @@ use relayer_worker::{Leadership, Pass, PassOutcome};
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use uuid::Uuid;
 
 use crate::error::SweepError;
 use crate::report::SweepReport;
@@ -150,35 +149,37 @@ impl SweepPass {
         Ok(report)
     }
 
-    /// Claims the page's rows, sends them through the dispatcher's send path and completes
-    /// them, all through `outbox` (bound to the pass's transaction).
+    /// Locks the page's rows, sends them through the dispatcher's send path and completes
+    /// them, all through `outbox` (bound to the pass's transaction). The row locks are the
+    /// claim (SWP-4): they last until the pass commits with the lease renewal, so writing a
+    /// claim that nobody outside the transaction could see would only cost index writes.
     async fn recover<S>(&self, outbox: &S, page: &[i64], report: &mut SweepReport) -> Result<(), SweepError>
     where
-        S: ClaimOutbox + CompleteOutbox,
+        S: LockOutbox,
         SweepError: From<S::Error>,
     {
         if page.is_empty() {
             return Ok(());
         }
-        let token = Uuid::new_v4();
-        // Conditional, as direct dispatch's: rows a dispatcher holds (or has locked) are not returned.
-        let claimed = outbox.claim_seqs(token, self.options.claim_duration(), page).await?;
-        report.claimed = claimed.len() as u64;
+        // Conditional, as direct dispatch's claims: rows a dispatcher holds (a live claim, or
+        // its claim transaction's lock) are not returned.
+        let locked = outbox.lock_seqs(page).await?;
+        report.claimed = locked.len() as u64;
         report.skipped = report.scanned.saturating_sub(report.claimed);
-        if claimed.is_empty() {
+        if locked.is_empty() {
             return Ok(());
         }
-        let tally = self.send.send(claimed).await;
-        let written = outbox.complete(token, &tally.completion).await?;
+        let tally = self.send.send(locked).await;
+        let written = outbox.complete_locked(&tally.completion).await?;
         report.sent = tally.accepted;
         report.failed = tally.failed;
         report.panics = tally.panics;
         report.dead = written.dead;
         report.deferred = written.deferred;
         if written.fenced_out > 0 {
-            // Cannot happen while our transaction holds the claimed rows' locks; say so if it does.
+            // Cannot happen while our transaction holds the rows' locks; say so if it does.
             tracing::warn!(target: TARGET, namespace = %self.namespace, fenced_out = written.fenced_out,
-                "claimed rows were no longer ours at completion; left to their owner");
+                "locked rows were gone at completion");
         }
         Ok(())
     }
