@@ -23,8 +23,8 @@ pub use lock::{DistributedLock, LockError, LockErrorKind, LockGuard, advisory_lo
 pub use message::{Delivery, Envelope, Headers, MessageError, MessageId, MessageProblem, NewMessage};
 pub use namespace::{IdentifierError, IdentifierKind, Namespace};
 pub use store::{
-    ClaimOutbox, ClaimedMessage, CompleteOutbox, LockOutbox, Completion, CompletionColumns, CompletionReport,
-    DeleteExpired, HoldLease, Lease, ScanRecovery, Store, StoreError,
+    ClaimOutbox, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns, CompletionReport,
+    DeleteExpired, HoldLease, Lease, LockOutbox, ScanRecovery, Store, StoreError,
 };
 pub use time::Timestamp;
 pub use transport::{
