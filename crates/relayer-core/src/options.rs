@@ -50,12 +50,16 @@ pub const MIN_LEASE: Duration = Duration::from_secs(1);
 /// The longest lease or claim duration: after a crash, work waits this long at most.
 pub const MAX_LEASE: Duration = Duration::from_secs(3_600);
 
+/// The longest a woken dispatcher loop may wait to gather commits into one batch.
+pub const MAX_LINGER: Duration = SECOND;
+
 /// The most unordered pass loops one dispatcher runs side by side.
 pub const MAX_CONCURRENCY: u32 = 64;
 
 /// The largest body size limit that may be configured: 1 GiB, PostgreSQL's `bytea` limit.
 pub const MAX_BODY_BYTES_LIMIT: usize = 1 << 30;
 
+const MILLISECOND: Duration = Duration::from_millis(1);
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
 const DAY: Duration = Duration::from_secs(86_400);
@@ -454,6 +458,12 @@ worker_options! {
         /// rows another holds), so one batch's send and commits overlap the next one's.
         /// Ordered lanes run in one more loop beside them. Default 2; 1..=64.
         concurrency: u32 = 2;
+        /// How long a loop woken by a commit waits before claiming, so that the commits of
+        /// that moment are sent as one batch: fewer statements and transport commits per
+        /// message for a few milliseconds of latency. A loop that found a full batch goes
+        /// on at once. Default 3ms; 0s..=1s.
+        #[serde(with = "crate::duration::human")]
+        linger: Duration = 3 * MILLISECOND;
     }
 }
 
@@ -469,7 +479,8 @@ impl DispatcherOptionsBuilder {
         check_interval(field("poll_interval"), self.poll_interval)?;
         check_interval(field("max_backoff"), self.max_backoff)?;
         check_range(field("max_body_bytes"), self.max_body_bytes, 1..=MAX_BODY_BYTES_LIMIT)?;
-        check_range(field("concurrency"), self.concurrency, 1..=MAX_CONCURRENCY)
+        check_range(field("concurrency"), self.concurrency, 1..=MAX_CONCURRENCY)?;
+        check_range(field("linger"), self.linger, Duration::ZERO..=MAX_LINGER)
     }
 }
 

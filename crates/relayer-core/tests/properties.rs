@@ -509,6 +509,7 @@ prop_compose! {
         max_backoff in interval(),
         body in 1usize..=1 << 30,
         concurrency in 1u32..=64,
+        linger_ms in 0u64..=1_000,
     ) -> DispatcherOptions {
         DispatcherOptions::builder()
             .batch_size(batch)
@@ -522,6 +523,7 @@ prop_compose! {
             .max_backoff(max_backoff)
             .max_body_bytes(body)
             .concurrency(concurrency)
+            .linger(Duration::from_millis(linger_ms))
             .build()
             .unwrap()
     }
@@ -610,6 +612,9 @@ fn out_of_range(field: &'static str) -> BoxedStrategy<Value> {
             prop_oneof![Just(json!(0)), ((1u64 << 30) + 1..=1 << 40).prop_map(|n| json!(n))].boxed()
         }
         "concurrency" => prop_oneof![Just(json!(0)), (65u32..=u32::MAX).prop_map(|n| json!(n))].boxed(),
+        "linger" => {
+            (1_001u64..=100_000).prop_map(|ms| json!(format_duration(Duration::from_millis(ms)))).boxed()
+        }
         // Every other field is an interval, backoff or budget.
         _ => prop_oneof![Just(json!("0s")), too_long].boxed(),
     }
@@ -631,6 +636,7 @@ const FIELDS: &[(&str, &[&str])] = &[
             "max_backoff",
             "max_body_bytes",
             "concurrency",
+            "linger",
         ],
     ),
     (

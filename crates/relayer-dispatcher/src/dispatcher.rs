@@ -212,7 +212,16 @@ impl Dispatcher {
             };
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = inner.wake.signal(work).notified() => {}
+                () = inner.wake.signal(work).notified() => {
+                    // Let the commits of this moment join one batch (DispatcherOptions::linger).
+                    let linger = inner.options.linger();
+                    if !linger.is_zero() {
+                        tokio::select! {
+                            () = shutdown.cancelled() => break,
+                            () = tokio::time::sleep(linger) => {}
+                        }
+                    }
+                }
                 () = tokio::time::sleep(wait) => {}
             }
         }
