@@ -61,14 +61,7 @@ async fn main() {
         _ => Err("usage: relayer-bench dispatch|explain|maintenance [--quick]".into()),
     };
     if let Err(error) = outcome {
-        let mut text = error.to_string();
-        let mut cause = error.source();
-        while let Some(inner) = cause {
-            text.push_str(": ");
-            text.push_str(&inner.to_string());
-            cause = inner.source();
-        }
-        eprintln!("relayer-bench: {text}");
+        eprintln!("relayer-bench: {}", relayer_core::error_chain(error.as_ref()));
         std::process::exit(1);
     }
 }

@@ -19,6 +19,19 @@ pub mod time;
 pub mod transport;
 
 pub use async_trait::async_trait;
+
+/// An error and its whole `source()` chain on one line — `error: cause: cause …` — so a log
+/// line or a stored `last_error` says what failed and why.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut chain = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        chain.push_str(": ");
+        chain.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    chain
+}
 pub use lock::{DistributedLock, LockError, LockErrorKind, LockGuard, advisory_lock_key};
 pub use message::{Delivery, Envelope, Headers, MessageError, MessageId, MessageProblem, NewMessage};
 pub use namespace::{IdentifierError, IdentifierKind, Namespace};

@@ -142,14 +142,7 @@ impl TransportError {
 
     /// The error and its whole cause chain on one line, as stored in `last_error`.
     pub fn chain(&self) -> String {
-        let mut text = self.to_string();
-        let mut cause: Option<&(dyn StdError + 'static)> = self.source();
-        while let Some(error) = cause {
-            text.push_str(": ");
-            text.push_str(&error.to_string());
-            cause = error.source();
-        }
-        text
+        crate::error_chain(self)
     }
 }
 

@@ -19,8 +19,9 @@ use uuid::Uuid;
 
 use crate::error::DispatchError;
 use crate::lanes::{LaneContext, work_lanes};
-use crate::listen::{error_chain, listen};
+use crate::listen::listen;
 use crate::send::{Breakers, send_claimed};
+use relayer_core::error_chain;
 
 const TARGET: &str = "relayer::dispatcher";
 

@@ -19,7 +19,7 @@ pub enum DispatchError {
 
 impl DispatchError {
     pub(crate) fn pool(error: &bb8::RunError<tokio_postgres::Error>) -> Self {
-        DispatchError::Pool(crate::listen::error_chain(error))
+        DispatchError::Pool(relayer_core::error_chain(error))
     }
 
     /// Whether retrying later may succeed.

@@ -10,7 +10,7 @@ use std::future::poll_fn;
 use std::sync::Arc;
 use std::time::Duration;
 
-use relayer_core::PassBackoff;
+use relayer_core::{PassBackoff, error_chain};
 
 use crate::dispatcher::Wake;
 use tokio_postgres::{AsyncMessage, NoTls};
@@ -78,15 +78,4 @@ async fn listen_once(
     };
     drop(client);
     ended
-}
-
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(inner) = cause {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        cause = inner.source();
-    }
-    text
 }

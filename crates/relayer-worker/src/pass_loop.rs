@@ -296,7 +296,10 @@ impl<P: Pass> PassLoop<P> {
             if let Some(held) = guard.as_mut() {
                 if let Err(error) = held.ensure_held().await {
                     // Leadership is lost or unknown; the caller drops the guard.
-                    return Err(Failure { what: "lost its advisory lock", chain: cause_chain(&error) });
+                    return Err(Failure {
+                        what: "lost its advisory lock",
+                        chain: relayer_core::error_chain(&error),
+                    });
                 }
             } else {
                 match lock.try_lock(resource).await {
@@ -305,7 +308,7 @@ impl<P: Pass> PassLoop<P> {
                     Err(error) => {
                         return Err(Failure {
                             what: "could not take its advisory lock",
-                            chain: cause_chain(&error),
+                            chain: relayer_core::error_chain(&error),
                         });
                     }
                 }
@@ -313,7 +316,7 @@ impl<P: Pass> PassLoop<P> {
         }
         match AssertUnwindSafe(self.pass.run_pass(shutdown)).catch_unwind().await {
             Ok(Ok(outcome)) => Ok(outcome),
-            Ok(Err(error)) => Err(Failure { what: "failed", chain: cause_chain(&error) }),
+            Ok(Err(error)) => Err(Failure { what: "failed", chain: relayer_core::error_chain(&error) }),
             Err(panic) => Err(Failure { what: "panicked", chain: panic_message(panic.as_ref()) }),
         }
     }
@@ -350,7 +353,7 @@ async fn release(kind: WorkerKind, guard: Option<Box<dyn LockGuard>>) {
     if let Err(error) = guard.release().await {
         // The lock goes with its session anyway; nothing else to do.
         with_target!(kind, TARGET => tracing::debug!(target: TARGET, worker = %kind, %resource,
-            cause = %cause_chain(&error), "releasing the advisory lock failed"));
+            cause = %relayer_core::error_chain(&error), "releasing the advisory lock failed"));
     }
 }
 
@@ -359,18 +362,6 @@ async fn woken(wake: Option<&Notify>) {
         Some(notify) => notify.notified().await,
         None => std::future::pending().await,
     }
-}
-
-/// `error: cause: cause …`, so a log line says what failed and why.
-fn cause_chain(error: &(dyn Error + 'static)) -> String {
-    let mut chain = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        chain.push_str(": ");
-        chain.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    chain
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

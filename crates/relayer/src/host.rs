@@ -230,7 +230,7 @@ impl RelayerHost {
                 "sweeper",
                 tokio::spawn(async move {
                     if let Err(error) = sweeper.run(token).await {
-                        tracing::error!(target: TARGET, error = %error_chain(&error), "the recovery sweeper stopped");
+                        tracing::error!(target: TARGET, error = %relayer_core::error_chain(&error), "the recovery sweeper stopped");
                     }
                 }),
             ));
@@ -242,7 +242,7 @@ impl RelayerHost {
                 "cleanup",
                 tokio::spawn(async move {
                     if let Err(error) = cleanup.run(token).await {
-                        tracing::error!(target: TARGET, error = %error_chain(&error), "retention cleanup stopped");
+                        tracing::error!(target: TARGET, error = %relayer_core::error_chain(&error), "retention cleanup stopped");
                     }
                 }),
             ));
@@ -425,7 +425,7 @@ async fn refresh_fingerprints(
         let compared = match pool.get().await {
             Ok(connection) => record_and_compare(&*connection, &instances, &instance_id, &workers)
                 .await
-                .map_err(|e| error_chain(&e)),
+                .map_err(|e| relayer_core::error_chain(&e)),
             Err(error) => Err(error.to_string()),
         };
         match compared {
@@ -441,16 +441,4 @@ async fn refresh_fingerprints(
                 "could not refresh this instance's fingerprint rows"),
         }
     }
-}
-
-/// `error: cause: cause …`, so a log line says what failed and why.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut chain = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        chain.push_str(": ");
-        chain.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    chain
 }
