@@ -73,10 +73,7 @@ impl RetentionStatements {
         retention: Duration,
         limit: u32,
     ) -> Result<u64, StorageError> {
-        client
-            .execute(&self.delete_dead, &[&micros(retention), &i64::from(limit)])
-            .await
-            .map_err(|e| StorageError::database("deleting expired dead rows", e))
+        batch(client, &self.delete_dead, "deleting expired dead rows", retention, limit, None).await
     }
 
     /// Deletes up to `limit` inbox rows processed more than `retention` ago; returns how
@@ -87,10 +84,7 @@ impl RetentionStatements {
         retention: Duration,
         limit: u32,
     ) -> Result<u64, StorageError> {
-        client
-            .execute(&self.delete_inbox, &[&micros(retention), &i64::from(limit)])
-            .await
-            .map_err(|e| StorageError::database("deleting expired inbox rows", e))
+        batch(client, &self.delete_inbox, "deleting expired inbox rows", retention, limit, None).await
     }
 
     /// Like [`delete_expired_dead`](Self::delete_expired_dead), fenced by `lease`: deletes
@@ -102,11 +96,8 @@ impl RetentionStatements {
         limit: u32,
         lease: &Lease,
     ) -> Result<u64, StorageError> {
-        let [job, owner, term] = fence_params(lease);
-        client
-            .execute(&self.delete_dead_fenced, &[&micros(retention), &i64::from(limit), job, owner, term])
-            .await
-            .map_err(|e| StorageError::database("deleting expired dead rows", e))
+        let what = "deleting expired dead rows";
+        batch(client, &self.delete_dead_fenced, what, retention, limit, Some(lease)).await
     }
 
     /// Like [`delete_expired_inbox`](Self::delete_expired_inbox), fenced by `lease`.
@@ -117,10 +108,24 @@ impl RetentionStatements {
         limit: u32,
         lease: &Lease,
     ) -> Result<u64, StorageError> {
-        let [job, owner, term] = fence_params(lease);
-        client
-            .execute(&self.delete_inbox_fenced, &[&micros(retention), &i64::from(limit), job, owner, term])
-            .await
-            .map_err(|e| StorageError::database("deleting expired inbox rows", e))
+        let what = "deleting expired inbox rows";
+        batch(client, &self.delete_inbox_fenced, what, retention, limit, Some(lease)).await
     }
+}
+
+/// Runs one batch delete; `lease` binds the fence's parameters of a fenced statement.
+async fn batch(
+    client: &impl GenericClient,
+    statement: &str,
+    what: &'static str,
+    retention: Duration,
+    limit: u32,
+    lease: Option<&Lease>,
+) -> Result<u64, StorageError> {
+    let (retention, limit) = (micros(retention), i64::from(limit));
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&retention, &limit];
+    if let Some(lease) = lease {
+        params.extend(fence_params(lease));
+    }
+    client.execute(statement, &params).await.map_err(|e| StorageError::database(what, e))
 }
