@@ -5,7 +5,6 @@
 //! weeks old.
 #![allow(clippy::unwrap_used)] // In test helpers too, a failed unwrap is a failed test.
 
-use std::future::Future;
 use std::time::Duration;
 
 use relayer_cleanup::{Cleanup, CleanupError, CleanupReport, LEASE_JOB};
@@ -13,15 +12,13 @@ use relayer_core::{CleanupOptions, Delivery, NewMessage, Retention, Uuid};
 use relayer_postgres::{
     HeadFailure, LaneStatements, LeaseStatements, OutboxWriter, PgPool, connect_pool, migrate,
 };
-use relayer_test_support::TestDb;
+use relayer_test_support::{TestDb, within};
 use relayer_worker::{Leadership, PassOutcome, WorkerEvent};
 use tokio::sync::broadcast;
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 const DAY: Duration = Duration::from_secs(86_400);
-/// A safety net so a regression that blocks fails instead of hanging; nothing asserts speed.
-const HANG: Duration = Duration::from_secs(120);
 
 async fn setup() -> (TestDb, Client) {
     let db = TestDb::new().await;
@@ -91,10 +88,6 @@ async fn count(client: &Client, db: &TestDb, table: &str) -> i64 {
         .await
         .unwrap()
         .get(0)
-}
-
-async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(HANG, future).await.expect("timed out: something blocked")
 }
 
 /// The next pass outcome (success or failure), skipping `PassStarted`.

@@ -50,6 +50,7 @@
 mod cluster;
 mod container;
 mod server;
+mod wait;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +60,7 @@ use relayer_core::Namespace;
 use tokio_postgres::NoTls;
 
 use crate::server::{Server, Sources};
+pub use crate::wait::{PATIENCE, eventually, within};
 
 /// Table prefix of every test namespace.
 const PREFIX: &str = "relayer_";

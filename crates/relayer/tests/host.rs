@@ -4,22 +4,14 @@
 //! transport; nothing is written by hand.
 #![allow(clippy::unwrap_used)] // In test helpers too, a failed unwrap is a failed test.
 
-use std::future::Future;
 use std::time::Duration;
 
 use relayer::{
     CleanupOptions, DispatcherOptions, NewMessage, Relayer, RelayerBuilder, Retention, StartError,
     SweeperOptions, WorkerKind,
 };
-use relayer_test_support::TestDb;
+use relayer_test_support::{TestDb, within};
 use tokio_postgres::Client;
-
-/// A safety net so a regression that blocks fails instead of hanging; nothing asserts speed.
-const HANG: Duration = Duration::from_secs(60);
-
-async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(HANG, future).await.expect("timed out: the host never got there")
-}
 
 async fn migrated() -> (TestDb, Client) {
     let db = TestDb::new().await;

@@ -2,7 +2,6 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,6 +13,7 @@ use relayer_core::{
 };
 use relayer_dispatcher::Dispatcher;
 use relayer_test_support::TestDb;
+pub(crate) use relayer_test_support::eventually;
 
 /// What a transport accepted: (destination, envelope), in acceptance order. Shared by the
 /// transports of several dispatchers so a test sees every delivery.
@@ -156,19 +156,4 @@ pub(crate) async fn count(client: &tokio_postgres::Client, db: &TestDb, table: &
         .await
         .unwrap()
         .get(0)
-}
-
-/// Waits (up to 30 s, polling) until `condition` holds; panics naming `what` otherwise.
-pub(crate) async fn eventually<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    for _ in 0..600 {
-        if condition().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out after 30 s waiting until {what}");
 }

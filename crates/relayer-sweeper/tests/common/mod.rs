@@ -2,7 +2,6 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,11 +15,9 @@ use relayer_dispatcher::SendPath;
 use relayer_postgres::{PgPool, connect_pool};
 use relayer_sweeper::{LEASE_JOB, SweepReport, Sweeper};
 use relayer_test_support::TestDb;
+pub(crate) use relayer_test_support::{eventually, within};
 use relayer_worker::{Leadership, PassOutcome, WorkerEvent};
 use tokio::sync::{Notify, Semaphore, broadcast};
-
-/// A safety net so a regression that blocks fails instead of hanging; nothing asserts speed.
-pub(crate) const HANG: Duration = Duration::from_secs(60);
 
 /// What the transports accepted: (destination, envelope), in acceptance order. Shared by
 /// the transports of several sweepers so a test sees every delivery.
@@ -190,25 +187,6 @@ pub(crate) async fn count(client: &tokio_postgres::Client, db: &TestDb, table: &
         .await
         .unwrap()
         .get(0)
-}
-
-pub(crate) async fn within<T>(future: impl Future<Output = T>) -> T {
-    tokio::time::timeout(HANG, future).await.expect("timed out: something blocked or never happened")
-}
-
-/// Waits (bounded, polling) until `condition` holds; panics naming `what` otherwise.
-pub(crate) async fn eventually<F, Fut>(what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    for _ in 0..1200 {
-        if condition().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out after 60 s waiting until {what}");
 }
 
 /// The next pass outcome (success or failure), skipping `PassStarted`.
