@@ -130,7 +130,11 @@ impl RelayerHost {
         }
         #[cfg(feature = "queue")]
         if queue_transport {
-            let queue = relayer_queue::PgQueueTransport::new(pool.clone(), &namespace);
+            // Its own pool: a sweeper pass sends while it holds a connection of the host pool
+            // in its transaction, and a pass must never wait for a second connection of the
+            // pool it holds one of (LIF-2) — with one shared connection it would wait forever.
+            let queue_pool = connect_pool(config.clone(), pool_size).await.map_err(StartError::Connect)?;
+            let queue = relayer_queue::PgQueueTransport::new(queue_pool, &namespace);
             registry.register(Arc::new(queue)).map_err(StartError::DuplicateTransport)?;
         }
         let transports = Arc::new(registry);

@@ -123,6 +123,33 @@ async fn a_host_with_a_dispatcher_and_the_queue_transport_delivers_an_enqueued_m
     assert_eq!(count(&client, &db, "outbox").await, 0);
 }
 
+/// LIF-2: a sweeper pass sends while it holds a connection of the host's pool; the queue
+/// transport must not need a second one from that pool, or a pool of one waits forever.
+#[tokio::test]
+async fn a_sweeper_with_the_queue_transport_recovers_on_a_pool_of_one_lif_2() {
+    let (db, mut client) = migrated().await;
+    let sweeper = SweeperOptions::builder()
+        .sweep_interval(Duration::from_millis(100))
+        .recovery_delay(Duration::ZERO)
+        .build()
+        .unwrap();
+    let host = builder(&db).queue_transport().sweeper(sweeper).pool_size(1).start().await.unwrap();
+    for n in 0..3 {
+        enqueue(&mut client, &host, NewMessage::new("queue", "orders", vec![n])).await;
+    }
+    let queue = db.namespace().table("queue");
+    within(async {
+        while count(&client, &db, "outbox").await > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let delivered: i64 =
+        client.query_one(&format!("SELECT count(*) FROM {queue}"), &[]).await.unwrap().get(0);
+    assert_eq!(delivered, 3);
+    host.shutdown().await;
+}
+
 #[tokio::test]
 async fn shutdown_twice_is_harmless_and_releases_the_leases_lif_1() {
     let (db, client) = migrated().await;
