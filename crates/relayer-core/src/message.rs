@@ -145,7 +145,9 @@ impl NewMessage {
     }
 
     /// Puts the message on an ordered lane (LAN-1): delivered strictly after every earlier
-    /// message of the same lane.
+    /// message of the same lane. Transactions writing one lane serialize — a second writer
+    /// of the lane waits until the first commits or rolls back — so a lane's order is its
+    /// commit order; keep such transactions short.
     pub fn lane(mut self, lane: impl Into<String>) -> Self {
         self.lane = Some(lane.into());
         self

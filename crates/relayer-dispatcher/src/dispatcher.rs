@@ -410,8 +410,9 @@ impl Dispatcher {
 /// Why this is safe: the outbox row is the durable record of a message, and every write a
 /// pass makes to it — a claim, a fenced delete, a retry release, a park — only ever moves
 /// toward sending again. If a crash loses such a commit, the row is back as it was and is
-/// sent again: at least once, never lost (DSP-7). WAL is replayed as a prefix, so a lost
-/// commit also loses every later one, which keeps lanes in order. What must be durable
+/// sent again: at least once, never lost (DSP-7). The one exception is a lane head's
+/// delete, which commits durably on its own (`LaneStatements`): losing a run of them would
+/// replay heads after later heads of their lane. What must be durable
 /// is the transport's acceptance, and transports commit on their own connections. Dropping
 /// the flush wait from claims and completions stops them competing with the writers'
 /// commits for WAL flushes (docs/performance.md). Operator actions opt back in through

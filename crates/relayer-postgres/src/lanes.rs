@@ -129,9 +129,14 @@ impl LaneStatements {
                    WHERE lane = owned.lane ORDER BY seq LIMIT 1) h ON true"
             ),
             // Index: lanes_pkey (fence, row-locked so a takeover cannot interleave), outbox_pkey.
+            // Durable even on a connection with `synchronous_commit = off` (the dispatcher's):
+            // `durable` sets it on for this statement's own transaction. A lost head delete
+            // would replay the head after later heads of its lane were sent — out of order —
+            // where a lost unordered delete only replays one message (INVARIANTS LAN-1b).
             accept_head: format!(
-                "WITH owner AS (SELECT lane FROM {lanes} WHERE lane = $1 AND claim_token = $2 FOR UPDATE) \
-                 DELETE FROM {outbox} o USING owner WHERE o.seq = $3 AND o.lane = owner.lane"
+                "WITH durable AS (SELECT set_config('synchronous_commit', 'on', true) AS setting), \
+                 owner AS (SELECT lane FROM {lanes} WHERE lane = $1 AND claim_token = $2 FOR UPDATE) \
+                 DELETE FROM {outbox} o USING owner, durable WHERE o.seq = $3 AND o.lane = owner.lane"
             ),
             // Index: lanes_pkey, outbox_pkey. $6 parks the lane (max_attempts reached): the
             // claim is dropped with the park, the head stays in the outbox.

@@ -20,7 +20,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 use relayer_core::{
-    Delivery, Envelope, Headers, MessageError, MessageId, Namespace, NewMessage, Timestamp, TransportRegistry,
+    Delivery, Envelope, Headers, MessageError, MessageId, Namespace, NewMessage, Timestamp,
+    TransportRegistry, advisory_lock_key,
 };
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::{ToSql, Type};
@@ -88,6 +89,8 @@ pub enum EnqueueError {
 /// ```
 #[derive(Clone, Debug)]
 pub struct OutboxWriter {
+    /// `lane:{schema}.{prefix}:`: a lane's advisory-lock resource is this plus its key.
+    lane_lock_prefix: String,
     insert_notifying: String,
     insert_silent: String,
     notify: bool,
@@ -109,8 +112,17 @@ impl OutboxWriter {
         // wake-up of other processes, delivered by PostgreSQL only when the caller's
         // transaction commits. The `notified` CTE is referenced so it runs, once.
         // Indexes: pkey, outbox_due_idx / outbox_lane_idx / outbox_recovery_idx maintenance only.
+        // Writers of one lane serialize (LAN-1): before any seq is drawn, the statement takes
+        // a transaction-scoped advisory lock per distinct lane key ($10, sorted so two writers
+        // of several lanes cannot deadlock), held until the caller commits. A lane's seq order
+        // is then its commit order: an earlier seq never commits after a later one was sent.
+        // The scalar sub-select is an InitPlan, evaluated once before the insert draws a seq.
         let insert = format!(
-            "WITH inserted AS ( \
+            "WITH locked AS ( \
+               SELECT count(*) AS lanes FROM ( \
+                 SELECT key, pg_advisory_xact_lock(key) FROM ( \
+                   SELECT DISTINCT key FROM unnest($10::int8[]) AS k(key) ORDER BY key) AS keys) AS taken), \
+             inserted AS ( \
                INSERT INTO {outbox} (message_id, transport, destination, body, headers, trace_context, \
                                      lane, deliver_at, visible_at) \
                SELECT m.id, m.transport, m.destination, m.body, m.headers, m.trace_context, m.lane, \
@@ -120,16 +132,18 @@ impl OutboxWriter {
                            $7::text[], $8::timestamptz[], $9::int8[]) WITH ORDINALITY \
                     AS m(id, transport, destination, body, headers, trace_context, lane, deliver_at, \
                          delay_us, ord) \
+               WHERE (SELECT lanes FROM locked) >= 0 \
                ORDER BY m.ord \
                RETURNING seq, message_id)"
         );
         OutboxWriter {
             insert_notifying: format!(
-                "{insert}, notified AS (SELECT pg_notify($10, '') AS done) \
+                "{insert}, notified AS (SELECT pg_notify($11, '') AS done) \
                  SELECT inserted.seq, inserted.message_id FROM inserted, notified ORDER BY inserted.seq"
             ),
             insert_silent: format!("{insert} SELECT seq, message_id FROM inserted ORDER BY seq"),
             channel: notify_channel(namespace),
+            lane_lock_prefix: format!("lane:{}.{}:", namespace.schema(), namespace.prefix()),
             transports: transports.into_iter().map(Into::into).collect(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             notify: true,
@@ -209,7 +223,12 @@ impl OutboxWriter {
             deliver_at.push(at);
             delays.push(after);
         }
-        let params: [(&(dyn ToSql + Sync), Type); 10] = [
+        let lane_keys: Vec<i64> = lanes
+            .iter()
+            .flatten()
+            .map(|lane| advisory_lock_key(&format!("{}{lane}", self.lane_lock_prefix)))
+            .collect();
+        let params: [(&(dyn ToSql + Sync), Type); 11] = [
             (&ids, Type::UUID_ARRAY),
             (&transports, Type::TEXT_ARRAY),
             (&destinations, Type::TEXT_ARRAY),
@@ -219,12 +238,13 @@ impl OutboxWriter {
             (&lanes, Type::TEXT_ARRAY),
             (&deliver_at, Type::TIMESTAMPTZ_ARRAY),
             (&delays, Type::INT8_ARRAY),
+            (&lane_keys, Type::INT8_ARRAY),
             (&self.channel, Type::TEXT),
         ];
         let (statement, params) = if self.notify {
             (&self.insert_notifying, &params[..])
         } else {
-            (&self.insert_silent, &params[..9])
+            (&self.insert_silent, &params[..10])
         };
         let rows = client
             .query_typed(statement, params)

@@ -401,3 +401,53 @@ async fn locked_recovery_skips_held_rows_and_completes_in_its_transaction() {
         .unwrap();
     assert_eq!(retried, (1, Some("broker down".to_owned())));
 }
+
+/// LAN-1: writers of one lane serialize until commit, so a lane's seq order is its commit
+/// order — a later write cannot commit (and be sent) before an earlier, still-open one.
+/// Writers of other lanes, and unordered writers, do not wait.
+#[tokio::test]
+async fn concurrent_writers_of_one_lane_commit_in_seq_order_lan_1() {
+    let (db, mut first) = setup().await;
+    let second = db.connect().await;
+    let other = db.connect().await;
+    let second_pid: i32 = second.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+
+    let tx = first.transaction().await.unwrap();
+    let earlier = writer(&db).enqueue(&tx, &[message(0).lane("order-7")]).await.unwrap();
+    // Another lane and an unordered message go through while the first writer is open.
+    relayer_test_support::within(writer(&db).enqueue(&other, &[message(1).lane("order-8"), message(2)]))
+        .await
+        .unwrap();
+
+    let later = tokio::spawn({
+        let writer = writer(&db);
+        async move {
+            second.batch_execute("BEGIN").await.unwrap();
+            let written = writer.enqueue(&second, &[message(3).lane("order-7")]).await.unwrap();
+            second.batch_execute("COMMIT").await.unwrap();
+            written
+        }
+    });
+    // The second writer of the lane waits on the lane's advisory lock…
+    relayer_test_support::eventually("the second writer of the lane waits for the first", || {
+        let other = &other;
+        async move {
+            let row = other
+                .query_one(
+                    "SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' AND wait_event IS NOT DISTINCT FROM 'advisory' \
+                     FROM pg_stat_activity WHERE pid = $1",
+                    &[&second_pid],
+                )
+                .await
+                .unwrap();
+            row.get::<_, bool>(0)
+        }
+    })
+    .await;
+    assert!(!later.is_finished());
+    // …until the first commits; then it draws a later seq and commits after it.
+    tx.commit().await.unwrap();
+    let later = relayer_test_support::within(later).await.unwrap();
+    assert!(earlier[0].seq < later[0].seq);
+    assert_eq!(count(&first, &db, "outbox").await, 4);
+}
