@@ -90,8 +90,10 @@ pub(crate) async fn work_lane(
                         after: context.options.retry_backoff().delay_after(attempts),
                     }
                 };
-                context.statements.fail_head(client, lane, context.token, head.seq, failure).await?;
-                if park {
+                let recorded =
+                    context.statements.fail_head(client, lane, context.token, head.seq, failure).await?;
+                // Not recorded: the lane claim was taken over; its new owner decides.
+                if park && recorded {
                     tally.parked += 1;
                     tracing::warn!(target: "relayer::dispatcher", lane, seq = head.seq, attempts, error = %text,
                         "lane parked behind a poison head; release or skip it to continue");

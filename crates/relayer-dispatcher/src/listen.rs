@@ -32,7 +32,7 @@ pub(crate) async fn listen(
             Ok(()) => failures = 0,
             Err(error) => {
                 failures = failures.saturating_add(1);
-                tracing::warn!(target: TARGET, %channel, error = %error_chain(&error), failures, "LISTEN connection failed");
+                tracing::warn!(target: TARGET, %channel, error = %error_chain(error.as_ref()), failures, "LISTEN connection failed");
             }
         }
         let wait = if failures == 0 { Duration::from_millis(100) } else { backoff.wait_after(failures) };
@@ -43,14 +43,22 @@ pub(crate) async fn listen(
     }
 }
 
+/// Why a LISTEN session ended other than by shutdown.
+type ListenError = Box<dyn std::error::Error + Send + Sync>;
+
 /// One LISTEN session: returns when the connection ends (an error) or at shutdown.
 async fn listen_once(
     config: &tokio_postgres::Config,
     channel: &str,
     wake: &Arc<Wake>,
     shutdown: &CancellationToken,
-) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+) -> Result<(), ListenError> {
+    // Raced against shutdown, and bounded: an unreachable server must not hold up `run`.
+    let connecting = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls));
+    let (client, mut connection) = tokio::select! {
+        () = shutdown.cancelled() => return Ok(()),
+        connected = connecting => connected.map_err(|_| "connecting timed out")??,
+    };
     let notify = Arc::clone(wake);
     let mut driver = tokio::spawn(async move {
         while let Some(message) = poll_fn(|cx| connection.poll_message(cx)).await {
@@ -58,24 +66,39 @@ async fn listen_once(
                 notify.all();
             }
         }
-        Ok(())
+        Ok::<(), tokio_postgres::Error>(())
     });
     // The channel is a fixed `relayer_` + hex name: safe to splice, quoted anyway.
     let statement = format!("LISTEN \"{channel}\"");
     let listening = tokio::select! {
         result = client.batch_execute(&statement) => result,
-        ended = &mut driver => return ended.unwrap_or(Ok(())),
+        ended = &mut driver => return driver_ended(ended),
     };
     if let Err(error) = listening {
         driver.abort();
-        return Err(error);
+        return Err(error.into());
     }
     tracing::debug!(target: TARGET, %channel, "listening");
     wake.all();
     let ended = tokio::select! {
         () = shutdown.cancelled() => { driver.abort(); Ok(()) }
-        ended = &mut driver => ended.unwrap_or(Ok(())),
+        ended = &mut driver => driver_ended(ended),
     };
     drop(client);
     ended
+}
+
+/// How long opening the LISTEN connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connection driver's end: a closed connection is an error to back off from, and so
+/// is a driver that panicked (never reported as a clean end).
+fn driver_ended(
+    ended: Result<Result<(), tokio_postgres::Error>, tokio::task::JoinError>,
+) -> Result<(), ListenError> {
+    match ended {
+        Ok(Ok(())) => Err("the LISTEN connection closed".into()),
+        Ok(Err(error)) => Err(error.into()),
+        Err(join) => Err(format!("the LISTEN connection driver failed: {join}").into()),
+    }
 }
