@@ -104,7 +104,7 @@ async fn run_in(scratch: &Scratch, rows: usize) -> BenchResult<()> {
     show("recovery boundary");
     recovery.page(&client, 0, boundary, Duration::ZERO, 100).await?;
     show("recovery page, 100 rows from the start");
-    LaneStatements::new(ns).claim(&client, uuid::Uuid::new_v4(), claim, 100, "").await?;
+    LaneStatements::new(ns).claim(&client, uuid::Uuid::new_v4(), claim, 100, "", 400).await?;
     show("lane claim, 100 lanes");
     Ok(())
 }

@@ -346,15 +346,15 @@ impl Dispatcher {
         let token = Uuid::new_v4();
         let after = inner.lane_cursor.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let limit = inner.options.batch_size();
-        let lanes = inner.lanes.claim(client, token, inner.options.claim_duration(), limit, &after).await?;
-        {
-            // Continue after the last lane claimed while lanes fill the limit; wrap otherwise.
-            let mut cursor = inner.lane_cursor.lock().unwrap_or_else(PoisonError::into_inner);
-            *cursor = match lanes.last() {
-                Some(last) if lanes.len() >= limit as usize => last.clone(),
-                _ => String::new(),
-            };
-        }
+        // Visit at most a few batches' worth of lanes per pass: lanes that cannot be claimed
+        // (parked, scheduled, backing off) must not make a pass O(lanes).
+        let visit_cap = limit.saturating_mul(LANE_VISITS_PER_CLAIM);
+        let claim = inner
+            .lanes
+            .claim(client, token, inner.options.claim_duration(), limit, &after, visit_cap)
+            .await?;
+        *inner.lane_cursor.lock().unwrap_or_else(PoisonError::into_inner) = claim.resume_after;
+        let lanes = claim.lanes;
         if lanes.is_empty() {
             return Ok(());
         }
@@ -438,6 +438,9 @@ async fn durable_transaction<'c>(
         .map_err(|e| StorageError::database(what, e))?;
     Ok(tx)
 }
+
+/// How many lanes a lane claim may visit per lane it may claim.
+const LANE_VISITS_PER_CLAIM: u32 = 4;
 
 /// Which kind of work a pass loop does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -57,6 +57,15 @@ pub enum HeadFailure<'a> {
     },
 }
 
+/// The outcome of a lane claim.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LaneClaim {
+    /// The lanes now owned, in key order.
+    pub lanes: Vec<String>,
+    /// The lane key after which the next claim starts (`""`: from the first lane again).
+    pub resume_after: String,
+}
+
 /// A parked lane, as operators see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParkedLane {
@@ -95,29 +104,38 @@ impl LaneStatements {
         LaneStatements {
             // Index: outbox_lane_idx ((lane, seq) INCLUDE (visible_at) WHERE lane IS NOT NULL),
             // walked as a skip scan: one index descent per distinct lane after $4, stopping
-            // once $3 free due heads are found; lanes_pkey for ownership and the upsert.
-            // The upsert succeeds only for lanes neither parked nor held by a live claim,
-            // so two dispatchers never own one lane.
+            // once $3 free due heads are found or $5 lanes were visited (so lanes that cannot
+            // be claimed — parked, scheduled, backing off — cost O($5), never O(lanes));
+            // lanes_pkey for ownership and the upsert. The upsert succeeds only for lanes
+            // neither parked nor held by a live claim, so two dispatchers never own one lane.
+            // Besides the claimed lanes, one row with `visited` set says where the next pass
+            // resumes when the visit cap, not the end of the lanes, stopped this one.
             claim: format!(
                 "WITH RECURSIVE heads AS ( \
-                   (SELECT lane, seq, visible_at FROM {outbox} \
+                   (SELECT lane, seq, visible_at, 1 AS depth FROM {outbox} \
                     WHERE lane IS NOT NULL AND lane > $4 ORDER BY lane, seq LIMIT 1) \
                    UNION ALL \
-                   SELECT next.lane, next.seq, next.visible_at FROM heads, LATERAL ( \
+                   SELECT next.lane, next.seq, next.visible_at, heads.depth + 1 FROM heads, LATERAL ( \
                      SELECT lane, seq, visible_at FROM {outbox} \
-                     WHERE lane IS NOT NULL AND lane > heads.lane ORDER BY lane, seq LIMIT 1) next), \
+                     WHERE lane IS NOT NULL AND lane > heads.lane ORDER BY lane, seq LIMIT 1) next \
+                   WHERE heads.depth < $5), \
                  candidates AS ( \
                    SELECT heads.lane FROM heads \
                    WHERE heads.visible_at <= now() \
                      AND NOT EXISTS (SELECT 1 FROM {lanes} l WHERE l.lane = heads.lane \
                                      AND (l.parked_at IS NOT NULL OR l.claimed_until > now())) \
-                   LIMIT $3) \
-                 INSERT INTO {lanes} AS l (lane, claim_token, claimed_until) \
-                 SELECT lane, $1, now() + $2::int8 * interval '1 microsecond' FROM candidates \
-                 ON CONFLICT (lane) DO UPDATE \
-                   SET claim_token = excluded.claim_token, claimed_until = excluded.claimed_until \
-                   WHERE l.parked_at IS NULL AND (l.claimed_until IS NULL OR l.claimed_until <= now()) \
-                 RETURNING l.lane"
+                   LIMIT $3), \
+                 claimed AS ( \
+                   INSERT INTO {lanes} AS l (lane, claim_token, claimed_until) \
+                   SELECT lane, $1, now() + $2::int8 * interval '1 microsecond' FROM candidates \
+                   ON CONFLICT (lane) DO UPDATE \
+                     SET claim_token = excluded.claim_token, claimed_until = excluded.claimed_until \
+                     WHERE l.parked_at IS NULL AND (l.claimed_until IS NULL OR l.claimed_until <= now()) \
+                   RETURNING l.lane) \
+                 SELECT lane, NULL::text AS visited FROM claimed \
+                 UNION ALL \
+                 SELECT NULL, (SELECT lane FROM heads WHERE depth = $5) \
+                 WHERE (SELECT count(*) FROM claimed) < $3 AND EXISTS (SELECT 1 FROM heads WHERE depth = $5)"
             ),
             // Index: lanes_pkey (renewal, fenced by token), outbox_lane_idx (head).
             head: format!(
@@ -212,8 +230,9 @@ impl LaneStatements {
     }
 
     /// Claims up to `limit` lanes whose head is due and which are neither parked nor held,
-    /// scanning lane keys after `after` (`""` from the start), for `claim`. Returns the
-    /// lanes now owned under `token`, in key order.
+    /// scanning lane keys after `after` (`""` from the start) and visiting at most
+    /// `visit_cap` lanes, for `claim`. Returns the lanes now owned under `token`, in key
+    /// order, and where the next claim should resume.
     pub async fn claim(
         &self,
         client: &impl GenericClient,
@@ -221,18 +240,39 @@ impl LaneStatements {
         claim: Duration,
         limit: u32,
         after: &str,
-    ) -> Result<Vec<String>, StorageError> {
-        let (claim_us, limit) = (micros(claim), i64::from(limit));
+        visit_cap: u32,
+    ) -> Result<LaneClaim, StorageError> {
+        let (claim_us, limit_rows, cap) = (micros(claim), i64::from(limit), i64::from(visit_cap.max(1)));
         let rows = client
             .query_typed(
                 &self.claim,
-                &[(&token, Type::UUID), (&claim_us, Type::INT8), (&limit, Type::INT8), (&after, Type::TEXT)],
+                &[
+                    (&token, Type::UUID),
+                    (&claim_us, Type::INT8),
+                    (&limit_rows, Type::INT8),
+                    (&after, Type::TEXT),
+                    (&cap, Type::INT8),
+                ],
             )
             .await
             .map_err(|e| StorageError::database("claiming lanes", e))?;
-        let mut lanes: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+        let mut lanes = Vec::new();
+        let mut visited_to = None;
+        for row in &rows {
+            match (row.get::<_, Option<String>>(0), row.get::<_, Option<String>>(1)) {
+                (Some(lane), _) => lanes.push(lane),
+                (None, visited) => visited_to = visited,
+            }
+        }
         lanes.sort();
-        Ok(lanes)
+        // Resume after the last lane claimed while claims fill the limit, after the last
+        // lane visited when the cap stopped the walk, and from the start otherwise.
+        let resume_after = match (lanes.last(), visited_to) {
+            (Some(last), _) if lanes.len() >= limit as usize => last.clone(),
+            (_, Some(visited)) => visited,
+            _ => String::new(),
+        };
+        Ok(LaneClaim { lanes, resume_after })
     }
 
     /// Renews the claim on `lane` for `claim` and reads its head.

@@ -24,7 +24,7 @@ mod store;
 
 pub use error::{StorageError, StorageErrorKind};
 pub use instances::{InstanceSettings, InstanceStatements};
-pub use lanes::{HeadFailure, LaneHead, LaneStatements, ParkedLane};
+pub use lanes::{HeadFailure, LaneClaim, LaneHead, LaneStatements, ParkedLane};
 pub use leases::{Lease, LeaseStatements};
 pub use migrate::{MigrationReport, current_version, migrate, migration_lock_resource, verify_schema};
 pub use outbox::{
