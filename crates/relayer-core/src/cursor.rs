@@ -58,6 +58,19 @@ impl ScanWindow {
     }
 }
 
+/// What one recovery scan of a window found: the eligible `seq`s (ascending, at most a
+/// batch), and — when the scan stopped at its cap of rows read before it filled the batch —
+/// the last `seq` it read, so the cursor moves past rows that are pending but not eligible
+/// (young, scheduled, backing off) instead of reading them again on every pass.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryPage {
+    /// Recovery-eligible `seq`s, ascending.
+    pub eligible: Vec<i64>,
+    /// The last `seq` read when the scan's row cap stopped it; `None` when the scan ended
+    /// at the batch or at the window's end.
+    pub scanned_up_to: Option<i64>,
+}
+
 /// What the next pass must do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PassPlan {
@@ -122,14 +135,32 @@ impl KeysetCursor {
     /// eligible is left in the window, so the cursor wraps; so does a page that reached the
     /// boundary. `seq`s outside the window are ignored, and the cursor never moves back.
     pub fn record_page(&mut self, seqs: &[i64], batch_size: usize) -> PageEnd {
+        self.advance(seqs, batch_size, None)
+    }
+
+    /// Records a capped scan (see [`RecoveryPage`]). Like [`record_page`](Self::record_page),
+    /// except that a short page whose scan stopped at its row cap below the boundary moves
+    /// `after` to the last `seq` read instead of wrapping: the window is not exhausted, only
+    /// this pass's share of it. Each pass therefore reads a bounded number of rows, and every
+    /// row of the window is still reached within the traversal.
+    pub fn record_scan(&mut self, page: &RecoveryPage, batch_size: usize) -> PageEnd {
+        self.advance(&page.eligible, batch_size, page.scanned_up_to)
+    }
+
+    fn advance(&mut self, seqs: &[i64], batch_size: usize, scanned_up_to: Option<i64>) -> PageEnd {
         let Some(window) = self.window else {
             // No traversal under way: there is nothing to advance.
             return PageEnd::Wrapped;
         };
         let last_seen = seqs.iter().copied().filter(|seq| window.contains(*seq)).max();
-        match last_seen {
-            Some(last) if seqs.len() >= batch_size && last < window.up_to => {
+        let read_to = scanned_up_to.filter(|seq| window.contains(*seq)).max(last_seen);
+        match (last_seen, read_to) {
+            (Some(last), _) if seqs.len() >= batch_size && last < window.up_to => {
                 self.window = Some(ScanWindow { after: last, up_to: window.up_to });
+                PageEnd::More
+            }
+            (_, Some(read)) if scanned_up_to.is_some() && read < window.up_to => {
+                self.window = Some(ScanWindow { after: read, up_to: window.up_to });
                 PageEnd::More
             }
             _ => {
@@ -143,6 +174,34 @@ impl KeysetCursor {
     /// when leadership is lost or a pass fails before its page was recorded.
     pub fn reset(&mut self) {
         self.window = None;
+    }
+}
+
+#[cfg(test)]
+mod capped_scan_tests {
+    use super::*;
+
+    #[test]
+    fn a_capped_short_page_moves_past_what_it_read_instead_of_wrapping() {
+        let mut cursor = KeysetCursor::new();
+        cursor.begin_traversal(Some(1_000));
+        let page = RecoveryPage { eligible: vec![7], scanned_up_to: Some(400) };
+        assert_eq!(cursor.record_scan(&page, 100), PageEnd::More);
+        assert_eq!(cursor.window(), Some(ScanWindow { after: 400, up_to: 1_000 }));
+        // A cap that reads to the boundary, or no cap at all, ends the traversal.
+        let page = RecoveryPage { eligible: vec![], scanned_up_to: Some(1_000) };
+        assert_eq!(cursor.record_scan(&page, 100), PageEnd::Wrapped);
+        cursor.begin_traversal(Some(1_000));
+        assert_eq!(cursor.record_scan(&RecoveryPage::default(), 100), PageEnd::Wrapped);
+    }
+
+    #[test]
+    fn a_full_page_advances_to_its_last_eligible_seq_whatever_the_cap() {
+        let mut cursor = KeysetCursor::new();
+        cursor.begin_traversal(Some(1_000));
+        let page = RecoveryPage { eligible: vec![5, 9], scanned_up_to: None };
+        assert_eq!(cursor.record_scan(&page, 2), PageEnd::More);
+        assert_eq!(cursor.window(), Some(ScanWindow { after: 9, up_to: 1_000 }));
     }
 }
 

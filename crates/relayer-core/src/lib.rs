@@ -47,7 +47,7 @@ pub use uuid::Uuid;
 
 // Pure policy: backoff, cursor, durations, eligibility, options.
 pub use backoff::{PassBackoff, RetryBackoff};
-pub use cursor::{KeysetCursor, PageEnd, PassPlan, ScanWindow};
+pub use cursor::{KeysetCursor, PageEnd, PassPlan, RecoveryPage, ScanWindow};
 pub use duration::{DurationError, HumanDuration, Retention};
 pub use eligibility::{
     BreakerState, CircuitBreaker, DeadLetterAction, DeadLetterDecision, DeadLetterPolicy, DeadLetterRow,

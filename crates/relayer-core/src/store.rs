@@ -51,7 +51,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::cursor::ScanWindow;
+use crate::cursor::{RecoveryPage, ScanWindow};
 use crate::eligibility::RetentionTable;
 use crate::message::Envelope;
 use crate::time::Timestamp;
@@ -128,13 +128,14 @@ pub trait ScanRecovery: Store {
     async fn highest_pending_unordered(&self) -> Result<Option<i64>, Self::Error>;
 
     /// Up to `limit` recovery-eligible `seq`s in `window`, ascending: unordered, due, and
-    /// at least `recovery_delay` old.
+    /// at least `recovery_delay` old — reading a bounded number of rows of the window, and
+    /// saying how far it read when that bound stopped it ([`RecoveryPage`]).
     async fn recovery_page(
         &self,
         window: ScanWindow,
         recovery_delay: Duration,
         limit: u32,
-    ) -> Result<Vec<i64>, Self::Error>;
+    ) -> Result<RecoveryPage, Self::Error>;
 }
 
 /// Retention deletes (RET-1..3): retention cleanup.

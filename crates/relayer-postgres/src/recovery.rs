@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use relayer_core::Namespace;
+use relayer_core::{Namespace, RecoveryPage};
 use tokio_postgres::GenericClient;
 
 use crate::error::StorageError;
@@ -29,18 +29,28 @@ impl RecoveryStatements {
         RecoveryStatements {
             // Backward scan of outbox_recovery_idx: one index page.
             highest_pending: format!("SELECT max(seq) FROM {outbox} WHERE lane IS NULL"),
-            // Range scan of outbox_recovery_idx; visible_at and created_at are filtered from the index.
+            // Range scan of outbox_recovery_idx in seq order, reading at most $5 rows of the
+            // window (visible_at and created_at come from the index): a pass costs O(batch)
+            // even when the window is full of pending rows that are not eligible — young,
+            // scheduled, backing off. When the batch is not filled within those rows, a last
+            // row (`capped`) says how far the scan read, and the cursor moves past it.
             // The uncorrelated guard is an InitPlan the executor evaluates once, as a one-time
             // filter, before any scan: when no unordered row is visible at all (an idle pass),
             // it costs one descent of outbox_due_idx and the window is never walked, whatever
             // plan stale statistics chose for the scan (docs/performance.md, Maintenance).
             page: format!(
-                "SELECT seq FROM {outbox} \
-                 WHERE lane IS NULL AND seq > $1 AND seq <= $2 \
-                   AND visible_at <= now() \
-                   AND created_at <= now() - ($3::bigint * interval '1 microsecond') \
-                   AND (SELECT min(visible_at) FROM {outbox} WHERE lane IS NULL) <= now() \
-                 ORDER BY seq LIMIT $4"
+                "WITH scanned AS ( \
+                   SELECT seq, visible_at <= now() \
+                               AND created_at <= now() - ($3::bigint * interval '1 microsecond') AS eligible \
+                   FROM {outbox} \
+                   WHERE lane IS NULL AND seq > $1 AND seq <= $2 \
+                     AND (SELECT min(visible_at) FROM {outbox} WHERE lane IS NULL) <= now() \
+                   ORDER BY seq LIMIT $5), \
+                 page AS (SELECT seq FROM scanned WHERE eligible ORDER BY seq LIMIT $4) \
+                 SELECT seq, false AS capped FROM page \
+                 UNION ALL \
+                 SELECT max(seq), true FROM scanned \
+                 WHERE (SELECT count(*) FROM page) < $4 HAVING count(*) >= $5"
             ),
         }
     }
@@ -58,7 +68,8 @@ impl RecoveryStatements {
         Ok(row.get(0))
     }
 
-    /// Up to `limit` recovery-eligible `seq`s in `(after, up_to]`, ascending.
+    /// Up to `limit` recovery-eligible `seq`s in `(after, up_to]`, ascending, reading at
+    /// most [`SCAN_ROWS_PER_ELIGIBLE`] × `limit` rows of the window.
     pub async fn page(
         &self,
         client: &impl GenericClient,
@@ -66,15 +77,28 @@ impl RecoveryStatements {
         up_to: i64,
         recovery_delay: Duration,
         limit: u32,
-    ) -> Result<Vec<i64>, StorageError> {
+    ) -> Result<RecoveryPage, StorageError> {
         let delay = micros(recovery_delay);
+        let (limit, cap) = (i64::from(limit), i64::from(limit).saturating_mul(SCAN_ROWS_PER_ELIGIBLE));
         let rows = client
-            .query(&self.page, &[&after, &up_to, &delay, &i64::from(limit)])
+            .query(&self.page, &[&after, &up_to, &delay, &limit, &cap])
             .await
             .map_err(|e| StorageError::database("reading a recovery page", e))?;
-        Ok(rows.iter().map(|row| row.get(0)).collect())
+        let mut page = RecoveryPage::default();
+        for row in &rows {
+            let seq: i64 = row.get(0);
+            if row.get::<_, bool>(1) {
+                page.scanned_up_to = Some(seq);
+            } else {
+                page.eligible.push(seq);
+            }
+        }
+        Ok(page)
     }
 }
+
+/// How many rows of its window a recovery page may read per eligible row it may return.
+pub const SCAN_ROWS_PER_ELIGIBLE: i64 = 50;
 
 /// A duration in whole microseconds for SQL (`$n::bigint * interval '1 microsecond'`),
 /// saturating far beyond any validated option.

@@ -15,7 +15,7 @@ use relayer_core::store::{
     ClaimOutbox, ClaimedMessage, CompleteOutbox, Completion, CompletionReport, DeleteExpired, HoldLease,
     Lease, LockOutbox, ScanRecovery, Store, StoreError,
 };
-use relayer_core::{RetentionTable, ScanWindow};
+use relayer_core::{RecoveryPage, RetentionTable, ScanWindow};
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
@@ -120,7 +120,7 @@ impl<C: GenericClient + Sync> ScanRecovery for PgStore<'_, C, RecoveryStatements
         window: ScanWindow,
         recovery_delay: Duration,
         limit: u32,
-    ) -> Result<Vec<i64>, StorageError> {
+    ) -> Result<RecoveryPage, StorageError> {
         self.statements.page(self.client, window.after, window.up_to, recovery_delay, limit).await
     }
 }

@@ -115,7 +115,7 @@ fn recovery_sql_selects_exactly_the_pure_eligible_rows() {
                     }
                 }
                 expected.sort_unstable();
-                let selected = statements.page(tx, 0, i64::MAX, delay, 10_000).await.unwrap();
+                let selected = statements.page(tx, 0, i64::MAX, delay, 10_000).await.unwrap().eligible;
                 let boundary = statements.highest_pending_unordered(tx).await.unwrap();
                 tx.batch_execute("ROLLBACK").await.unwrap();
                 prop_assert_eq!(selected, expected);
@@ -226,4 +226,37 @@ async fn a_retention_batch_never_exceeds_its_limit_even_after_an_empty_first_run
     for _ in 0..3 {
         assert_eq!(statements.delete_expired_inbox(&client, week, 100).await.unwrap(), 100);
     }
+}
+
+/// NS-5: a recovery page reads at most `SCAN_ROWS_PER_ELIGIBLE × limit` rows of its window.
+/// A window full of pending rows that are not eligible (here: younger than the recovery
+/// delay) yields no row but says how far it read, so the cursor moves past them.
+#[tokio::test]
+async fn a_recovery_page_reads_a_bounded_share_of_its_window() {
+    use relayer_core::NewMessage;
+    use relayer_postgres::recovery::SCAN_ROWS_PER_ELIGIBLE;
+
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    migrate(&mut client, db.namespace()).await.unwrap();
+    let writer = relayer_postgres::OutboxWriter::new(db.namespace(), ["t"]);
+    let messages: Vec<NewMessage> = (0u8..250).map(|n| NewMessage::new("t", "d", vec![n])).collect();
+    let written = writer.enqueue(&client, &messages).await.unwrap();
+    let statements = RecoveryStatements::new(db.namespace());
+    let hour = Duration::from_secs(3600);
+    let limit = 2u32;
+    let cap = usize::try_from(SCAN_ROWS_PER_ELIGIBLE).unwrap() * limit as usize;
+
+    let young = statements.page(&client, 0, i64::MAX, hour, limit).await.unwrap();
+    assert!(young.eligible.is_empty());
+    assert_eq!(young.scanned_up_to, Some(written[cap - 1].seq), "stopped after {cap} rows");
+    // From there, the rest of the window; the last share ends below the cap: no marker.
+    let rest = statements.page(&client, written[cap - 1].seq, i64::MAX, hour, limit).await.unwrap();
+    assert_eq!(rest.scanned_up_to, Some(written[2 * cap - 1].seq));
+    let last = statements.page(&client, written[2 * cap - 1].seq, i64::MAX, hour, limit).await.unwrap();
+    assert_eq!(last, relayer_core::RecoveryPage::default());
+    // Eligible rows fill the batch before the cap: no marker either.
+    let due = statements.page(&client, 0, i64::MAX, Duration::ZERO, limit).await.unwrap();
+    assert_eq!(due.eligible, vec![written[0].seq, written[1].seq]);
+    assert_eq!(due.scanned_up_to, None);
 }

@@ -126,7 +126,8 @@ impl SweepPass {
         };
         if let Some(window) = window {
             let batch_size = self.options.batch_size();
-            let page = recovery.recovery_page(window, self.options.recovery_delay(), batch_size).await?;
+            let scan = recovery.recovery_page(window, self.options.recovery_delay(), batch_size).await?;
+            let page = &scan.eligible;
             if shutdown.is_cancelled() && !page.is_empty() {
                 // Nothing claimed or sent: roll back and leave the cursor where it was.
                 report.stopped_early = true;
@@ -136,9 +137,9 @@ impl SweepPass {
                 return Ok(report);
             }
             report.scanned = page.len() as u64;
-            report.wrapped = cursor.record_page(&page, usize::try_from(batch_size).unwrap_or(usize::MAX))
+            report.wrapped = cursor.record_scan(&scan, usize::try_from(batch_size).unwrap_or(usize::MAX))
                 == PageEnd::Wrapped;
-            self.recover(&outbox, &page, &mut report).await?;
+            self.recover(&outbox, page, &mut report).await?;
         }
 
         if let Some(lease) = &lease {
