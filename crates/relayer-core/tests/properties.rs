@@ -822,3 +822,49 @@ proptest! {
         prop_assert_eq!(table.matches('"').count(), 4);
     }
 }
+
+proptest! {
+    /// SWP-3 with capped scans (NS-5): each pass reads at most `cap` rows of the window and
+    /// returns up to `batch` eligible ones, reporting how far it read when the cap stopped it.
+    /// Every row eligible for the whole traversal is still visited, within
+    /// ⌈eligible/batch⌉ + ⌈rows/cap⌉ + 1 passes, and no pass reads more than `cap` rows.
+    #[test]
+    fn capped_scans_visit_every_eligible_row_within_bounded_passes_swp_3(
+        eligible in prop::collection::vec(any::<bool>(), 1..300),
+        batch in 1usize..20,
+        cap_factor in 1usize..6,
+    ) {
+        let cap = batch * cap_factor;
+        let seqs: Vec<i64> = (1i64..).take(eligible.len()).collect();
+        let mut cursor = relayer_core::KeysetCursor::new();
+        cursor.begin_traversal(seqs.last().copied());
+        let mut visited = BTreeSet::new();
+        let mut passes = 0usize;
+        let bound = eligible.iter().filter(|e| **e).count().div_ceil(batch) + seqs.len().div_ceil(cap) + 1;
+        while let Some(window) = cursor.window() {
+            passes += 1;
+            prop_assert!(passes <= bound, "{passes} passes exceed the bound {bound}");
+            let mut page = relayer_core::RecoveryPage::default();
+            let mut read = 0usize;
+            for (seq, is_eligible) in seqs.iter().zip(&eligible).filter(|(seq, _)| window.contains(**seq)) {
+                if page.eligible.len() == batch {
+                    break;
+                }
+                if read == cap {
+                    page.scanned_up_to = page.eligible.last().copied().max(Some(seq - 1));
+                    break;
+                }
+                read += 1;
+                if *is_eligible {
+                    page.eligible.push(*seq);
+                }
+            }
+            prop_assert!(read <= cap);
+            visited.extend(page.eligible.iter().copied());
+            cursor.record_scan(&page, batch);
+        }
+        let expected: BTreeSet<i64> =
+            seqs.iter().zip(&eligible).filter(|(_, e)| **e).map(|(seq, _)| *seq).collect();
+        prop_assert_eq!(visited, expected);
+    }
+}
