@@ -91,12 +91,21 @@ pub enum EnqueueError {
 pub struct OutboxWriter {
     /// `lane:{schema}.{prefix}:`: a lane's advisory-lock resource is this plus its key.
     lane_lock_prefix: String,
-    insert_notifying: String,
-    insert_silent: String,
+    /// The insert for batches without lane rows.
+    unordered: InsertStatements,
+    /// The insert for batches with lane rows: it takes the lanes' locks first.
+    ordered: InsertStatements,
     notify: bool,
     channel: String,
     transports: BTreeSet<String>,
     max_body_bytes: usize,
+}
+
+/// One rendering of the enqueue statement, with and without the NOTIFY.
+#[derive(Clone, Debug)]
+struct InsertStatements {
+    notifying: String,
+    silent: String,
 }
 
 impl OutboxWriter {
@@ -117,31 +126,46 @@ impl OutboxWriter {
         // of several lanes cannot deadlock), held until the caller commits. A lane's seq order
         // is then its commit order: an earlier seq never commits after a later one was sent.
         // The scalar sub-select is an InitPlan, evaluated once before the insert draws a seq.
-        let insert = format!(
-            "WITH locked AS ( \
-               SELECT count(*) AS lanes FROM ( \
-                 SELECT key, pg_advisory_xact_lock(key) FROM ( \
-                   SELECT DISTINCT key FROM unnest($10::int8[]) AS k(key) ORDER BY key) AS keys) AS taken), \
-             inserted AS ( \
-               INSERT INTO {outbox} (message_id, transport, destination, body, headers, trace_context, \
-                                     lane, deliver_at, visible_at) \
-               SELECT m.id, m.transport, m.destination, m.body, m.headers, m.trace_context, m.lane, \
-                      coalesce(m.deliver_at, now() + m.delay_us * interval '1 microsecond'), \
-                      coalesce(m.deliver_at, now() + m.delay_us * interval '1 microsecond', now()) \
-               FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::jsonb[], $6::text[], \
-                           $7::text[], $8::timestamptz[], $9::int8[]) WITH ORDINALITY \
-                    AS m(id, transport, destination, body, headers, trace_context, lane, deliver_at, \
-                         delay_us, ord) \
-               WHERE (SELECT lanes FROM locked) >= 0 \
-               ORDER BY m.ord \
-               RETURNING seq, message_id)"
-        );
+        // Only a batch with lane rows pays for the lock (`locked`), and only a notifying
+        // writer for the NOTIFY: four renderings of one statement, chosen per call.
+        let insert = |lanes: bool| {
+            let (locked, gate) = if lanes {
+                (
+                    "WITH locked AS ( \
+                       SELECT count(*) AS lanes FROM ( \
+                         SELECT key, pg_advisory_xact_lock(key) FROM ( \
+                           SELECT DISTINCT key FROM unnest($10::int8[]) AS k(key) ORDER BY key) AS keys) AS taken), ",
+                    "WHERE (SELECT lanes FROM locked) >= 0",
+                )
+            } else {
+                ("WITH ", "")
+            };
+            let inserted = format!(
+                "{locked}inserted AS ( \
+                   INSERT INTO {outbox} (message_id, transport, destination, body, headers, trace_context, \
+                                         lane, deliver_at, visible_at) \
+                   SELECT m.id, m.transport, m.destination, m.body, m.headers, m.trace_context, m.lane, \
+                          coalesce(m.deliver_at, now() + m.delay_us * interval '1 microsecond'), \
+                          coalesce(m.deliver_at, now() + m.delay_us * interval '1 microsecond', now()) \
+                   FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::jsonb[], $6::text[], \
+                               $7::text[], $8::timestamptz[], $9::int8[]) WITH ORDINALITY \
+                        AS m(id, transport, destination, body, headers, trace_context, lane, deliver_at, \
+                             delay_us, ord) \
+                   {gate} \
+                   ORDER BY m.ord \
+                   RETURNING seq, message_id)"
+            );
+            InsertStatements {
+                notifying: format!(
+                    "{inserted}, notified AS (SELECT pg_notify($11::text, '') AS done) \
+                     SELECT inserted.seq, inserted.message_id FROM inserted, notified ORDER BY inserted.seq"
+                ),
+                silent: format!("{inserted} SELECT seq, message_id FROM inserted ORDER BY seq"),
+            }
+        };
         OutboxWriter {
-            insert_notifying: format!(
-                "{insert}, notified AS (SELECT pg_notify($11, '') AS done) \
-                 SELECT inserted.seq, inserted.message_id FROM inserted, notified ORDER BY inserted.seq"
-            ),
-            insert_silent: format!("{insert} SELECT seq, message_id FROM inserted ORDER BY seq"),
+            unordered: insert(false),
+            ordered: insert(true),
             channel: notify_channel(namespace),
             lane_lock_prefix: format!("lane:{}.{}:", namespace.schema(), namespace.prefix()),
             transports: transports.into_iter().map(Into::into).collect(),
@@ -241,13 +265,10 @@ impl OutboxWriter {
             (&lane_keys, Type::INT8_ARRAY),
             (&self.channel, Type::TEXT),
         ];
-        let (statement, params) = if self.notify {
-            (&self.insert_notifying, &params[..])
-        } else {
-            (&self.insert_silent, &params[..10])
-        };
+        let statements = if lane_keys.is_empty() { &self.unordered } else { &self.ordered };
+        let statement = if self.notify { &statements.notifying } else { &statements.silent };
         let rows = client
-            .query_typed(statement, params)
+            .query_typed(statement, if self.notify { &params[..] } else { &params[..10] })
             .await
             .map_err(|e| StorageError::database(format!("enqueueing {count} messages"), e))?;
         Ok(rows
