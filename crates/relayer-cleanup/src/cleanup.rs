@@ -232,9 +232,18 @@ impl CleanupPass {
         if let (Some(lease), Leadership::Lease { lease_duration, .. }) = (&lease, &self.leadership) {
             // Expiry restarts when the pass completes (LDR-2).
             if PgStore::new(&*client, &self.leases).renew(lease, *lease_duration).await?.is_none() {
-                report.lease_lost = true;
-                tracing::warn!(target: "relayer::cleanup", namespace = %self.namespace, job = %lease.job,
-                    term = lease.term, "the cleanup lease was lost during the pass; another instance leads");
+                // Not renewed: either another instance took the lease, or a contender was
+                // probing the row at that instant (the renewal skips a locked row rather than
+                // wait). Only a changed owner or term is a loss.
+                let current = self.leases.current(&*client, &lease.job).await?;
+                if current.is_some_and(|now| now.owner == lease.owner && now.term == lease.term) {
+                    tracing::debug!(target: "relayer::cleanup", namespace = %self.namespace, job = %lease.job,
+                        "the lease row was busy; its renewal waits for the next pass");
+                } else {
+                    report.lease_lost = true;
+                    tracing::warn!(target: "relayer::cleanup", namespace = %self.namespace, job = %lease.job,
+                        term = lease.term, "the cleanup lease was lost during the pass; another instance leads");
+                }
             }
         }
         if report.dead_deleted > 0 || report.inbox_deleted > 0 {
