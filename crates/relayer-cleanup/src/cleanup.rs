@@ -283,19 +283,6 @@ impl Pass for CleanupPass {
 
     async fn stopped(&self) {
         let Leadership::Lease { job, owner, .. } = &self.leadership else { return };
-        let released = match self.pool.get().await {
-            Ok(conn) => {
-                PgStore::new(&*conn, &self.leases).release(job, owner).await.map_err(|e| e.to_string())
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        match released {
-            Ok(true) => tracing::info!(target: "relayer::cleanup", namespace = %self.namespace, job, owner,
-                "released the cleanup lease"),
-            Ok(false) => {}
-            // It expires by itself; another instance waits out the rest of it.
-            Err(cause) => tracing::warn!(target: "relayer::cleanup", namespace = %self.namespace, job, owner,
-                %cause, "could not release the cleanup lease"),
-        }
+        self.leases.release_at_shutdown(&self.pool, job, owner).await;
     }
 }

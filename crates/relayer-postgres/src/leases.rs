@@ -27,6 +27,7 @@ use relayer_core::{Namespace, Timestamp, advisory_lock_key};
 use tokio_postgres::GenericClient;
 
 use crate::error::StorageError;
+use crate::pool::PgPool;
 use crate::recovery::micros;
 
 // Pure data, defined in the core crate next to the `HoldLease` trait; re-exported so
@@ -189,6 +190,26 @@ impl LeaseStatements {
                 StorageError::database(format!("renewing lease {:?} for {:?}", lease.job, lease.owner), e)
             })?;
         Ok(row.map(|row| Lease { expires_at: timestamp(row.get(0)), ..lease.clone() }))
+    }
+
+    /// Releases `owner`'s lease on `job` when a worker stops (LIF-1), on a connection of
+    /// `pool`, and logs the outcome: a failure is logged, not returned, since shutdown goes
+    /// on and the lease then simply expires.
+    pub async fn release_at_shutdown(&self, pool: &PgPool, job: &str, owner: &str) {
+        let released = match pool.get().await {
+            Ok(connection) => self.release(&*connection, job, owner).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let namespace = &self.namespace;
+        match released {
+            Ok(true) => {
+                tracing::info!(target: "relayer::lease", %namespace, job, owner, "released the lease");
+            }
+            Ok(false) => {}
+            // It expires by itself; another instance waits out the rest of it.
+            Err(cause) => tracing::warn!(target: "relayer::lease", %namespace, job, owner, %cause,
+                "could not release the lease; it will expire"),
+        }
     }
 
     /// Ends `owner`'s lease on `job` now, for graceful shutdown: another instance can lead on
