@@ -9,7 +9,8 @@
 use std::future::poll_fn;
 use std::time::Duration;
 
-use relayer_core::{Delivery, NewMessage};
+use relayer_core::store::PageRequest;
+use relayer_core::{Delivery, NewMessage, PassPlan};
 use relayer_postgres::recovery::RecoveryStatements;
 use relayer_postgres::{Completion, LaneStatements, OutboxStatements, OutboxWriter};
 use tokio_postgres::{AsyncMessage, NoTls};
@@ -100,10 +101,16 @@ async fn run_in(scratch: &Scratch, rows: usize) -> BenchResult<()> {
     outbox.complete(&client, token, &completion).await?;
     show(&format!("complete {} rows: half deleted, half released", completion.len()));
     let recovery = RecoveryStatements::new(ns);
-    let boundary = recovery.highest_pending_unordered(&client).await?.unwrap_or(0);
-    show("recovery boundary");
-    recovery.page(&client, 0, boundary, Duration::ZERO, 100).await?;
-    show("recovery page, 100 rows from the start");
+    client.batch_execute("BEGIN").await?;
+    let request = PageRequest {
+        plan: PassPlan::CaptureBoundary,
+        recovery_delay: Duration::ZERO,
+        limit: 100,
+        leader: None,
+    };
+    recovery.lock_page(&client, &request).await?;
+    client.batch_execute("ROLLBACK").await?;
+    show("recovery page: boundary, 100 rows from the start, locked");
     LaneStatements::new(ns).claim(&client, uuid::Uuid::new_v4(), claim, 100, "", 400).await?;
     show("lane claim, 100 lanes");
     Ok(())

@@ -137,7 +137,9 @@ async fn dispatch_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
     let mut relayer_rate_1 = 0.0;
     for per_tx in [1usize, 10] {
         scratch.truncate().await?;
-        let raw = raw_run(scratch, messages, per_tx).await?;
+        let raw = raw_run(scratch, messages, per_tx, RawDrain::ClaimSendDelete).await?;
+        scratch.truncate().await?;
+        let floor = raw_run(scratch, messages, per_tx, RawDrain::OneStatementMove).await?;
         scratch.truncate().await?;
         let relayer = relayer_run(scratch, messages, per_tx, None, Wakeup::InProcess).await?.rate;
         scratch.truncate().await?;
@@ -145,8 +147,10 @@ async fn dispatch_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
         let ratio = relayer / raw;
         println!(
             "  tx of {per_tx:>2}: raw {raw:>8.0} msg/s   relayer {relayer:>8.0} msg/s   ratio {ratio:.2}   \
-             (with NOTIFY in every transaction: {notified:>8.0} msg/s, ratio {:.2})",
-            notified / raw
+             (NOTIFY in every transaction: {notified:>8.0} msg/s, ratio {:.2}; \
+             one-statement move {floor:>8.0} msg/s, relayer/move {:.2})",
+            notified / raw,
+            relayer / floor
         );
         if per_tx == 1 {
             relayer_rate_1 = relayer;
@@ -201,39 +205,37 @@ fn body(n: usize) -> Vec<u8> {
         .into_bytes()
 }
 
-/// The raw limit: minimal inserts by the writers, one drainer moving rows into the queue.
-async fn raw_run(scratch: &Scratch, messages: usize, per_tx: usize) -> BenchResult<f64> {
-    let (outbox, queue) = (scratch.namespace.table("outbox"), scratch.namespace.table("queue"));
+/// How the raw run's drainers move rows from the outbox into the queue table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RawDrain {
+    /// The raw limit of relayer's work (the issue's "claim-and-delete in batches"): a
+    /// conditional claim committed on its own, the queue insert on a second connection
+    /// (the transport, its own durable commit), then the delete fenced by the claim token.
+    /// Claims and deletes commit with `synchronous_commit = off`, as relayer's do (DSP-7a).
+    ClaimSendDelete,
+    /// One `DELETE … RETURNING` feeding an `INSERT` per batch: no claim, no transport
+    /// commit — less work than dispatch, reported as a floor.
+    OneStatementMove,
+}
+
+/// Raw drainers running side by side, as many as the dispatcher's default unordered loops.
+const RAW_DRAINERS: usize = 2;
+
+/// The raw limit: minimal inserts by the writers, drainers moving rows into the queue.
+async fn raw_run(scratch: &Scratch, messages: usize, per_tx: usize, drain: RawDrain) -> BenchResult<f64> {
+    let outbox = scratch.namespace.table("outbox");
     let insert = format!(
         "INSERT INTO {outbox} (message_id, transport, destination, body) \
          SELECT id, 'queue', 'orders', b FROM unnest($1::uuid[], $2::bytea[]) AS m(id, b)"
     );
-    let drain = format!(
-        "WITH taken AS (DELETE FROM {outbox} WHERE seq = ANY(ARRAY( \
-             SELECT seq FROM {outbox} ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED)) \
-           RETURNING seq, message_id, destination, body, headers, trace_context, created_at) \
-         INSERT INTO {queue} (message_id, queue, body, headers, trace_context, created_at) \
-         SELECT message_id, destination, body, headers, trace_context, created_at FROM taken ORDER BY seq"
-    );
     let started = Instant::now();
     let writers_done = CancellationToken::new();
-    let drainer = {
-        let (config, done) = (scratch.config.clone(), writers_done.clone());
-        tokio::spawn(async move {
-            let client = connect(&config).await?;
-            let mut moved = 0u64;
-            loop {
-                let n = client.execute(&drain, &[]).await?;
-                moved += n;
-                if n == 0 {
-                    if done.is_cancelled() {
-                        return BenchResult::Ok(moved);
-                    }
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            }
-        })
-    };
+    let mut drainers = Vec::new();
+    for _ in 0..RAW_DRAINERS {
+        let (config, namespace, done) =
+            (scratch.config.clone(), scratch.namespace.clone(), writers_done.clone());
+        drainers.push(tokio::spawn(async move { raw_drainer(&config, &namespace, drain, &done).await }));
+    }
     let mut writers = Vec::new();
     for writer in 0..WRITERS {
         let (config, insert) = (scratch.config.clone(), insert.clone());
@@ -255,10 +257,98 @@ async fn raw_run(scratch: &Scratch, messages: usize, per_tx: usize) -> BenchResu
         writer.await??;
     }
     writers_done.cancel();
-    let moved = drainer.await??;
+    let mut moved = 0;
+    for drainer in drainers {
+        moved += drainer.await??;
+    }
     let elapsed = started.elapsed().as_secs_f64();
     #[allow(clippy::cast_precision_loss)]
     Ok(moved as f64 / elapsed)
+}
+
+/// One raw drainer: moves batches of 100 until the writers are done and nothing is left.
+async fn raw_drainer(
+    config: &tokio_postgres::Config,
+    namespace: &Namespace,
+    drain: RawDrain,
+    writers_done: &CancellationToken,
+) -> BenchResult<u64> {
+    let (outbox, queue) = (namespace.table("outbox"), namespace.table("queue"));
+    let client = connect(config).await?;
+    let transport = connect(config).await?;
+    let mut moved = 0u64;
+    let statements = match drain {
+        RawDrain::OneStatementMove => [client
+            .prepare(&format!(
+                "WITH taken AS (DELETE FROM {outbox} WHERE seq = ANY(ARRAY( \
+                         SELECT seq FROM {outbox} ORDER BY seq LIMIT 100 FOR UPDATE SKIP LOCKED)) \
+                       RETURNING seq, message_id, destination, body, headers, trace_context, created_at) \
+                     INSERT INTO {queue} (message_id, queue, body, headers, trace_context, created_at) \
+                     SELECT message_id, destination, body, headers, trace_context, created_at \
+                     FROM taken ORDER BY seq"
+            ))
+            .await?]
+        .to_vec(),
+        RawDrain::ClaimSendDelete => {
+            client.batch_execute("SET synchronous_commit = off").await?;
+            vec![
+                client
+                    .prepare(&format!(
+                        "UPDATE {outbox} SET claim_token = $1, visible_at = now() + interval '30 s' \
+                         WHERE seq = ANY(ARRAY(SELECT seq FROM {outbox} \
+                           WHERE lane IS NULL AND visible_at <= now() \
+                           ORDER BY visible_at LIMIT 100 FOR UPDATE SKIP LOCKED)) \
+                         RETURNING seq, message_id, destination, body, headers, trace_context, created_at"
+                    ))
+                    .await?,
+                transport
+                    .prepare(&format!(
+                        "INSERT INTO {queue} (message_id, queue, body, headers, trace_context, created_at) \
+                         SELECT m.id, $1, m.body, m.headers, m.trace_context, m.created_at \
+                         FROM unnest($2::uuid[], $3::bytea[], $4::jsonb[], $5::text[], $6::timestamptz[]) \
+                              WITH ORDINALITY AS m(id, body, headers, trace_context, created_at, ord) \
+                         ORDER BY m.ord"
+                    ))
+                    .await?,
+                client
+                    .prepare(&format!(
+                        "DELETE FROM {outbox} WHERE seq = ANY($1::int8[]) AND claim_token = $2"
+                    ))
+                    .await?,
+            ]
+        }
+    };
+    loop {
+        let n = match drain {
+            RawDrain::OneStatementMove => client.execute(&statements[0], &[]).await?,
+            RawDrain::ClaimSendDelete => {
+                let token = uuid::Uuid::new_v4();
+                let rows = client.query(&statements[0], &[&token]).await?;
+                if rows.is_empty() {
+                    0
+                } else {
+                    let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+                    let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
+                    let destination: String = rows[0].get(2);
+                    let bodies: Vec<Vec<u8>> = rows.iter().map(|r| r.get(3)).collect();
+                    let headers: Vec<serde_json::Value> = rows.iter().map(|r| r.get(4)).collect();
+                    let traces: Vec<Option<String>> = rows.iter().map(|r| r.get(5)).collect();
+                    let created: Vec<std::time::SystemTime> = rows.iter().map(|r| r.get(6)).collect();
+                    transport
+                        .execute(&statements[1], &[&destination, &ids, &bodies, &headers, &traces, &created])
+                        .await?;
+                    client.execute(&statements[2], &[&seqs, &token]).await?
+                }
+            }
+        };
+        moved += n;
+        if n == 0 {
+            if writers_done.is_cancelled() {
+                return Ok(moved);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
 }
 
 /// Records when each message's queue insert returned, around the real queue transport.

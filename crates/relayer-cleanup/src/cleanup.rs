@@ -9,11 +9,10 @@ use async_trait::async_trait;
 use relayer_core::store::{DeleteExpired, HoldLease, Lease};
 use relayer_core::{CleanupOptions, Namespace, RetentionTable};
 use relayer_postgres::retention::RetentionStatements;
-use relayer_postgres::{LeaseStatements, PgPool, PgStore, StorageError, verify_schema};
+use relayer_postgres::{LeaseStatements, PgClient, PgPool, PgStore, Prepared, StorageError, verify_schema};
 use relayer_worker::{Leadership, Pass, PassLoop, PassOutcome, WorkerEvent, WorkerKind};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
-use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 /// The lease job of retention cleanup: one cleaner per namespace, independent of the
@@ -135,7 +134,7 @@ impl Cleanup {
         let pass = self.pass;
         {
             let conn = pass.pool.get().await.map_err(CleanupError::Pool)?;
-            verify_schema(&*conn, &pass.namespace).await.map_err(CleanupError::Schema)?;
+            verify_schema(&**conn, &pass.namespace).await.map_err(CleanupError::Schema)?;
         }
         let backoff = pass.options.pass_backoff();
         let leadership = pass.leadership.clone();
@@ -150,7 +149,7 @@ impl Cleanup {
     /// expired rows until the backlog is gone or the pass budget is spent, and renews the
     /// lease. With [`Leadership::Advisory`] the caller must hold the lock (as [`run`](Self::run)
     /// does).
-    pub async fn run_once(&self, client: &mut Client) -> Result<CleanupReport, CleanupError> {
+    pub async fn run_once(&self, client: &mut PgClient) -> Result<CleanupReport, CleanupError> {
         self.pass.clean(client, &CancellationToken::new()).await
     }
 }
@@ -177,7 +176,7 @@ struct CleanupPass {
 impl CleanupPass {
     async fn clean(
         &self,
-        client: &mut Client,
+        client: &mut PgClient,
         shutdown: &CancellationToken,
     ) -> Result<CleanupReport, CleanupError> {
         let mut report = CleanupReport::default();
@@ -185,11 +184,14 @@ impl CleanupPass {
             Leadership::Lease { job, owner, lease_duration } => {
                 // A short transaction: the batches that follow are their own transactions,
                 // kept safe by the lease fence rather than by this row lock.
-                let tx = client
+                let (connection, statements) = client.split();
+                let tx = connection
                     .transaction()
                     .await
                     .map_err(|e| CleanupError::Transaction("beginning the lease transaction", e))?;
-                let lease = PgStore::new(&tx, &self.leases).acquire(job, owner, *lease_duration).await?;
+                let lease = PgStore::new(&Prepared::new(&tx, statements), &self.leases)
+                    .acquire(job, owner, *lease_duration)
+                    .await?;
                 tx.commit().await.map_err(|e| CleanupError::Transaction("committing the lease", e))?;
                 match lease {
                     Some(lease) => Some(lease),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use relayer_cleanup::{Cleanup, CleanupError, CleanupReport, LEASE_JOB};
 use relayer_core::{CleanupOptions, Delivery, NewMessage, Retention, Uuid};
 use relayer_postgres::{
-    HeadFailure, LaneStatements, LeaseStatements, OutboxWriter, PgPool, connect_pool, migrate,
+    HeadFailure, LaneStatements, LeaseStatements, OutboxWriter, PgClient, PgPool, connect_pool, migrate,
 };
 use relayer_test_support::{TestDb, within};
 use relayer_worker::{Leadership, PassOutcome, WorkerEvent};
@@ -20,11 +20,12 @@ use tokio_util::sync::CancellationToken;
 
 const DAY: Duration = Duration::from_secs(86_400);
 
-async fn setup() -> (TestDb, Client) {
+/// A migrated namespace and a connection wrapped as the workers' pooled connections are.
+async fn setup() -> (TestDb, PgClient) {
     let db = TestDb::new().await;
     let mut client = db.connect().await;
     migrate(&mut client, db.namespace()).await.unwrap();
-    (db, client)
+    (db, PgClient::new(client))
 }
 
 /// Batches of `batch_size`, one-day retentions, and a fast schedule so loops cycle quickly.

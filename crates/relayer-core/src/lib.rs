@@ -37,7 +37,8 @@ pub use message::{Delivery, Envelope, Headers, MessageError, MessageId, MessageP
 pub use namespace::{IdentifierError, IdentifierKind, Namespace};
 pub use store::{
     ClaimOutbox, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns, CompletionReport,
-    DeleteExpired, HoldLease, Lease, LockOutbox, ScanRecovery, Store, StoreError,
+    DeleteExpired, HoldLease, LeaderCheck, Lease, LockOutbox, LockedPage, PageRequest, ScanRecovery, Store,
+    StoreError,
 };
 pub use time::Timestamp;
 pub use transport::{

@@ -51,7 +51,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::cursor::{RecoveryPage, ScanWindow};
+use crate::cursor::{PassPlan, RecoveryPage, ScanWindow};
 use crate::eligibility::RetentionTable;
 use crate::message::Envelope;
 use crate::time::Timestamp;
@@ -104,38 +104,65 @@ pub trait CompleteOutbox: Store {
     async fn complete(&self, token: Uuid, completion: &Completion) -> Result<CompletionReport, Self::Error>;
 }
 
-/// Holding outbox rows for the length of one transaction, for a worker whose sends and
+/// Completing outbox rows held by the caller's transaction, for a worker whose sends and
 /// completion commit together with its leadership (the recovery sweeper, SWP-4). The row
-/// locks are the claim: nothing outside the transaction could see a claim written inside
-/// it, so none is written.
+/// locks taken by [`ScanRecovery::lock_recovery_page`] are the claim: nothing outside the
+/// transaction could see a claim written inside it, so none is written.
 #[async_trait]
 pub trait LockOutbox: Store {
-    /// Locks those of `seqs` that are unordered, due and free until the caller's
-    /// transaction ends, and returns them; rows another holds are skipped.
-    async fn lock_seqs(&self, seqs: &[i64]) -> Result<Vec<ClaimedMessage>, Self::Error>;
-
-    /// Writes `completion` for rows this transaction locked with
-    /// [`lock_seqs`](LockOutbox::lock_seqs); the locks fence it.
+    /// Writes `completion` for rows this transaction locked; the locks fence it.
     async fn complete_locked(&self, completion: &Completion) -> Result<CompletionReport, Self::Error>;
 }
 
-/// The recovery sweeper's reads (SWP-2, SWP-3), paged by the
+/// The recovery sweeper's read (SWP-2, SWP-3, SWP-4), paged by the
 /// [`KeysetCursor`](crate::KeysetCursor).
 #[async_trait]
 pub trait ScanRecovery: Store {
-    /// The highest `seq` among pending unordered rows, eligible or not: the boundary of a
-    /// new traversal. `None` when there is no such row.
-    async fn highest_pending_unordered(&self) -> Result<Option<i64>, Self::Error>;
+    /// Reads one recovery page and locks its rows until the caller's transaction ends, in
+    /// one step: up to `request.limit` recovery-eligible `seq`s of the window — unordered,
+    /// due, and at least `recovery_delay` old — reading a bounded number of rows of it and
+    /// saying how far it read when that bound stopped it ([`RecoveryPage`]); then those
+    /// rows as [`lock`](LockedPage::locked)ed, skipping any another holds (a live claim,
+    /// another transaction's lock).
+    ///
+    /// `None` when `request.leader` is set and that lease is not held: nothing was read or
+    /// locked. A pass may send this in the same round trip as its lease acquisition.
+    async fn lock_recovery_page(&self, request: &PageRequest<'_>) -> Result<Option<LockedPage>, Self::Error>;
+}
 
-    /// Up to `limit` recovery-eligible `seq`s in `window`, ascending: unordered, due, and
-    /// at least `recovery_delay` old — reading a bounded number of rows of the window, and
-    /// saying how far it read when that bound stopped it ([`RecoveryPage`]).
-    async fn recovery_page(
-        &self,
-        window: ScanWindow,
-        recovery_delay: Duration,
-        limit: u32,
-    ) -> Result<RecoveryPage, Self::Error>;
+/// What [`ScanRecovery::lock_recovery_page`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageRequest<'a> {
+    /// The window to scan, or [`PassPlan::CaptureBoundary`]: capture a new traversal's
+    /// boundary (the highest pending unordered `seq`) and scan up to it.
+    pub plan: PassPlan,
+    /// How old a row must be before recovery takes it (SWP-2).
+    pub recovery_delay: Duration,
+    /// The most eligible rows to return.
+    pub limit: u32,
+    /// Read nothing unless this lease is live and held by its owner.
+    pub leader: Option<LeaderCheck<'a>>,
+}
+
+/// A lease a read is conditional on: `job` held, unexpired, by `owner`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderCheck<'a> {
+    /// The lease's job.
+    pub job: &'a str,
+    /// The owner that must hold it.
+    pub owner: &'a str,
+}
+
+/// What [`ScanRecovery::lock_recovery_page`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LockedPage {
+    /// The window scanned: the request's, or `(START, boundary]` for a boundary captured
+    /// now; `None` when a capture found nothing pending.
+    pub window: Option<ScanWindow>,
+    /// The eligible `seq`s and how far the scan read: what the cursor records.
+    pub page: RecoveryPage,
+    /// The page's rows this transaction now holds, in `seq` order.
+    pub locked: Vec<ClaimedMessage>,
 }
 
 /// Retention deletes (RET-1..3): retention cleanup.

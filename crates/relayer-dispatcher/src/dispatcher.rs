@@ -9,8 +9,8 @@ use futures_util::FutureExt;
 use relayer_core::store::{ClaimOutbox, ClaimedMessage, CompleteOutbox};
 use relayer_core::{DispatcherOptions, Namespace, TransportRegistry};
 use relayer_postgres::{
-    Enqueued, LaneStatements, OutboxStatements, OutboxWriter, PgPool, PgStore, StorageError, connect_pool,
-    notify_channel, verify_schema,
+    Enqueued, Executor, LaneStatements, OutboxStatements, OutboxWriter, PgPool, PgStore, StorageError,
+    connect_pool, notify_channel, verify_schema,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -125,7 +125,7 @@ impl Dispatcher {
                     error_chain(&e)
                 ))
             })?;
-            verify_schema(&*connection, &namespace).await?;
+            verify_schema(&**connection, &namespace).await?;
         }
         Ok(Dispatcher {
             inner: Arc::new(Inner {
@@ -233,8 +233,8 @@ impl Dispatcher {
         let mut report = PassReport::default();
         let pass = async {
             match work {
-                Work::Unordered => self.unordered_pass(&connection, &mut report).await,
-                Work::Lanes => self.lane_pass(&connection, &mut report).await,
+                Work::Unordered => self.unordered_pass(&*connection, &mut report).await,
+                Work::Lanes => self.lane_pass(&*connection, &mut report).await,
             }
         };
         pass.instrument(pass_span(work)).await?;
@@ -243,7 +243,7 @@ impl Dispatcher {
 
     /// One pass of each kind of work on `client` (LIF-2: it uses no other connection):
     /// claim and send due unordered rows, then due lane heads.
-    pub async fn run_once(&self, client: &tokio_postgres::Client) -> Result<PassReport, DispatchError> {
+    pub async fn run_once(&self, client: &impl Executor) -> Result<PassReport, DispatchError> {
         let mut report = PassReport::default();
         self.unordered_pass(client, &mut report).instrument(pass_span(Work::Unordered)).await?;
         self.lane_pass(client, &mut report).instrument(pass_span(Work::Lanes)).await?;
@@ -253,7 +253,7 @@ impl Dispatcher {
     /// Claims up to a batch of due unordered rows, sends them and completes them.
     async fn unordered_pass(
         &self,
-        client: &tokio_postgres::Client,
+        client: &impl Executor,
         report: &mut PassReport,
     ) -> Result<(), DispatchError> {
         let started = Instant::now();
@@ -337,11 +337,7 @@ impl Dispatcher {
         Ok(report)
     }
 
-    async fn lane_pass(
-        &self,
-        client: &tokio_postgres::Client,
-        report: &mut PassReport,
-    ) -> Result<(), DispatchError> {
+    async fn lane_pass(&self, client: &impl Executor, report: &mut PassReport) -> Result<(), DispatchError> {
         let inner = &self.inner;
         let token = Uuid::new_v4();
         let after = inner.lane_cursor.lock().unwrap_or_else(PoisonError::into_inner).clone();

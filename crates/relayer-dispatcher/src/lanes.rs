@@ -12,7 +12,7 @@
 
 use relayer_core::eligibility::is_poison;
 use relayer_core::{DispatcherOptions, SendOutcome, TransportError, TransportRegistry};
-use relayer_postgres::{HeadFailure, LaneHead, LaneStatements, StorageError};
+use relayer_postgres::{Executor, HeadFailure, LaneHead, LaneStatements, StorageError};
 use uuid::Uuid;
 
 use crate::send::{Breakers, bounded, send_batch};
@@ -37,7 +37,7 @@ pub(crate) struct LaneContext<'a> {
 
 /// Works the owned `lane` until it stops for this pass, then gives up the claim.
 pub(crate) async fn work_lane(
-    client: &tokio_postgres::Client,
+    client: &impl Executor,
     context: &LaneContext<'_>,
     lane: &str,
 ) -> Result<LaneTally, StorageError> {
@@ -112,7 +112,7 @@ pub(crate) async fn work_lane(
 /// Works every owned lane side by side; the first storage error is returned after all
 /// lanes stopped (lanes left claimed expire by their deadline, LAN-3).
 pub(crate) async fn work_lanes(
-    client: &tokio_postgres::Client,
+    client: &impl Executor,
     context: &LaneContext<'_>,
     lanes: &[String],
 ) -> Result<LaneTally, StorageError> {

@@ -19,11 +19,12 @@
 use std::time::{Duration, SystemTime};
 
 use relayer_core::{Namespace, Timestamp};
-use tokio_postgres::GenericClient;
+
 use tokio_postgres::types::Type;
 use uuid::Uuid;
 
 use crate::error::StorageError;
+use crate::exec::{Executor, one_row};
 use crate::outbox::{CLAIMED_COLUMNS, ClaimedMessage, decode_claimed};
 use crate::recovery::micros;
 
@@ -235,7 +236,7 @@ impl LaneStatements {
     /// order, and where the next claim should resume.
     pub async fn claim(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         token: Uuid,
         claim: Duration,
         limit: u32,
@@ -244,7 +245,7 @@ impl LaneStatements {
     ) -> Result<LaneClaim, StorageError> {
         let (claim_us, limit_rows, cap) = (micros(claim), i64::from(limit), i64::from(visit_cap.max(1)));
         let rows = client
-            .query_typed(
+            .rows(
                 &self.claim,
                 &[
                     (&token, Type::UUID),
@@ -278,20 +279,17 @@ impl LaneStatements {
     /// Renews the claim on `lane` for `claim` and reads its head.
     pub async fn head(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         lane: &str,
         token: Uuid,
         claim: Duration,
     ) -> Result<LaneHead, StorageError> {
         let claim_us = micros(claim);
         let row = client
-            .query_typed_opt(
-                &self.head,
-                &[(&lane, Type::TEXT), (&token, Type::UUID), (&claim_us, Type::INT8)],
-            )
+            .rows(&self.head, &[(&lane, Type::TEXT), (&token, Type::UUID), (&claim_us, Type::INT8)])
             .await
             .map_err(|e| StorageError::database(format!("reading the head of lane {lane:?}"), e))?;
-        let Some(row) = row else { return Ok(LaneHead::Lost) };
+        let Some(row) = row.into_iter().next() else { return Ok(LaneHead::Lost) };
         let seq: Option<i64> = row.get(0);
         if seq.is_none() {
             return Ok(LaneHead::Empty);
@@ -300,23 +298,20 @@ impl LaneStatements {
         if !due {
             return Ok(LaneHead::NotDue);
         }
-        Ok(LaneHead::Due(decode_claimed(&row)?))
+        Ok(LaneHead::Due(decode_claimed(&row, 0)?))
     }
 
     /// Deletes the accepted head `seq` of `lane`, fenced by the lane claim. Returns whether
     /// it was deleted (false: the lane is no longer ours).
     pub async fn accept_head(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         lane: &str,
         token: Uuid,
         seq: i64,
     ) -> Result<bool, StorageError> {
         let deleted = client
-            .execute_typed(
-                &self.accept_head,
-                &[(&lane, Type::TEXT), (&token, Type::UUID), (&seq, Type::INT8)],
-            )
+            .affected(&self.accept_head, &[(&lane, Type::TEXT), (&token, Type::UUID), (&seq, Type::INT8)])
             .await
             .map_err(|e| StorageError::database(format!("deleting the head of lane {lane:?}"), e))?;
         Ok(deleted == 1)
@@ -327,7 +322,7 @@ impl LaneStatements {
     /// (LAN-2). Returns whether the head was updated (false: the lane is no longer ours).
     pub async fn fail_head(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         lane: &str,
         token: Uuid,
         seq: i64,
@@ -339,7 +334,7 @@ impl LaneStatements {
         };
         let delay_us = micros(retry_after);
         let updated = client
-            .execute_typed(
+            .affected(
                 &self.fail_head,
                 &[
                     (&lane, Type::TEXT),
@@ -358,12 +353,12 @@ impl LaneStatements {
     /// Gives up the claim on `lane` (forgetting the lane when it is empty and not parked).
     pub async fn release_claim(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         lane: &str,
         token: Uuid,
     ) -> Result<(), StorageError> {
         client
-            .execute_typed(&self.release_claim, &[(&lane, Type::TEXT), (&token, Type::UUID)])
+            .affected(&self.release_claim, &[(&lane, Type::TEXT), (&token, Type::UUID)])
             .await
             .map_err(|e| StorageError::database(format!("releasing the claim on lane {lane:?}"), e))?;
         Ok(())
@@ -374,12 +369,12 @@ impl LaneStatements {
     /// Returns false when the lane was not parked.
     pub async fn release_lane(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         lane: &str,
         actor: &str,
     ) -> Result<bool, StorageError> {
         let rows = client
-            .query_typed(&self.release_lane, &[(&lane, Type::TEXT), (&actor, Type::TEXT)])
+            .rows(&self.release_lane, &[(&lane, Type::TEXT), (&actor, Type::TEXT)])
             .await
             .map_err(|e| StorageError::database(format!("releasing lane {lane:?}"), e))?;
         Ok(!rows.is_empty())
@@ -390,22 +385,21 @@ impl LaneStatements {
     /// `actor`. Returns the moved head's `seq`, or `None` when the lane was not parked.
     pub async fn skip_lane_head(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         lane: &str,
         actor: &str,
     ) -> Result<Option<i64>, StorageError> {
-        let row = client
-            .query_typed_one(&self.skip_head, &[(&lane, Type::TEXT), (&actor, Type::TEXT)])
-            .await
-            .map_err(|e| StorageError::database(format!("skipping the head of lane {lane:?}"), e))?;
+        let what = format!("skipping the head of lane {lane:?}");
+        let row =
+            one_row(client, &self.skip_head, &[(&lane, Type::TEXT), (&actor, Type::TEXT)], &what).await?;
         let audited: i64 = row.get(0);
         Ok(if audited == 0 { None } else { row.get(1) })
     }
 
     /// Every parked lane, oldest park first (O(parked lanes)).
-    pub async fn parked_lanes(&self, client: &impl GenericClient) -> Result<Vec<ParkedLane>, StorageError> {
+    pub async fn parked_lanes(&self, client: &impl Executor) -> Result<Vec<ParkedLane>, StorageError> {
         let rows = client
-            .query_typed(&self.parked, &[])
+            .rows(&self.parked, &[])
             .await
             .map_err(|e| StorageError::database("listing parked lanes", e))?;
         Ok(rows

@@ -24,9 +24,10 @@
 use std::time::{Duration, SystemTime};
 
 use relayer_core::{Namespace, Timestamp, advisory_lock_key};
-use tokio_postgres::GenericClient;
+use tokio_postgres::types::Type;
 
 use crate::error::StorageError;
+use crate::exec::{Executor, one_row};
 use crate::pool::PgPool;
 use crate::recovery::micros;
 
@@ -38,20 +39,11 @@ pub use relayer_core::store::Lease;
 #[derive(Clone, Debug)]
 pub struct LeaseStatements {
     namespace: Namespace,
-    lock_row: String,
+    lock_and_take: String,
     row_exists: String,
     insert_first: String,
-    take: String,
     renew: String,
     release: String,
-}
-
-/// Where a lease row stood when a pass locked it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Holder {
-    Ours,
-    Expired,
-    LiveOther,
 }
 
 impl LeaseStatements {
@@ -60,9 +52,25 @@ impl LeaseStatements {
         let leases = namespace.table("leases");
         LeaseStatements {
             namespace: namespace.clone(),
-            // SKIP LOCKED: a row locked by a running pass is not waited for.
-            lock_row: format!(
-                "SELECT owner, expires_at > now() FROM {leases} WHERE job = $1 FOR UPDATE SKIP LOCKED"
+            // The common turn in one round trip: lock the row (SKIP LOCKED: a row locked by a
+            // running pass is not waited for) and, when it is ours or expired, take it. SET
+            // expressions read the old row: the same owner keeps its term, a new owner gets the
+            // next one. `locked` = 0 means absent or held by a running pass (see
+            // `insert_if_absent`); a locked row without `term` is another owner's live lease.
+            lock_and_take: format!(
+                "WITH locked AS ( \
+                   SELECT job, owner, expires_at > now() AS live FROM {leases} \
+                   WHERE job = $1 FOR UPDATE SKIP LOCKED), \
+                 taken AS ( \
+                   UPDATE {leases} l SET \
+                     term = CASE WHEN l.owner = $2 THEN l.term ELSE l.term + 1 END, \
+                     acquired_at = CASE WHEN l.owner = $2 THEN l.acquired_at ELSE now() END, \
+                     owner = $2, renewed_at = now(), \
+                     expires_at = now() + ($3::int8 * interval '1 microsecond') \
+                   FROM locked WHERE l.job = locked.job AND (locked.owner = $2 OR NOT locked.live) \
+                   RETURNING l.term, l.expires_at, locked.owner <> $2 AS took_over) \
+                 SELECT (SELECT count(*) FROM locked), taken.term, taken.expires_at, taken.took_over \
+                 FROM (SELECT) AS one LEFT JOIN taken ON true"
             ),
             // A plain (MVCC) read never waits: it tells "absent" from "locked by a running pass".
             row_exists: format!("SELECT EXISTS (SELECT 1 FROM {leases} WHERE job = $1)"),
@@ -76,23 +84,14 @@ impl LeaseStatements {
                  ON CONFLICT (job) DO NOTHING \
                  RETURNING term, expires_at"
             ),
-            // Run only on a row this transaction has locked. SET expressions read the old row:
-            // the same owner keeps its term, a new owner gets the next one.
-            take: format!(
-                "UPDATE {leases} SET \
-                   term = CASE WHEN owner = $2 THEN term ELSE term + 1 END, \
-                   acquired_at = CASE WHEN owner = $2 THEN acquired_at ELSE now() END, \
-                   owner = $2, renewed_at = now(), \
-                   expires_at = now() + ($3::bigint * interval '1 microsecond') \
-                 WHERE job = $1 \
-                 RETURNING term, expires_at"
-            ),
             // Fenced by owner and term. Inside the lease-holding transaction the row is our own
             // lock, so SKIP LOCKED skips nothing; outside it a contender's brief probe is skipped
             // instead of waited for (the renewal then reports the lease as not renewed).
+            // clock_timestamp(), not now(): the expiry restarts when the pass ends (LDR-2), and
+            // now() is still the instant the pass's transaction began.
             renew: format!(
-                "UPDATE {leases} SET renewed_at = now(), \
-                   expires_at = now() + ($4::bigint * interval '1 microsecond') \
+                "UPDATE {leases} SET renewed_at = clock_timestamp(), \
+                   expires_at = clock_timestamp() + ($4::int8 * interval '1 microsecond') \
                  WHERE job = (SELECT job FROM {leases} \
                               WHERE job = $1 AND owner = $2 AND term = $3 FOR UPDATE SKIP LOCKED) \
                  RETURNING expires_at"
@@ -114,34 +113,27 @@ impl LeaseStatements {
     /// live lease, or a pass running right now): skip this turn, and end the transaction.
     pub async fn acquire(
         &self,
-        tx: &impl GenericClient,
+        tx: &impl Executor,
         job: &str,
         owner: &str,
         lease_duration: Duration,
     ) -> Result<Option<Lease>, StorageError> {
         let context = || format!("acquiring lease {job:?} for {owner:?}");
-        let locked =
-            tx.query_opt(&self.lock_row, &[&job]).await.map_err(|e| StorageError::database(context(), e))?;
-        let holder = match locked {
-            Some(row) => {
-                let (holder_owner, live): (String, bool) = (row.get(0), row.get(1));
-                match (holder_owner == owner, live) {
-                    (true, _) => Holder::Ours,
-                    (false, false) => Holder::Expired,
-                    (false, true) => Holder::LiveOther,
-                }
-            }
-            None => return self.insert_if_absent(tx, job, owner, lease_duration).await,
-        };
-        if holder == Holder::LiveOther {
-            return Ok(None);
+        let row = one_row(
+            tx,
+            &self.lock_and_take,
+            &[(&job, Type::TEXT), (&owner, Type::TEXT), (&micros(lease_duration), Type::INT8)],
+            &context(),
+        )
+        .await?;
+        if row.get::<_, i64>(0) == 0 {
+            return self.insert_if_absent(tx, job, owner, lease_duration).await;
         }
-        let row = tx
-            .query_one(&self.take, &[&job, &owner, &micros(lease_duration)])
-            .await
-            .map_err(|e| StorageError::database(context(), e))?;
-        let lease = lease(job, owner, row.get(0), row.get(1));
-        if holder == Holder::Expired {
+        let Some(term) = row.get::<_, Option<i64>>(1) else {
+            return Ok(None); // another owner's live lease
+        };
+        let lease = lease(job, owner, term, row.get(2));
+        if row.get::<_, bool>(3) {
             tracing::info!(target: "relayer::lease", namespace = %self.namespace, job, owner, term = lease.term,
                 "took over an expired lease");
         }
@@ -151,27 +143,31 @@ impl LeaseStatements {
     /// The row was not lockable: either it does not exist yet, or a running pass holds it.
     async fn insert_if_absent(
         &self,
-        tx: &impl GenericClient,
+        tx: &impl Executor,
         job: &str,
         owner: &str,
         lease_duration: Duration,
     ) -> Result<Option<Lease>, StorageError> {
         let context = || format!("creating lease {job:?} for {owner:?}");
-        let exists: bool = tx
-            .query_one(&self.row_exists, &[&job])
-            .await
-            .map_err(|e| StorageError::database(context(), e))?
-            .get(0);
+        let exists: bool = one_row(tx, &self.row_exists, &[(&job, Type::TEXT)], &context()).await?.get(0);
         if exists {
             return Ok(None);
         }
         let gate =
             advisory_lock_key(&format!("lease:{}.{}{job}", self.namespace.schema(), self.namespace.prefix()));
         let inserted = tx
-            .query_opt(&self.insert_first, &[&job, &owner, &micros(lease_duration), &gate])
+            .rows(
+                &self.insert_first,
+                &[
+                    (&job, Type::TEXT),
+                    (&owner, Type::TEXT),
+                    (&micros(lease_duration), Type::INT8),
+                    (&gate, Type::INT8),
+                ],
+            )
             .await
             .map_err(|e| StorageError::database(context(), e))?;
-        Ok(inserted.map(|row| lease(job, owner, row.get(0), row.get(1))))
+        Ok(inserted.first().map(|row| lease(job, owner, row.get(0), row.get(1))))
     }
 
     /// Restarts the expiry of `lease` at `now() + lease_duration`: the last statement of a
@@ -179,17 +175,25 @@ impl LeaseStatements {
     /// owner took over, or a contender held the row at this instant): leadership is lost.
     pub async fn renew(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         lease: &Lease,
         lease_duration: Duration,
     ) -> Result<Option<Lease>, StorageError> {
         let row = client
-            .query_opt(&self.renew, &[&lease.job, &lease.owner, &lease.term, &micros(lease_duration)])
+            .rows(
+                &self.renew,
+                &[
+                    (&lease.job, Type::TEXT),
+                    (&lease.owner, Type::TEXT),
+                    (&lease.term, Type::INT8),
+                    (&micros(lease_duration), Type::INT8),
+                ],
+            )
             .await
             .map_err(|e| {
                 StorageError::database(format!("renewing lease {:?} for {:?}", lease.job, lease.owner), e)
             })?;
-        Ok(row.map(|row| Lease { expires_at: timestamp(row.get(0)), ..lease.clone() }))
+        Ok(row.first().map(|row| Lease { expires_at: timestamp(row.get(0)), ..lease.clone() }))
     }
 
     /// Releases `owner`'s lease on `job` when a worker stops (LIF-1), on a connection of
@@ -218,12 +222,12 @@ impl LeaseStatements {
     /// lease then simply expires.
     pub async fn release(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         job: &str,
         owner: &str,
     ) -> Result<bool, StorageError> {
         let released = client
-            .execute(&self.release, &[&job, &owner])
+            .affected(&self.release, &[(&job, Type::TEXT), (&owner, Type::TEXT)])
             .await
             .map_err(|e| StorageError::database(format!("releasing lease {job:?} for {owner:?}"), e))?;
         Ok(released > 0)
@@ -231,22 +235,14 @@ impl LeaseStatements {
 
     /// The current lease of `job`, if any row exists (for status and tests). A plain read:
     /// it never waits.
-    pub async fn current(
-        &self,
-        client: &impl GenericClient,
-        job: &str,
-    ) -> Result<Option<Lease>, StorageError> {
-        let row = client
-            .query_opt(
-                &format!(
-                    "SELECT owner, term, expires_at FROM {} WHERE job = $1",
-                    self.namespace.table("leases")
-                ),
-                &[&job],
-            )
+    pub async fn current(&self, client: &impl Executor, job: &str) -> Result<Option<Lease>, StorageError> {
+        let sql =
+            format!("SELECT owner, term, expires_at FROM {} WHERE job = $1", self.namespace.table("leases"));
+        let rows = client
+            .rows(&sql, &[(&job, Type::TEXT)])
             .await
             .map_err(|e| StorageError::database(format!("reading lease {job:?}"), e))?;
-        Ok(row.map(|row| Lease { owner: row.get(0), ..lease(job, "", row.get(1), row.get(2)) }))
+        Ok(rows.first().map(|row| Lease { owner: row.get(0), ..lease(job, "", row.get(1), row.get(2)) }))
     }
 }
 

@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 mod error;
+pub mod exec;
 pub mod instances;
 pub mod lanes;
 pub mod leases;
@@ -23,6 +24,7 @@ mod status;
 mod store;
 
 pub use error::{StorageError, StorageErrorKind};
+pub use exec::{Executor, Prepared};
 pub use instances::{InstanceSettings, InstanceStatements};
 pub use lanes::{HeadFailure, LaneClaim, LaneHead, LaneStatements, ParkedLane};
 pub use leases::{Lease, LeaseStatements};
@@ -31,7 +33,7 @@ pub use outbox::{
     ClaimedMessage, Completion, CompletionReport, DEFAULT_MAX_BODY_BYTES, EnqueueError, Enqueued,
     OutboxStatements, OutboxWriter, notify_channel,
 };
-pub use pool::{PgConnection, PgPool, connect_pool};
+pub use pool::{PgClient, PgConnection, PgConnectionManager, PgPool, StatementCache, connect_pool};
 pub use queue::QueueStatements;
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
 pub use status::{NamespaceStatus, namespace_status};

@@ -23,11 +23,11 @@ use relayer_core::{
     Delivery, Envelope, Headers, MessageError, MessageId, Namespace, NewMessage, Timestamp,
     TransportRegistry, advisory_lock_key,
 };
-use tokio_postgres::GenericClient;
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
 use crate::error::{StorageError, StorageErrorKind};
+use crate::exec::{Executor, one_row};
 use crate::recovery::micros;
 
 // Pure data, defined in the core crate next to the store traits; re-exported so
@@ -211,7 +211,7 @@ impl OutboxWriter {
     /// transaction commits.
     pub async fn enqueue(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         messages: &[NewMessage],
     ) -> Result<Vec<Enqueued>, EnqueueError> {
         for (index, message) in messages.iter().enumerate() {
@@ -268,7 +268,7 @@ impl OutboxWriter {
         let statements = if lane_keys.is_empty() { &self.unordered } else { &self.ordered };
         let statement = if self.notify { &statements.notifying } else { &statements.silent };
         let rows = client
-            .query_typed(statement, if self.notify { &params[..] } else { &params[..10] })
+            .rows(statement, if self.notify { &params[..] } else { &params[..10] })
             .await
             .map_err(|e| StorageError::database(format!("enqueueing {count} messages"), e))?;
         Ok(rows
@@ -304,21 +304,22 @@ pub(crate) fn headers_from_json(value: serde_json::Value) -> Result<Headers, Sto
 pub(crate) const CLAIMED_COLUMNS: &str =
     "seq, message_id, transport, destination, body, headers, trace_context, lane, created_at, attempts";
 
-pub(crate) fn decode_claimed(row: &tokio_postgres::Row) -> Result<ClaimedMessage, StorageError> {
+/// Decodes the [`CLAIMED_COLUMNS`] of `row`, which start at column `at`.
+pub(crate) fn decode_claimed(row: &tokio_postgres::Row, at: usize) -> Result<ClaimedMessage, StorageError> {
     let decode = |e| StorageError::database("decoding a claimed outbox row", e);
-    let attempts: i32 = row.try_get(9).map_err(decode)?;
-    let created_at: SystemTime = row.try_get(8).map_err(decode)?;
+    let attempts: i32 = row.try_get(at + 9).map_err(decode)?;
+    let created_at: SystemTime = row.try_get(at + 8).map_err(decode)?;
     Ok(ClaimedMessage {
-        seq: row.try_get(0).map_err(decode)?,
-        transport: row.try_get(2).map_err(decode)?,
-        destination: row.try_get(3).map_err(decode)?,
+        seq: row.try_get(at).map_err(decode)?,
+        transport: row.try_get(at + 2).map_err(decode)?,
+        destination: row.try_get(at + 3).map_err(decode)?,
         envelope: Envelope {
-            id: MessageId::from_uuid(row.try_get(1).map_err(decode)?),
-            body: row.try_get(4).map_err(decode)?,
-            headers: headers_from_json(row.try_get(5).map_err(decode)?)?,
+            id: MessageId::from_uuid(row.try_get(at + 1).map_err(decode)?),
+            body: row.try_get(at + 4).map_err(decode)?,
+            headers: headers_from_json(row.try_get(at + 5).map_err(decode)?)?,
             created_at: Timestamp::from_system_time(created_at),
-            trace_context: row.try_get(6).map_err(decode)?,
-            lane: row.try_get(7).map_err(decode)?,
+            trace_context: row.try_get(at + 6).map_err(decode)?,
+            lane: row.try_get(at + 7).map_err(decode)?,
             attempts: u32::try_from(attempts).unwrap_or(0),
         },
     })
@@ -330,8 +331,9 @@ pub struct OutboxStatements {
     claim_due: String,
     claim_seqs: String,
     complete: String,
-    lock_seqs: String,
+    delete_accepted: String,
     complete_locked: String,
+    delete_locked: String,
 }
 
 impl OutboxStatements {
@@ -366,17 +368,13 @@ impl OutboxStatements {
             // accepted rows deleted, failed rows released or moved to dead, unsent rows
             // released. The parts touch disjoint rows.
             complete: completion_statement(&outbox, &dead, "o.claim_token = $1"),
-            // Index: outbox_pkey. The sweeper's rows, locked until its pass transaction ends
-            // (SWP-4): the same conditions as a claim, without writing one — the lock is the
-            // claim, and nothing outside the transaction could see a claim written in it.
-            lock_seqs: format!(
-                "SELECT {CLAIMED_COLUMNS} FROM {outbox} \
-                 WHERE seq = ANY($1::int8[]) AND lane IS NULL AND visible_at <= now() \
-                 ORDER BY seq FOR UPDATE SKIP LOCKED"
-            ),
+            // The usual completion — every row accepted — as the plain fenced delete it is:
+            // the five-part statement costs more to plan than this one costs to run.
+            delete_accepted: accepted_statement(&outbox, "o.claim_token = $1"),
             // The same completion for rows this transaction holds locked: the row locks are
             // the fence, so no token is matched ($1 is bound as NULL).
             complete_locked: completion_statement(&outbox, &dead, "$1::uuid IS NULL"),
+            delete_locked: accepted_statement(&outbox, "$1::uuid IS NULL"),
         }
     }
 
@@ -385,7 +383,7 @@ impl OutboxStatements {
     /// alone (DSP-6). The claim commits on its own when `client` is not in a transaction.
     pub async fn claim_due(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         token: Uuid,
         claim: Duration,
         limit: u32,
@@ -396,7 +394,7 @@ impl OutboxStatements {
         let tripped_transports: Vec<&str> = tripped.iter().map(|(t, _)| t.as_str()).collect();
         let tripped_destinations: Vec<&str> = tripped.iter().map(|(_, d)| d.as_str()).collect();
         let rows = client
-            .query_typed(
+            .rows(
                 &self.claim_due,
                 &[
                     (&token, Type::UUID),
@@ -415,7 +413,7 @@ impl OutboxStatements {
     /// commit-triggered fast path for rows this process just wrote (OUT-4).
     pub async fn claim_seqs(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         token: Uuid,
         claim: Duration,
         seqs: &[i64],
@@ -425,7 +423,7 @@ impl OutboxStatements {
         }
         let claim_us = micros(claim);
         let rows = client
-            .query_typed(
+            .rows(
                 &self.claim_seqs,
                 &[(&token, Type::UUID), (&claim_us, Type::INT8), (&seqs, Type::INT8_ARRAY)],
             )
@@ -437,17 +435,19 @@ impl OutboxStatements {
     /// Writes `completion` for rows claimed with `token`, in one statement (DSP-3, DSP-5).
     pub async fn complete(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         token: Uuid,
         completion: &Completion,
     ) -> Result<CompletionReport, StorageError> {
-        self.run_completion(client, &self.complete, Some(token), completion).await
+        self.run_completion(client, [&self.complete, &self.delete_accepted], Some(token), completion).await
     }
 
+    /// Runs `statements[0]`, the full completion, or `statements[1]`, the accepted-only
+    /// delete, when every row of `completion` was accepted.
     async fn run_completion(
         &self,
-        client: &impl GenericClient,
-        statement: &str,
+        client: &impl Executor,
+        statements: [&str; 2],
         token: Option<Uuid>,
         completion: &Completion,
     ) -> Result<CompletionReport, StorageError> {
@@ -455,26 +455,42 @@ impl OutboxStatements {
             return Ok(CompletionReport::default());
         }
         let c = completion.columns();
-        let row = client
-            .query_typed_one(
-                statement,
-                &[
-                    (&token, Type::UUID),
-                    (&c.accepted, Type::INT8_ARRAY),
-                    (&c.failed_seq, Type::INT8_ARRAY),
-                    (&c.failed_error, Type::TEXT_ARRAY),
-                    (&c.failed_delay_us, Type::INT8_ARRAY),
-                    (&c.failed_dead, Type::BOOL_ARRAY),
-                    (&c.deferred_seq, Type::INT8_ARRAY),
-                    (&c.deferred_delay_us, Type::INT8_ARRAY),
-                ],
+        let requested = u64::try_from(completion.len()).unwrap_or(u64::MAX);
+        if c.failed_seq.is_empty() && c.deferred_seq.is_empty() {
+            let deleted = one_row(
+                client,
+                statements[1],
+                &[(&token, Type::UUID), (&c.accepted, Type::INT8_ARRAY)],
+                "deleting accepted outbox rows",
             )
-            .await
-            .map_err(|e| StorageError::database("completing claimed outbox rows", e))?;
+            .await?;
+            let deleted = u64::try_from(deleted.get::<_, i64>(0)).unwrap_or(0);
+            return Ok(CompletionReport {
+                deleted,
+                fenced_out: requested.saturating_sub(deleted),
+                ..CompletionReport::default()
+            });
+        }
+        let statement = statements[0];
+        let row = one_row(
+            client,
+            statement,
+            &[
+                (&token, Type::UUID),
+                (&c.accepted, Type::INT8_ARRAY),
+                (&c.failed_seq, Type::INT8_ARRAY),
+                (&c.failed_error, Type::TEXT_ARRAY),
+                (&c.failed_delay_us, Type::INT8_ARRAY),
+                (&c.failed_dead, Type::BOOL_ARRAY),
+                (&c.deferred_seq, Type::INT8_ARRAY),
+                (&c.deferred_delay_us, Type::INT8_ARRAY),
+            ],
+            "completing claimed outbox rows",
+        )
+        .await?;
         let count = |index: usize| u64::try_from(row.get::<_, i64>(index)).unwrap_or(0);
         let (deleted, released, dead, deferred) = (count(0), count(1), count(2), count(3));
         let touched = deleted + released + dead + deferred;
-        let requested = u64::try_from(completion.len()).unwrap_or(u64::MAX);
         Ok(CompletionReport {
             deleted,
             released,
@@ -484,34 +500,15 @@ impl OutboxStatements {
         })
     }
 
-    /// Locks those of `seqs` that are unordered, due and free until the end of the caller's
-    /// transaction, and returns them; no claim is written. Only for a worker whose sends and
-    /// completion commit in that same transaction (the sweeper, SWP-4); rows another holds
-    /// are skipped.
-    pub async fn lock_seqs(
-        &self,
-        client: &impl GenericClient,
-        seqs: &[i64],
-    ) -> Result<Vec<ClaimedMessage>, StorageError> {
-        if seqs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let rows = client
-            .query_typed(&self.lock_seqs, &[(&seqs, Type::INT8_ARRAY)])
-            .await
-            .map_err(|e| StorageError::database("locking outbox rows for recovery", e))?;
-        decode_sorted(&rows)
-    }
-
-    /// Writes `completion` for rows the caller's transaction locked with
-    /// [`lock_seqs`](Self::lock_seqs). Never call it outside that transaction: it matches
-    /// rows by `seq` alone.
+    /// Writes `completion` for rows the caller's transaction locked (the sweeper's
+    /// [`RecoveryStatements::lock_page`](crate::recovery::RecoveryStatements::lock_page)).
+    /// Never call it outside that transaction: it matches rows by `seq` alone.
     pub async fn complete_locked(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         completion: &Completion,
     ) -> Result<CompletionReport, StorageError> {
-        self.run_completion(client, &self.complete_locked, None, completion).await
+        self.run_completion(client, [&self.complete_locked, &self.delete_locked], None, completion).await
     }
 }
 
@@ -547,10 +544,19 @@ fn completion_statement(outbox: &str, dead: &str, fence: &str) -> String {
     )
 }
 
+/// The accepted part of [`completion_statement`] alone: a fenced delete, counted.
+fn accepted_statement(outbox: &str, fence: &str) -> String {
+    format!(
+        "WITH accepted AS ( \
+           DELETE FROM {outbox} o WHERE o.seq = ANY($2::int8[]) AND {fence} RETURNING 1) \
+         SELECT count(*) FROM accepted"
+    )
+}
+
 /// Decodes claimed rows in `seq` order (RETURNING gives no order), so a destination's
 /// messages are sent in the order they were written.
 fn decode_sorted(rows: &[tokio_postgres::Row]) -> Result<Vec<ClaimedMessage>, StorageError> {
-    let mut claimed = rows.iter().map(decode_claimed).collect::<Result<Vec<_>, _>>()?;
+    let mut claimed = rows.iter().map(|row| decode_claimed(row, 0)).collect::<Result<Vec<_>, _>>()?;
     claimed.sort_by_key(|message| message.seq);
     Ok(claimed)
 }

@@ -10,10 +10,10 @@
 use std::time::SystemTime;
 
 use relayer_core::{Envelope, Namespace};
-use tokio_postgres::GenericClient;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::StorageError;
+use crate::exec::Executor;
 
 /// The queue statements rendered for one namespace.
 #[derive(Clone, Debug)]
@@ -41,7 +41,7 @@ impl QueueStatements {
     /// rows were inserted.
     pub async fn insert(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         queue: &str,
         messages: &[Envelope],
     ) -> Result<u64, StorageError> {
@@ -59,7 +59,7 @@ impl QueueStatements {
             (&trace_contexts, Type::TEXT_ARRAY),
             (&created_at, Type::TIMESTAMPTZ_ARRAY),
         ];
-        client.execute_typed(&self.insert, &params).await.map_err(|e| {
+        client.affected(&self.insert, &params).await.map_err(|e| {
             StorageError::database(format!("inserting {} messages into queue {queue:?}", messages.len()), e)
         })
     }

@@ -10,92 +10,140 @@
 
 use std::time::Duration;
 
-use relayer_core::{Namespace, RecoveryPage};
-use tokio_postgres::GenericClient;
+use relayer_core::store::{LockedPage, PageRequest};
+use relayer_core::{KeysetCursor, Namespace, PassPlan, ScanWindow};
+use tokio_postgres::types::Type;
 
 use crate::error::StorageError;
+use crate::exec::Executor;
+use crate::outbox::{CLAIMED_COLUMNS, decode_claimed};
 
 /// The recovery statements rendered for one namespace.
 #[derive(Clone, Debug)]
 pub struct RecoveryStatements {
-    highest_pending: String,
-    page: String,
+    lock_page: String,
 }
 
 impl RecoveryStatements {
     /// Renders the statements for `namespace`.
     pub fn new(namespace: &Namespace) -> Self {
-        let outbox = namespace.table("outbox");
+        let (outbox, leases) = (namespace.table("outbox"), namespace.table("leases"));
         RecoveryStatements {
-            // Backward scan of outbox_recovery_idx: one index page.
-            highest_pending: format!("SELECT max(seq) FROM {outbox} WHERE lane IS NULL"),
-            // Range scan of outbox_recovery_idx in seq order, reading at most $5 rows of the
-            // window (visible_at and created_at come from the index): a pass costs O(batch)
-            // even when the window is full of pending rows that are not eligible — young,
-            // scheduled, backing off. When the batch is not filled within those rows, a last
-            // row (`capped`) says how far the scan read, and the cursor moves past it.
-            // The uncorrelated guard is an InitPlan the executor evaluates once, as a one-time
-            // filter, before any scan: when no unordered row is visible at all (an idle pass),
-            // it costs one descent of outbox_due_idx and the window is never walked, whatever
-            // plan stale statistics chose for the scan (docs/performance.md, Maintenance).
-            page: format!(
-                "WITH scanned AS ( \
-                   SELECT seq, visible_at <= now() \
-                               AND created_at <= now() - ($3::bigint * interval '1 microsecond') AS eligible \
-                   FROM {outbox} \
-                   WHERE lane IS NULL AND seq > $1 AND seq <= $2 \
-                     AND (SELECT min(visible_at) FROM {outbox} WHERE lane IS NULL) <= now() \
-                   ORDER BY seq LIMIT $5), \
-                 page AS (SELECT seq FROM scanned WHERE eligible ORDER BY seq LIMIT $4) \
-                 SELECT seq, false AS capped FROM page \
+            // One round trip per pass for the whole read (SWP-2, SWP-3, SWP-4):
+            // - `bound`: the window's upper bound — $2, or, for a new traversal ($2 NULL), the
+            //   highest pending unordered seq (a backward descent of outbox_recovery_idx). No
+            //   row unless the lease ($6, $7) is live and the caller's, when one is named: a
+            //   pass sends this together with its lease acquisition, and a contender then
+            //   reads and locks nothing.
+            // - `page`: a range scan of outbox_recovery_idx in seq order, reading at most $5
+            //   rows of the window (visible_at and created_at come from the index), so a pass
+            //   costs O(batch) even when the window is full of pending rows that are not
+            //   eligible — young, scheduled, backing off. The scan streams through the row
+            //   numbering into the LIMIT, so it stops at the $4th eligible row; when the cap
+            //   stops it first, its last row (`last_scanned`) says how far it read, and the
+            //   cursor moves past it. The uncorrelated guard on min(visible_at) is an InitPlan
+            //   run once, as a one-time filter, before any scan: when no unordered row is
+            //   visible at all (an idle pass), it costs one descent of outbox_due_idx and the
+            //   window is never walked, whatever plan stale statistics chose for the scan
+            //   (docs/performance.md, Maintenance).
+            // - `locked`: the page's eligible rows, through outbox_pkey, under the same
+            //   conditions as a claim, locked FOR UPDATE SKIP LOCKED until the pass's
+            //   transaction ends: the lock is the claim (SWP-4); rows a dispatcher holds are
+            //   skipped.
+            // The answer: one summary row (the bound, the eligible seqs, the last row read when
+            // the cap stopped the scan) and then one row per locked row. No row at all means
+            // the lease was not held. (Not a join of the page with the locked rows: under a
+            // generic plan that became a nested loop over both CTEs.)
+            lock_page: format!(
+                "WITH bound AS ( \
+                   SELECT coalesce($2::int8, (SELECT max(seq) FROM {outbox} WHERE lane IS NULL)) AS up_to \
+                   WHERE $6::text IS NULL \
+                      OR EXISTS (SELECT 1 FROM {leases} \
+                                 WHERE job = $6 AND owner = $7::text AND expires_at > now())), \
+                 page AS ( \
+                   SELECT seq, eligible, n = $5 AS last_scanned FROM ( \
+                     SELECT seq, eligible, row_number() OVER (ORDER BY seq) AS n FROM ( \
+                       SELECT seq, visible_at <= now() \
+                                   AND created_at <= now() - ($3::int8 * interval '1 microsecond') AS eligible \
+                       FROM {outbox} \
+                       WHERE lane IS NULL AND seq > $1::int8 AND seq <= (SELECT up_to FROM bound) \
+                         AND (SELECT min(visible_at) FROM {outbox} WHERE lane IS NULL) <= now() \
+                       ORDER BY seq LIMIT $5::int8) AS scanned) AS numbered \
+                   WHERE eligible OR n = $5 \
+                   ORDER BY seq LIMIT $4::int8), \
+                 locked AS ( \
+                   SELECT {CLAIMED_COLUMNS} FROM {outbox} \
+                   WHERE seq IN (SELECT seq FROM page WHERE eligible) AND lane IS NULL AND visible_at <= now() \
+                   FOR UPDATE SKIP LOCKED) \
+                 SELECT b.up_to, ARRAY(SELECT seq FROM page WHERE eligible ORDER BY seq) AS eligible, \
+                        (SELECT seq FROM page WHERE last_scanned) AS last_scanned, l.* \
+                 FROM bound b LEFT JOIN locked l ON false \
                  UNION ALL \
-                 SELECT max(seq), true FROM scanned \
-                 WHERE (SELECT count(*) FROM page) < $4 HAVING count(*) >= $5"
+                 SELECT NULL, NULL, NULL, l.* FROM locked l"
             ),
         }
     }
 
-    /// The highest `seq` among pending unordered rows, eligible or not: the boundary of a
-    /// new traversal. `None` when there is no such row.
-    pub async fn highest_pending_unordered(
+    /// Reads one recovery page of `request` and locks its eligible rows until the end of
+    /// the caller's transaction (see [`ScanRecovery::lock_recovery_page`]).
+    ///
+    /// [`ScanRecovery::lock_recovery_page`]: relayer_core::ScanRecovery::lock_recovery_page
+    pub async fn lock_page(
         &self,
-        client: &impl GenericClient,
-    ) -> Result<Option<i64>, StorageError> {
-        let row = client
-            .query_one(&self.highest_pending, &[])
-            .await
-            .map_err(|e| StorageError::database("reading the recovery boundary", e))?;
-        Ok(row.get(0))
-    }
-
-    /// Up to `limit` recovery-eligible `seq`s in `(after, up_to]`, ascending, reading at
-    /// most [`SCAN_ROWS_PER_ELIGIBLE`] × `limit` rows of the window.
-    pub async fn page(
-        &self,
-        client: &impl GenericClient,
-        after: i64,
-        up_to: i64,
-        recovery_delay: Duration,
-        limit: u32,
-    ) -> Result<RecoveryPage, StorageError> {
-        let delay = micros(recovery_delay);
-        let (limit, cap) = (i64::from(limit), i64::from(limit).saturating_mul(SCAN_ROWS_PER_ELIGIBLE));
+        client: &impl Executor,
+        request: &PageRequest<'_>,
+    ) -> Result<Option<LockedPage>, StorageError> {
+        let (after, up_to) = match request.plan {
+            PassPlan::CaptureBoundary => (KeysetCursor::START, None),
+            PassPlan::Scan(window) => (window.after, Some(window.up_to)),
+        };
+        let delay = micros(request.recovery_delay);
+        let limit = i64::from(request.limit);
+        let cap = limit.saturating_mul(SCAN_ROWS_PER_ELIGIBLE);
+        let (job, owner) = request.leader.map_or((None, None), |l| (Some(l.job), Some(l.owner)));
         let rows = client
-            .query(&self.page, &[&after, &up_to, &delay, &limit, &cap])
+            .rows(
+                &self.lock_page,
+                &[
+                    (&after, Type::INT8),
+                    (&up_to, Type::INT8),
+                    (&delay, Type::INT8),
+                    (&limit, Type::INT8),
+                    (&cap, Type::INT8),
+                    (&job, Type::TEXT),
+                    (&owner, Type::TEXT),
+                ],
+            )
             .await
-            .map_err(|e| StorageError::database("reading a recovery page", e))?;
-        let mut page = RecoveryPage::default();
+            .map_err(|e| StorageError::database("reading and locking a recovery page", e))?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let decode = |e| StorageError::database("decoding a recovery page", e);
+        let mut found = LockedPage::default();
+        let mut last_scanned = None;
         for row in &rows {
-            let seq: i64 = row.get(0);
-            if row.get::<_, bool>(1) {
-                page.scanned_up_to = Some(seq);
-            } else {
-                page.eligible.push(seq);
+            match row.try_get::<_, Option<Vec<i64>>>(1).map_err(decode)? {
+                Some(eligible) => {
+                    let boundary: Option<i64> = row.try_get(0).map_err(decode)?;
+                    found.window = boundary.map(|up_to| ScanWindow { after, up_to });
+                    found.page.eligible = eligible;
+                    last_scanned = row.try_get(2).map_err(decode)?;
+                }
+                None => found.locked.push(decode_claimed(row, LOCKED_OFFSET)?),
             }
         }
-        Ok(page)
+        found.locked.sort_by_key(|message| message.seq);
+        // The cap matters only to a short page: a full one ends at its last eligible row.
+        if i64::try_from(found.page.eligible.len()).unwrap_or(i64::MAX) < limit {
+            found.page.scanned_up_to = last_scanned;
+        }
+        Ok(Some(found))
     }
 }
+
+/// Where the locked row's columns start in a `lock_page` row.
+const LOCKED_OFFSET: usize = 3;
 
 /// How many rows of its window a recovery page may read per eligible row it may return.
 pub const SCAN_ROWS_PER_ELIGIBLE: i64 = 50;

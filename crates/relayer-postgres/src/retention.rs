@@ -16,10 +16,11 @@
 use std::time::Duration;
 
 use relayer_core::Namespace;
-use tokio_postgres::GenericClient;
+use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::StorageError;
-use crate::leases::{Lease, fence_clause, fence_params};
+use crate::exec::Executor;
+use crate::leases::{Lease, fence_clause};
 use crate::recovery::micros;
 
 /// The retention statements rendered for one namespace.
@@ -69,7 +70,7 @@ impl RetentionStatements {
     /// many it deleted. Fewer than `limit` means the backlog is gone (for now).
     pub async fn delete_expired_dead(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         retention: Duration,
         limit: u32,
     ) -> Result<u64, StorageError> {
@@ -80,7 +81,7 @@ impl RetentionStatements {
     /// many it deleted.
     pub async fn delete_expired_inbox(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         retention: Duration,
         limit: u32,
     ) -> Result<u64, StorageError> {
@@ -91,7 +92,7 @@ impl RetentionStatements {
     /// nothing unless `lease` is still its owner's, at the same term, and unexpired.
     pub async fn delete_expired_dead_fenced(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         retention: Duration,
         limit: u32,
         lease: &Lease,
@@ -103,7 +104,7 @@ impl RetentionStatements {
     /// Like [`delete_expired_inbox`](Self::delete_expired_inbox), fenced by `lease`.
     pub async fn delete_expired_inbox_fenced(
         &self,
-        client: &impl GenericClient,
+        client: &impl Executor,
         retention: Duration,
         limit: u32,
         lease: &Lease,
@@ -115,7 +116,7 @@ impl RetentionStatements {
 
 /// Runs one batch delete; `lease` binds the fence's parameters of a fenced statement.
 async fn batch(
-    client: &impl GenericClient,
+    client: &impl Executor,
     statement: &str,
     what: &'static str,
     retention: Duration,
@@ -123,9 +124,14 @@ async fn batch(
     lease: Option<&Lease>,
 ) -> Result<u64, StorageError> {
     let (retention, limit) = (micros(retention), i64::from(limit));
-    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&retention, &limit];
+    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![(&retention, Type::INT8), (&limit, Type::INT8)];
     if let Some(lease) = lease {
-        params.extend(fence_params(lease));
+        // The fence's job, owner and term (fence_params' order).
+        params.extend([
+            (&lease.job as _, Type::TEXT),
+            (&lease.owner as _, Type::TEXT),
+            (&lease.term as _, Type::INT8),
+        ]);
     }
-    client.execute(statement, &params).await.map_err(|e| StorageError::database(what, e))
+    client.affected(statement, &params).await.map_err(|e| StorageError::database(what, e))
 }

@@ -11,15 +11,15 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use relayer_core::RetentionTable;
 use relayer_core::store::{
     ClaimOutbox, ClaimedMessage, CompleteOutbox, Completion, CompletionReport, DeleteExpired, HoldLease,
-    Lease, LockOutbox, ScanRecovery, Store, StoreError,
+    Lease, LockOutbox, LockedPage, PageRequest, ScanRecovery, Store, StoreError,
 };
-use relayer_core::{RecoveryPage, RetentionTable, ScanWindow};
-use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::error::StorageError;
+use crate::exec::Executor;
 use crate::leases::LeaseStatements;
 use crate::outbox::OutboxStatements;
 use crate::recovery::RecoveryStatements;
@@ -29,14 +29,21 @@ use crate::retention::RetentionStatements;
 /// [`RecoveryStatements`], [`RetentionStatements`], [`LeaseStatements`]).
 ///
 /// ```no_run
-/// # async fn example(client: &tokio_postgres::Client) -> Result<(), relayer_postgres::StorageError> {
-/// use relayer_core::{Namespace, ScanRecovery};
+/// # async fn example(client: &mut tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+///
+/// use relayer_core::store::PageRequest;
+/// use relayer_core::{Namespace, PassPlan, ScanRecovery};
 /// use relayer_postgres::PgStore;
 /// use relayer_postgres::recovery::RecoveryStatements;
 ///
 /// let statements = RecoveryStatements::new(&Namespace::default());
-/// let boundary = PgStore::new(client, &statements).highest_pending_unordered().await?;
-/// # let _ = boundary; Ok(()) }
+/// let tx = client.transaction().await?;
+/// let request =
+///     PageRequest { plan: PassPlan::CaptureBoundary, recovery_delay: Duration::from_secs(30), limit: 100, leader: None };
+/// let found = PgStore::new(&tx, &statements).lock_recovery_page(&request).await?;
+/// // … send `found.locked`, complete them on `tx`, commit …
+/// # let _ = found; Ok(()) }
 /// ```
 #[derive(Debug)]
 pub struct PgStore<'c, C, S> {
@@ -65,12 +72,12 @@ impl StoreError for StorageError {
     }
 }
 
-impl<C: GenericClient + Sync, S: Sync> Store for PgStore<'_, C, S> {
+impl<C: Executor, S: Sync> Store for PgStore<'_, C, S> {
     type Error = StorageError;
 }
 
 #[async_trait]
-impl<C: GenericClient + Sync> ClaimOutbox for PgStore<'_, C, OutboxStatements> {
+impl<C: Executor> ClaimOutbox for PgStore<'_, C, OutboxStatements> {
     async fn claim_due(
         &self,
         token: Uuid,
@@ -92,41 +99,31 @@ impl<C: GenericClient + Sync> ClaimOutbox for PgStore<'_, C, OutboxStatements> {
 }
 
 #[async_trait]
-impl<C: GenericClient + Sync> LockOutbox for PgStore<'_, C, OutboxStatements> {
-    async fn lock_seqs(&self, seqs: &[i64]) -> Result<Vec<ClaimedMessage>, StorageError> {
-        self.statements.lock_seqs(self.client, seqs).await
-    }
-
+impl<C: Executor> LockOutbox for PgStore<'_, C, OutboxStatements> {
     async fn complete_locked(&self, completion: &Completion) -> Result<CompletionReport, StorageError> {
         self.statements.complete_locked(self.client, completion).await
     }
 }
 
 #[async_trait]
-impl<C: GenericClient + Sync> CompleteOutbox for PgStore<'_, C, OutboxStatements> {
+impl<C: Executor> CompleteOutbox for PgStore<'_, C, OutboxStatements> {
     async fn complete(&self, token: Uuid, completion: &Completion) -> Result<CompletionReport, StorageError> {
         self.statements.complete(self.client, token, completion).await
     }
 }
 
 #[async_trait]
-impl<C: GenericClient + Sync> ScanRecovery for PgStore<'_, C, RecoveryStatements> {
-    async fn highest_pending_unordered(&self) -> Result<Option<i64>, StorageError> {
-        self.statements.highest_pending_unordered(self.client).await
-    }
-
-    async fn recovery_page(
+impl<C: Executor> ScanRecovery for PgStore<'_, C, RecoveryStatements> {
+    async fn lock_recovery_page(
         &self,
-        window: ScanWindow,
-        recovery_delay: Duration,
-        limit: u32,
-    ) -> Result<RecoveryPage, StorageError> {
-        self.statements.page(self.client, window.after, window.up_to, recovery_delay, limit).await
+        request: &PageRequest<'_>,
+    ) -> Result<Option<LockedPage>, StorageError> {
+        self.statements.lock_page(self.client, request).await
     }
 }
 
 #[async_trait]
-impl<C: GenericClient + Sync> DeleteExpired for PgStore<'_, C, RetentionStatements> {
+impl<C: Executor> DeleteExpired for PgStore<'_, C, RetentionStatements> {
     async fn delete_expired(
         &self,
         table: RetentionTable,
@@ -151,7 +148,7 @@ impl<C: GenericClient + Sync> DeleteExpired for PgStore<'_, C, RetentionStatemen
 }
 
 #[async_trait]
-impl<C: GenericClient + Sync> HoldLease for PgStore<'_, C, LeaseStatements> {
+impl<C: Executor> HoldLease for PgStore<'_, C, LeaseStatements> {
     async fn acquire(
         &self,
         job: &str,

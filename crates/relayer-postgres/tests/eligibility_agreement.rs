@@ -12,7 +12,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use relayer_core::duration::Retention;
 use relayer_core::eligibility::{OutboxRow, dead_row_expired, inbox_row_expired, recovery_eligible};
-use relayer_core::{Timestamp, Uuid};
+use relayer_core::store::PageRequest;
+use relayer_core::{PassPlan, ScanWindow, Timestamp, Uuid};
 use relayer_postgres::migrate;
 use relayer_postgres::recovery::RecoveryStatements;
 use relayer_postgres::retention::RetentionStatements;
@@ -115,11 +116,18 @@ fn recovery_sql_selects_exactly_the_pure_eligible_rows() {
                     }
                 }
                 expected.sort_unstable();
-                let selected = statements.page(tx, 0, i64::MAX, delay, 10_000).await.unwrap().eligible;
-                let boundary = statements.highest_pending_unordered(tx).await.unwrap();
+                let request = PageRequest {
+                    plan: PassPlan::CaptureBoundary,
+                    recovery_delay: delay,
+                    limit: 10_000,
+                    leader: None,
+                };
+                let found = statements.lock_page(tx, &request).await.unwrap().unwrap();
                 tx.batch_execute("ROLLBACK").await.unwrap();
-                prop_assert_eq!(selected, expected);
-                prop_assert_eq!(boundary, highest_unordered);
+                let locked: Vec<i64> = found.locked.iter().map(|m| m.seq).collect();
+                prop_assert_eq!(&found.page.eligible, &expected);
+                prop_assert_eq!(locked, expected, "nobody else holds a row: every eligible row is locked");
+                prop_assert_eq!(found.window.map(|w| w.up_to), highest_unordered);
                 Ok(())
             })
         })
@@ -247,16 +255,27 @@ async fn a_recovery_page_reads_a_bounded_share_of_its_window() {
     let limit = 2u32;
     let cap = usize::try_from(SCAN_ROWS_PER_ELIGIBLE).unwrap() * limit as usize;
 
-    let young = statements.page(&client, 0, i64::MAX, hour, limit).await.unwrap();
+    let page = |after: i64, recovery_delay: Duration| {
+        let request = PageRequest {
+            plan: PassPlan::Scan(ScanWindow { after, up_to: i64::MAX }),
+            recovery_delay,
+            limit,
+            leader: None,
+        };
+        let statements = &statements;
+        let client = &client;
+        async move { statements.lock_page(client, &request).await.unwrap().unwrap().page }
+    };
+    let young = page(0, hour).await;
     assert!(young.eligible.is_empty());
     assert_eq!(young.scanned_up_to, Some(written[cap - 1].seq), "stopped after {cap} rows");
     // From there, the rest of the window; the last share ends below the cap: no marker.
-    let rest = statements.page(&client, written[cap - 1].seq, i64::MAX, hour, limit).await.unwrap();
+    let rest = page(written[cap - 1].seq, hour).await;
     assert_eq!(rest.scanned_up_to, Some(written[2 * cap - 1].seq));
-    let last = statements.page(&client, written[2 * cap - 1].seq, i64::MAX, hour, limit).await.unwrap();
+    let last = page(written[2 * cap - 1].seq, hour).await;
     assert_eq!(last, relayer_core::RecoveryPage::default());
     // Eligible rows fill the batch before the cap: no marker either.
-    let due = statements.page(&client, 0, i64::MAX, Duration::ZERO, limit).await.unwrap();
+    let due = page(0, Duration::ZERO).await;
     assert_eq!(due.eligible, vec![written[0].seq, written[1].seq]);
     assert_eq!(due.scanned_up_to, None);
 }

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use relayer_core::{Delivery, MessageProblem, NewMessage, Uuid};
+use relayer_core::store::PageRequest;
+use relayer_core::{Delivery, MessageProblem, NewMessage, PassPlan, Uuid};
+use relayer_postgres::recovery::RecoveryStatements;
 use relayer_postgres::{
     Completion, EnqueueError, HeadFailure, LaneHead, LaneStatements, OutboxStatements, OutboxWriter, migrate,
     notify_channel,
@@ -376,12 +378,21 @@ async fn locked_recovery_skips_held_rows_and_completes_in_its_transaction() {
     // Row 0 is under a live claim; row 1 is locked by another open transaction.
     assert_eq!(statements.claim_seqs(&client, Uuid::new_v4(), CLAIM, &seqs[..1]).await.unwrap().len(), 1);
     other.batch_execute("BEGIN").await.unwrap();
-    assert_eq!(statements.lock_seqs(&other, &seqs[1..2]).await.unwrap().len(), 1);
+    let outbox = db.namespace().table("outbox");
+    other.execute(&format!("SELECT 1 FROM {outbox} WHERE seq = $1 FOR UPDATE"), &[&seqs[1]]).await.unwrap();
 
     let tx = client.transaction().await.unwrap();
-    let locked = statements.lock_seqs(&tx, &seqs).await.unwrap();
-    let got: Vec<i64> = locked.iter().map(|m| m.seq).collect();
-    assert_eq!(got, seqs[2..6].to_vec(), "only free, due, unordered rows");
+    let request = PageRequest {
+        plan: PassPlan::CaptureBoundary,
+        recovery_delay: Duration::ZERO,
+        limit: 100,
+        leader: None,
+    };
+    let found = RecoveryStatements::new(db.namespace()).lock_page(&tx, &request).await.unwrap().unwrap();
+    assert_eq!(found.window.map(|w| w.up_to), Some(seqs[7]), "the boundary: the highest unordered row");
+    assert_eq!(found.page.eligible, seqs[1..6].to_vec(), "the page: due, unordered, no live claim");
+    let got: Vec<i64> = found.locked.iter().map(|m| m.seq).collect();
+    assert_eq!(got, seqs[2..6].to_vec(), "locked: the page's rows no other transaction holds");
     let mut completion = Completion::new();
     completion.accept(seqs[2]);
     completion.accept(seqs[3]);

@@ -35,7 +35,8 @@ fn envelope(n: u8) -> Envelope {
 #[tokio::test]
 async fn a_batch_is_inserted_with_identity_headers_body_context_and_created_at() {
     let db = database().await;
-    let transport = PgQueueTransport::new(db.pool(2).await, db.namespace());
+    let transport =
+        PgQueueTransport::new(relayer_postgres::connect_pool(db.config(), 2).await.unwrap(), db.namespace());
     assert_eq!((transport.name(), transport.batch_limit().get()), ("queue", 500));
     let batch: Vec<Envelope> = (0..3).map(envelope).collect();
     let outcomes = transport.send("orders", &batch).await.unwrap();
@@ -70,7 +71,9 @@ async fn a_batch_is_inserted_with_identity_headers_body_context_and_created_at()
 #[tokio::test]
 async fn a_failed_insert_is_a_transient_error() {
     let db = TestDb::new().await; // not migrated: no queue table
-    let transport = PgQueueTransport::new(db.pool(1).await, db.namespace()).with_name("pgq");
+    let transport =
+        PgQueueTransport::new(relayer_postgres::connect_pool(db.config(), 1).await.unwrap(), db.namespace())
+            .with_name("pgq");
     let error = transport.send("orders", &[envelope(1)]).await.unwrap_err();
     assert!(error.is_transient());
     assert!(error.chain().contains("inserting into queue \"orders\""), "{}", error.chain());
@@ -81,8 +84,9 @@ async fn a_failed_insert_is_a_transient_error() {
 #[tokio::test]
 async fn outbox_messages_are_dispatched_into_the_queue_table() {
     let db = database().await;
-    let transport = PgQueueTransport::new(db.pool(1).await, db.namespace())
-        .with_batch_limit(NonZeroUsize::new(4).unwrap());
+    let transport =
+        PgQueueTransport::new(relayer_postgres::connect_pool(db.config(), 1).await.unwrap(), db.namespace())
+            .with_batch_limit(NonZeroUsize::new(4).unwrap());
     let registry = Arc::new(TransportRegistry::new().with(Arc::new(transport)).unwrap());
     let dispatcher =
         Dispatcher::new(DispatcherOptions::default(), db.namespace().clone(), registry, db.config(), 1)

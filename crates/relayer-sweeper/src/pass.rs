@@ -4,13 +4,12 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use relayer_core::store::{HoldLease, Lease, LockOutbox, ScanRecovery};
+use relayer_core::store::{Completion, HoldLease, LeaderCheck, Lease, LockOutbox, PageRequest, ScanRecovery};
 use relayer_core::{KeysetCursor, Namespace, PageEnd, PassPlan, SweeperOptions};
 use relayer_dispatcher::SendPath;
 use relayer_postgres::recovery::RecoveryStatements;
-use relayer_postgres::{LeaseStatements, OutboxStatements, PgPool, PgStore};
+use relayer_postgres::{LeaseStatements, OutboxStatements, PgClient, PgPool, PgStore, Prepared};
 use relayer_worker::{Leadership, Pass, PassOutcome};
-use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -46,7 +45,7 @@ impl SweepPass {
     /// One pass on `client`, in its own span.
     pub(crate) async fn sweep(
         &self,
-        client: &mut Client,
+        client: &mut PgClient,
         shutdown: &CancellationToken,
     ) -> Result<SweepReport, SweepError> {
         let empty = tracing::field::Empty;
@@ -81,55 +80,72 @@ impl SweepPass {
 
     async fn sweep_in_transaction(
         &self,
-        client: &mut Client,
+        client: &mut PgClient,
         shutdown: &CancellationToken,
     ) -> Result<SweepReport, SweepError> {
         let mut report = SweepReport::default();
-        let tx = client
+        let (connection, statements) = client.split();
+        let tx = connection
             .transaction()
             .await
             .map_err(|e| SweepError::Transaction("beginning the pass transaction", e))?;
         // Every capability on the pass's one transaction: claims, completions and the lease
-        // renewal commit together.
-        let leases = PgStore::new(&tx, &self.leases);
-        let recovery = PgStore::new(&tx, &self.recovery);
-        let outbox = PgStore::new(&tx, &self.outbox);
+        // renewal commit together; each statement is prepared once per connection.
+        let on_tx = Prepared::new(&tx, statements);
+        let leases = PgStore::new(&on_tx, &self.leases);
+        let recovery = PgStore::new(&on_tx, &self.recovery);
+        let outbox = PgStore::new(&on_tx, &self.outbox);
 
-        let lease = match &self.leadership {
+        // The lease acquisition and the page's read-and-lock go out together (one round trip,
+        // executed in order); the page statement reads and locks nothing unless the lease is
+        // ours by then, and nothing is sent before both answered.
+        let mut cursor = self.cursor();
+        let batch_size = self.options.batch_size();
+        let mut request = PageRequest {
+            plan: cursor.plan(),
+            recovery_delay: self.options.recovery_delay(),
+            limit: batch_size,
+            leader: None,
+        };
+        let (lease, found) = match &self.leadership {
             Leadership::Lease { job, owner, lease_duration } => {
-                match leases.acquire(job, owner, *lease_duration).await? {
-                    Some(lease) => Some(lease),
-                    None => {
-                        tx.rollback()
-                            .await
-                            .map_err(|e| SweepError::Transaction("ending a turn without the lease", e))?;
-                        // Whoever leads now has its own cursor; ours is stale by the time we lead again.
-                        self.store_cursor(KeysetCursor::new());
-                        return Ok(report);
-                    }
-                }
+                request.leader = Some(LeaderCheck { job, owner });
+                let (lease, found) = tokio::join!(
+                    leases.acquire(job, owner, *lease_duration),
+                    recovery.lock_recovery_page(&request)
+                );
+                let Some(lease) = lease? else {
+                    tx.rollback()
+                        .await
+                        .map_err(|e| SweepError::Transaction("ending a turn without the lease", e))?;
+                    // Whoever leads now has its own cursor; ours is stale by the time we lead again.
+                    self.store_cursor(KeysetCursor::new());
+                    return Ok(report);
+                };
+                // A lease created by this very pass did not exist yet when the page was read.
+                let found = match found? {
+                    Some(found) => found,
+                    None => recovery.lock_recovery_page(&request).await?.unwrap_or_default(),
+                };
+                (Some(lease), found)
             }
             // The loop holds the advisory lock across passes; with every instance sweeping,
             // claims and SKIP LOCKED keep their rows apart.
-            Leadership::Advisory(..) | Leadership::EveryInstance => None,
+            Leadership::Advisory(..) | Leadership::EveryInstance => {
+                (None, recovery.lock_recovery_page(&request).await?.unwrap_or_default())
+            }
         };
         report.led = true;
         report.term = lease.as_ref().map(|lease| lease.term);
 
-        let mut cursor = self.cursor();
-        let window = match cursor.plan() {
-            PassPlan::CaptureBoundary => {
-                let boundary = recovery.highest_pending_unordered().await?;
-                cursor.begin_traversal(boundary)
-            }
-            PassPlan::Scan(window) => Some(window),
-        };
-        if let Some(window) = window {
-            let batch_size = self.options.batch_size();
-            let scan = recovery.recovery_page(window, self.options.recovery_delay(), batch_size).await?;
-            let page = &scan.eligible;
+        let mut sent = None;
+        if let PassPlan::CaptureBoundary = request.plan {
+            cursor.begin_traversal(found.window.map(|window| window.up_to));
+        }
+        if cursor.window().is_some() {
+            let page = &found.page.eligible;
             if shutdown.is_cancelled() && !page.is_empty() {
-                // Nothing claimed or sent: roll back and leave the cursor where it was.
+                // Nothing sent: roll back (releasing the row locks) and leave the cursor where it was.
                 report.stopped_early = true;
                 tx.rollback()
                     .await
@@ -137,62 +153,53 @@ impl SweepPass {
                 return Ok(report);
             }
             report.scanned = page.len() as u64;
-            report.wrapped = cursor.record_scan(&scan, usize::try_from(batch_size).unwrap_or(usize::MAX))
+            report.claimed = found.locked.len() as u64;
+            report.skipped = report.scanned.saturating_sub(report.claimed);
+            report.wrapped = cursor
+                .record_scan(&found.page, usize::try_from(batch_size).unwrap_or(usize::MAX))
                 == PageEnd::Wrapped;
-            self.recover(&outbox, page, &mut report).await?;
+            if !found.locked.is_empty() {
+                // The row locks are the claim (SWP-4): they last until the pass commits with the
+                // lease renewal, so a claim nobody outside the transaction could see is not written.
+                sent = Some(self.send.send(found.locked).await);
+            }
         }
 
-        if let Some(lease) = &lease {
-            self.renew(&leases, lease).await?;
+        // The completion and the renewal are sent together (one round trip, executed in
+        // order): the renewal stays the pass's last statement before its commit.
+        let empty = Completion::default();
+        let completion = sent.as_ref().map_or(&empty, |tally| &tally.completion);
+        let (written, renewed) =
+            tokio::join!(outbox.complete_locked(completion), self.renew(&leases, lease.as_ref()));
+        let written = written?;
+        renewed?;
+        if let Some(tally) = &sent {
+            report.sent = tally.accepted;
+            report.failed = tally.failed;
+            report.panics = tally.panics;
+            report.dead = written.dead;
+            report.deferred = written.deferred;
+        }
+        if written.fenced_out > 0 {
+            // Cannot happen while our transaction holds the rows' locks; say so if it does.
+            tracing::warn!(target: TARGET, namespace = %self.namespace, fenced_out = written.fenced_out,
+                "locked rows were gone at completion");
         }
         tx.commit().await.map_err(|e| SweepError::Transaction("committing the pass", e))?;
         self.store_cursor(cursor);
         Ok(report)
     }
 
-    /// Locks the page's rows, sends them through the dispatcher's send path and completes
-    /// them, all through `outbox` (bound to the pass's transaction). The row locks are the
-    /// claim (SWP-4): they last until the pass commits with the lease renewal, so writing a
-    /// claim that nobody outside the transaction could see would only cost index writes.
-    async fn recover<S>(&self, outbox: &S, page: &[i64], report: &mut SweepReport) -> Result<(), SweepError>
-    where
-        S: LockOutbox,
-        SweepError: From<S::Error>,
-    {
-        if page.is_empty() {
-            return Ok(());
-        }
-        // Conditional, as direct dispatch's claims: rows a dispatcher holds (a live claim, or
-        // its claim transaction's lock) are not returned.
-        let locked = outbox.lock_seqs(page).await?;
-        report.claimed = locked.len() as u64;
-        report.skipped = report.scanned.saturating_sub(report.claimed);
-        if locked.is_empty() {
-            return Ok(());
-        }
-        let tally = self.send.send(locked).await;
-        let written = outbox.complete_locked(&tally.completion).await?;
-        report.sent = tally.accepted;
-        report.failed = tally.failed;
-        report.panics = tally.panics;
-        report.dead = written.dead;
-        report.deferred = written.deferred;
-        if written.fenced_out > 0 {
-            // Cannot happen while our transaction holds the rows' locks; say so if it does.
-            tracing::warn!(target: TARGET, namespace = %self.namespace, fenced_out = written.fenced_out,
-                "locked rows were gone at completion");
-        }
-        Ok(())
-    }
-
     /// Restarts the lease's expiry as the transaction's last statement (LDR-2). A lease that
     /// is no longer ours must not commit the pass's work: roll it back.
-    async fn renew<L>(&self, leases: &L, lease: &Lease) -> Result<(), SweepError>
+    async fn renew<L>(&self, leases: &L, lease: Option<&Lease>) -> Result<(), SweepError>
     where
         L: HoldLease,
         SweepError: From<L::Error>,
     {
-        let Leadership::Lease { lease_duration, .. } = &self.leadership else { return Ok(()) };
+        let (Some(lease), Leadership::Lease { lease_duration, .. }) = (lease, &self.leadership) else {
+            return Ok(());
+        };
         if leases.renew(lease, *lease_duration).await?.is_some() {
             return Ok(());
         }

@@ -7,10 +7,9 @@ use std::sync::{Arc, Mutex};
 use relayer_core::{KeysetCursor, Namespace, SweeperOptions};
 use relayer_dispatcher::SendPath;
 use relayer_postgres::recovery::RecoveryStatements;
-use relayer_postgres::{LeaseStatements, OutboxStatements, PgPool, verify_schema};
+use relayer_postgres::{LeaseStatements, OutboxStatements, PgClient, PgPool, verify_schema};
 use relayer_worker::{Leadership, PassLoop, WorkerEvent, WorkerKind};
 use tokio::sync::broadcast;
-use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -90,7 +89,7 @@ impl Sweeper {
         let pass = self.pass;
         {
             let conn = pass.pool.get().await.map_err(SweepError::Pool)?;
-            verify_schema(&*conn, &pass.namespace).await.map_err(SweepError::Schema)?;
+            verify_schema(&**conn, &pass.namespace).await.map_err(SweepError::Schema)?;
         }
         let backoff = pass.options.pass_backoff();
         let leadership = pass.leadership.clone();
@@ -109,7 +108,7 @@ impl Sweeper {
     ///
     /// On error everything the pass did in the database was rolled back; sends it made
     /// are replayed by a later pass (at least once).
-    pub async fn run_once(&self, client: &mut Client) -> Result<SweepReport, SweepError> {
+    pub async fn run_once(&self, client: &mut PgClient) -> Result<SweepReport, SweepError> {
         self.pass.sweep(client, &CancellationToken::new()).await
     }
 }

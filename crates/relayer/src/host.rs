@@ -126,7 +126,7 @@ impl RelayerHost {
         let pool = connect_pool(config.clone(), pool_size).await.map_err(StartError::Connect)?;
         {
             let connection = pool.get().await.map_err(StartError::Pool)?;
-            verify_schema(&*connection, &namespace).await.map_err(StartError::Schema)?;
+            verify_schema(&**connection, &namespace).await.map_err(StartError::Schema)?;
         }
         #[cfg(feature = "queue")]
         if queue_transport {
@@ -207,11 +207,11 @@ impl RelayerHost {
         let mut disagreements = Vec::new();
         if !worker_settings.is_empty() {
             let connection = pool.get().await.map_err(StartError::Pool)?;
-            if let Err(error) = instances.forget_unseen_for(&*connection, FORGET_AFTER).await {
+            if let Err(error) = instances.forget_unseen_for(&**connection, FORGET_AFTER).await {
                 // Only housekeeping: the comparison below does not depend on it.
                 tracing::debug!(target: TARGET, %error, "could not remove long-unseen instances");
             }
-            disagreements = record_and_compare(&*connection, &instances, &instance_id, &worker_settings)
+            disagreements = record_and_compare(&**connection, &instances, &instance_id, &worker_settings)
                 .await
                 .map_err(StartError::Fingerprints)?;
             for disagreement in &disagreements {
@@ -339,7 +339,7 @@ impl RelayerHost {
             let forgotten = match self.pool.get().await {
                 Ok(connection) => self
                     .instances
-                    .forget_instance(&*connection, &self.instance_id)
+                    .forget_instance(&**connection, &self.instance_id)
                     .await
                     .map_err(|e| e.to_string()),
                 Err(error) => Err(error.to_string()),
@@ -427,7 +427,7 @@ async fn refresh_fingerprints(
             () = tokio::time::sleep(REFRESH_INTERVAL) => {}
         }
         let compared = match pool.get().await {
-            Ok(connection) => record_and_compare(&*connection, &instances, &instance_id, &workers)
+            Ok(connection) => record_and_compare(&**connection, &instances, &instance_id, &workers)
                 .await
                 .map_err(|e| relayer_core::error_chain(&e)),
             Err(error) => Err(error.to_string()),

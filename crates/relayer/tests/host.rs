@@ -78,7 +78,7 @@ async fn start_fails_without_a_transport_and_writes_nothing_opt_5() {
 #[tokio::test]
 async fn start_refuses_duplicate_transports_and_misplaced_leadership_opt_5() {
     let (db, client) = migrated().await;
-    let pool = db.pool(1).await;
+    let pool = relayer::postgres::connect_pool(db.config(), 1).await.unwrap();
     let queue = std::sync::Arc::new(relayer::queue::PgQueueTransport::new(pool, db.namespace()));
     let error = builder(&db).queue_transport().transport(queue).start().await.unwrap_err();
     assert!(error.to_string().contains("two transports are named \"queue\""), "{error}");
