@@ -46,14 +46,13 @@ impl RecoveryStatements {
             //   visible at all (an idle pass), it costs one descent of outbox_due_idx and the
             //   window is never walked, whatever plan stale statistics chose for the scan
             //   (docs/performance.md, Maintenance).
-            // - `locked`: the page's eligible rows, through outbox_pkey, under the same
-            //   conditions as a claim, locked FOR UPDATE SKIP LOCKED until the pass's
-            //   transaction ends: the lock is the claim (SWP-4); rows a dispatcher holds are
-            //   skipped.
-            // The answer: one summary row (the bound, the eligible seqs, the last row read when
-            // the cap stopped the scan) and then one row per locked row. No row at all means
-            // the lease was not held. (Not a join of the page with the locked rows: under a
-            // generic plan that became a nested loop over both CTEs.)
+            // The answer is one summary row (the bound, the eligible seqs, the last row read
+            // when the cap stopped the scan; its claimed columns NULL) and then the page's
+            // eligible rows, through outbox_pkey, under the same conditions as a claim, locked
+            // FOR UPDATE SKIP LOCKED until the pass's transaction ends: the lock is the claim
+            // (SWP-4); rows a dispatcher holds are skipped. No row at all means the lease was
+            // not held. (A join of the page with the locked rows became a nested loop over
+            // both under a generic plan; `IN (SELECT …)` cost twice this `= ANY(ARRAY(…))`.)
             lock_page: format!(
                 "WITH bound AS ( \
                    SELECT coalesce($2::int8, (SELECT max(seq) FROM {outbox} WHERE lane IS NULL)) AS up_to \
@@ -70,16 +69,16 @@ impl RecoveryStatements {
                          AND (SELECT min(visible_at) FROM {outbox} WHERE lane IS NULL) <= now() \
                        ORDER BY seq LIMIT $5::int8) AS scanned) AS numbered \
                    WHERE eligible OR n = $5 \
-                   ORDER BY seq LIMIT $4::int8), \
-                 locked AS ( \
-                   SELECT {CLAIMED_COLUMNS} FROM {outbox} \
-                   WHERE seq IN (SELECT seq FROM page WHERE eligible) AND lane IS NULL AND visible_at <= now() \
-                   FOR UPDATE SKIP LOCKED) \
+                   ORDER BY seq LIMIT $4::int8) \
                  SELECT b.up_to, ARRAY(SELECT seq FROM page WHERE eligible ORDER BY seq) AS eligible, \
                         (SELECT seq FROM page WHERE last_scanned) AS last_scanned, l.* \
-                 FROM bound b LEFT JOIN locked l ON false \
+                 FROM bound b LEFT JOIN (SELECT {CLAIMED_COLUMNS} FROM {outbox} LIMIT 0) AS l ON true \
                  UNION ALL \
-                 SELECT NULL, NULL, NULL, l.* FROM locked l"
+                 SELECT NULL, NULL, NULL, l.* FROM ( \
+                   SELECT {CLAIMED_COLUMNS} FROM {outbox} \
+                   WHERE seq = ANY(ARRAY(SELECT seq FROM page WHERE eligible)) \
+                     AND lane IS NULL AND visible_at <= now() \
+                   FOR UPDATE SKIP LOCKED) AS l"
             ),
         }
     }
