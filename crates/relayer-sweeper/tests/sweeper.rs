@@ -474,6 +474,29 @@ async fn the_sweeper_never_sends_lane_rows_lan_4() {
     assert_eq!(untouched, 3);
 }
 
+/// A pass sends its page read together with its lease acquisition, and the read takes
+/// nothing unless the lease is held. On a namespace's very first pass the lease row does not
+/// exist yet when the page is read: the pass creates the lease, reads again and sweeps in
+/// that same pass. A contender's pass then reads nothing at all (LDR-2, SWP-2).
+#[tokio::test]
+async fn the_first_pass_creates_the_lease_and_sweeps_in_that_same_pass_ldr_2() {
+    let db = database().await;
+    let client = db.connect().await;
+    let transport = Arc::new(TestTransport::new(Sink::default()));
+    writer(&db).enqueue(&client, &[message("orders", 0), message("orders", 1)]).await.unwrap();
+    let (pool, _) = pool(&db, "sweeper", 1).await;
+    let a = sweeper(pool.clone(), &db, options(10), transport.clone(), lease("a", Duration::from_secs(30)));
+    let report = a.run_once(&mut pool.get().await.unwrap()).await.unwrap();
+    assert_eq!((report.led, report.term, report.scanned, report.sent), (true, Some(1), 2, 2));
+
+    writer(&db).enqueue(&client, &[message("orders", 2)]).await.unwrap();
+    let b = sweeper(pool.clone(), &db, options(10), transport.clone(), lease("b", Duration::from_secs(30)));
+    let report = b.run_once(&mut pool.get().await.unwrap()).await.unwrap();
+    assert_eq!((report.led, report.scanned, report.claimed), (false, 0, 0), "{report:?}");
+    assert_eq!(transport.accepted().len(), 2);
+    assert_eq!(count(&client, &db, "outbox").await, 1, "left for the leader");
+}
+
 /// NS-3, OPT-5: a sweeper on a namespace without the schema refuses to start, saying why.
 #[tokio::test]
 async fn a_missing_schema_stops_the_sweeper_at_start_opt_5() {
