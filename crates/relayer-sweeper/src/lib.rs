@@ -20,18 +20,24 @@
 //! 2. ask the keyset cursor ([`KeysetCursor`](relayer_core::KeysetCursor), kept by the
 //!    sweeper across passes) where to read: a new traversal first captures the highest
 //!    pending unordered `seq` as a fixed boundary, then pages through it (SWP-3);
-//! 3. read one page of at most `batch_size` eligible `seq`s: unordered, due, with no live
+//! 3. read one page of at most `batch_size` eligible `seq`s — unordered, due, with no live
 //!    claim, and at least `recovery_delay` old, so young rows are left to commit-triggered
-//!    dispatch (SWP-2);
-//! 4. claim them conditionally, as the dispatcher does: a row a concurrent dispatcher holds
-//!    is not returned and is counted as *skipped* (SWP-4);
-//! 5. send them through the dispatcher's own send path,
+//!    dispatch (SWP-2) — and lock those rows conditionally: a row a concurrent dispatcher
+//!    holds is not returned and is counted as *skipped* (SWP-4). The row locks are the
+//!    claim; no claim is written;
+//! 4. send them through the dispatcher's own send path,
 //!    [`SendPath`](relayer_dispatcher::SendPath) — the same grouping by transport and
 //!    destination, batch limits, per-message outcomes, panic catching, retry backoff, poison
 //!    and circuit breakers (DSP-2..6). The transport receives the row's envelope as it was
 //!    written: id, body, headers and creation context (SWP-5);
-//! 6. complete the rows (fenced delete, retry release, move to the dead table), renew the
-//!    lease last, and commit.
+//! 5. complete the rows (delete, retry release, move to the dead table), renew the lease
+//!    last (its expiry restarts from the end of the pass), and commit.
+//!
+//! Steps 1 to 3 are one round trip: the lease acquisition and a single statement that
+//! captures the boundary, reads the page and locks it are sent together, and that statement
+//! reads nothing unless the lease is held; nothing is sent before both answered. The
+//! completion and the renewal are sent together too, and each statement is prepared once
+//! per pooled connection. A pass is therefore five round trips whatever it does.
 //!
 //! Claims, completions and the lease renewal therefore commit together. A crash, a killed
 //! connection or a failed statement before the commit rolls all of them back: the rows are
