@@ -12,8 +12,13 @@
 //! `seq = ANY(ARRAY(SELECT … LIMIT n FOR UPDATE SKIP LOCKED))` shape, which a generic plan
 //! cannot turn into "take every row" (BASELINE.md), and the tests run the claim, the
 //! recovery page and the completion under `plan_cache_mode = force_generic_plan`.
+//!
+//! A server that loses the prepared statements (`DISCARD ALL`, or a transaction-mode
+//! pooler handing the session to another server connection) fails one call; the cache then
+//! forgets them all, and after a few such losses stops preparing (see [`StatementCache`]).
 
 use async_trait::async_trait;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Row};
 
@@ -82,14 +87,19 @@ impl<'a, C: GenericClient + Sync> Prepared<'a, C> {
     }
 
     /// Drops a statement whose use failed: a schema change may have invalidated it, and
-    /// it is cheaper to prepare it again than to tell why.
+    /// it is cheaper to prepare it again than to tell why. A server that lost the
+    /// connection's prepared statements altogether makes the cache forget them all.
     fn forget_on_error<T>(
         &self,
         sql: &str,
         result: Result<T, tokio_postgres::Error>,
     ) -> Result<T, tokio_postgres::Error> {
-        if result.is_err() {
-            self.statements.forget(sql);
+        if let Err(error) = &result {
+            if error.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) {
+                self.statements.lost_all();
+            } else {
+                self.statements.forget(sql);
+            }
         }
         result
     }
@@ -98,6 +108,9 @@ impl<'a, C: GenericClient + Sync> Prepared<'a, C> {
 #[async_trait]
 impl<C: GenericClient + Sync> Executor for Prepared<'_, C> {
     async fn rows(&self, sql: &str, params: &TypedParams<'_>) -> Result<Vec<Row>, tokio_postgres::Error> {
+        if !self.statements.is_enabled() {
+            return self.client.rows(sql, params).await;
+        }
         let statement = self.statement(sql, params).await?;
         let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(value, _)| *value).collect();
         let result = self.client.query(&statement, &values).await;
@@ -105,6 +118,9 @@ impl<C: GenericClient + Sync> Executor for Prepared<'_, C> {
     }
 
     async fn affected(&self, sql: &str, params: &TypedParams<'_>) -> Result<u64, tokio_postgres::Error> {
+        if !self.statements.is_enabled() {
+            return self.client.affected(sql, params).await;
+        }
         let statement = self.statement(sql, params).await?;
         let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(value, _)| *value).collect();
         let result = self.client.execute(&statement, &values).await;

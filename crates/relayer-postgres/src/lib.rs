@@ -33,7 +33,10 @@ pub use outbox::{
     ClaimedMessage, Completion, CompletionReport, DEFAULT_MAX_BODY_BYTES, EnqueueError, Enqueued,
     OutboxStatements, OutboxWriter, notify_channel,
 };
-pub use pool::{PgClient, PgConnection, PgConnectionManager, PgPool, StatementCache, connect_pool};
+pub use pool::{
+    LOST_STATEMENTS_BEFORE_GIVING_UP, PgClient, PgConnection, PgConnectionManager, PgPool, StatementCache,
+    connect_pool,
+};
 pub use queue::QueueStatements;
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
 pub use status::{NamespaceStatus, namespace_status};

@@ -115,16 +115,31 @@ impl DerefMut for PgClient {
 ///
 /// Valid only for the connection that prepared them: it lives inside that connection's
 /// [`PgClient`] and goes with it. An entry whose execution failed is dropped, so a statement
-/// that a schema change invalidated is prepared afresh on its next use.
+/// that a schema change invalidated is prepared afresh on its next use. When the server
+/// says a prepared statement does not exist (`DISCARD ALL`, `DEALLOCATE ALL`, or a
+/// transaction-mode pooler that moved the session to another server connection), every
+/// entry is dropped; after [`LOST_STATEMENTS_BEFORE_GIVING_UP`] such losses the cache turns
+/// itself off and the connection sends every statement unnamed, as a plain client does.
 #[derive(Debug, Default)]
 pub struct StatementCache {
-    prepared: Mutex<HashMap<String, Statement>>,
+    state: Mutex<CacheState>,
 }
+
+#[derive(Debug, Default)]
+struct CacheState {
+    prepared: HashMap<String, Statement>,
+    /// How many times the server lost this connection's prepared statements.
+    losses: u32,
+}
+
+/// How many times a connection's server may lose its prepared statements before its cache
+/// stops preparing any: the session is evidently not kept (a transaction-mode pooler).
+pub const LOST_STATEMENTS_BEFORE_GIVING_UP: u32 = 3;
 
 impl StatementCache {
     /// How many statements are prepared.
     pub fn len(&self) -> usize {
-        self.map().len()
+        self.state().prepared.len()
     }
 
     /// Whether none is.
@@ -132,20 +147,39 @@ impl StatementCache {
         self.len() == 0
     }
 
+    /// Whether statements are prepared at all: `false` once the server lost them
+    /// [`LOST_STATEMENTS_BEFORE_GIVING_UP`] times.
+    pub fn is_enabled(&self) -> bool {
+        self.state().losses < LOST_STATEMENTS_BEFORE_GIVING_UP
+    }
+
     pub(crate) fn get(&self, sql: &str, types: &[Type]) -> Option<Statement> {
-        self.map().get(sql).filter(|statement| statement.params() == types).cloned()
+        self.state().prepared.get(sql).filter(|statement| statement.params() == types).cloned()
     }
 
     pub(crate) fn insert(&self, sql: &str, statement: Statement) {
-        self.map().insert(sql.to_owned(), statement);
+        self.state().prepared.insert(sql.to_owned(), statement);
     }
 
     pub(crate) fn forget(&self, sql: &str) {
-        self.map().remove(sql);
+        self.state().prepared.remove(sql);
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Statement>> {
+    /// The server no longer knows this connection's prepared statements: forget them all,
+    /// and count the loss.
+    pub(crate) fn lost_all(&self) {
+        let mut state = self.state();
+        state.prepared.clear();
+        state.losses = state.losses.saturating_add(1);
+        if state.losses == LOST_STATEMENTS_BEFORE_GIVING_UP {
+            tracing::warn!(target: "relayer::postgres", losses = state.losses,
+                "the server keeps losing this connection's prepared statements (a transaction-mode pooler?); \
+                 its statements are sent unnamed from now on");
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, CacheState> {
         // A panic while holding the lock leaves the map itself intact.
-        self.prepared.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }

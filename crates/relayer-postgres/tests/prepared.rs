@@ -11,8 +11,8 @@ use relayer_core::store::{LeaderCheck, PageRequest};
 use relayer_core::{NewMessage, PassPlan, ScanWindow, Uuid};
 use relayer_postgres::recovery::RecoveryStatements;
 use relayer_postgres::{
-    Completion, Executor, LeaseStatements, OutboxStatements, OutboxWriter, PgClient, Prepared, connect_pool,
-    migrate,
+    Completion, Executor, LOST_STATEMENTS_BEFORE_GIVING_UP, LeaseStatements, OutboxStatements, OutboxWriter,
+    PgClient, Prepared, connect_pool, migrate,
 };
 use relayer_test_support::TestDb;
 use tokio_postgres::types::Type;
@@ -73,6 +73,28 @@ async fn a_statement_broken_by_a_schema_change_is_prepared_again() {
     assert!(broken.is_err(), "the cached plan's result type changed: {broken:?}");
     let rows = client.rows(&sql, &[]).await.unwrap();
     assert_eq!(rows[0].columns().len(), 2, "prepared again against the new table");
+}
+
+/// A server that forgets the connection's prepared statements (`DEALLOCATE ALL` here; a
+/// transaction-mode pooler does it behind our back) costs one failed call, after which they
+/// are prepared again; when it keeps happening the connection stops preparing altogether.
+#[tokio::test]
+async fn lost_prepared_statements_are_prepared_again_and_then_no_longer_prepared() {
+    let (db, client) = setup().await;
+    let outbox = OutboxStatements::new(db.namespace());
+    let claim = || outbox.claim_due(&client, Uuid::new_v4(), CLAIM, 1, &[]);
+    for loss in 1..=LOST_STATEMENTS_BEFORE_GIVING_UP {
+        claim().await.unwrap();
+        assert_eq!(client.statements().len(), 1);
+        client.batch_execute("DEALLOCATE ALL").await.unwrap();
+        let error = claim().await.unwrap_err();
+        assert!(error.to_string().contains("claiming due outbox rows"), "{error}");
+        assert!(client.statements().is_empty(), "loss {loss}: every entry is forgotten");
+    }
+    assert!(!client.statements().is_enabled());
+    OutboxWriter::new(db.namespace(), ["queue"]).enqueue(&client, &messages(2)).await.unwrap();
+    assert_eq!(claim().await.unwrap().len(), 1, "statements are sent unnamed and still work");
+    assert!(client.statements().is_empty());
 }
 
 /// BASELINE.md's trap, for the statements a pass prepares: a generic plan made while the
