@@ -9,8 +9,8 @@ use futures_util::FutureExt;
 use relayer_core::store::{ClaimOutbox, ClaimedMessage, CompleteOutbox};
 use relayer_core::{DispatcherOptions, Namespace, TransportRegistry};
 use relayer_postgres::{
-    Enqueued, Executor, LaneStatements, OutboxStatements, OutboxWriter, PgPool, PgStore, StorageError,
-    connect_pool, notify_channel, verify_schema,
+    Enqueued, Executor, LaneStatements, OutboxStatements, OutboxWriter, PgPool, PgStore, StatementMode,
+    StorageError, connect_pool_with, notify_channel, verify_schema,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -114,10 +114,33 @@ impl Dispatcher {
         database: tokio_postgres::Config,
         pool_size: u32,
     ) -> Result<Self, DispatchError> {
+        Dispatcher::with_statement_mode(
+            options,
+            namespace,
+            transports,
+            database,
+            pool_size,
+            StatementMode::Prepared,
+        )
+        .await
+    }
+
+    /// [`new`](Self::new), with the [`StatementMode`] of the dispatcher's pool:
+    /// [`StatementMode::Unnamed`] behind a transaction-mode pooler that does not track
+    /// prepared statements.
+    pub async fn with_statement_mode(
+        options: DispatcherOptions,
+        namespace: Namespace,
+        transports: Arc<TransportRegistry>,
+        database: tokio_postgres::Config,
+        pool_size: u32,
+        statements: StatementMode,
+    ) -> Result<Self, DispatchError> {
         if transports.is_empty() {
             return Err(DispatchError::Setup("no transport is registered".to_owned()));
         }
-        let pool = connect_pool(with_asynchronous_commit(database.clone()), pool_size).await?;
+        let pool =
+            connect_pool_with(with_asynchronous_commit(database.clone()), pool_size, statements).await?;
         {
             let connection = pool.get().await.map_err(|e| {
                 DispatchError::Setup(format!(

@@ -13,9 +13,12 @@
 //! cannot turn into "take every row" (BASELINE.md), and the tests run the claim, the
 //! recovery page and the completion under `plan_cache_mode = force_generic_plan`.
 //!
-//! A server that loses the prepared statements (`DISCARD ALL`, or a transaction-mode
-//! pooler handing the session to another server connection) fails one call; the cache then
-//! forgets them all, and after a few such losses stops preparing (see [`StatementCache`]).
+//! A server that loses the prepared statements (`DISCARD ALL`, a pooler handing the
+//! session to another server connection) fails one call; the cache then forgets them all,
+//! and after a few such losses stops preparing (see [`StatementCache`]). Behind a
+//! transaction-mode pooler that does not track prepared statements, build pools with
+//! [`StatementMode::Unnamed`](crate::StatementMode): there a named statement could reach a
+//! server connection where another client prepared a different one under the same name.
 
 use async_trait::async_trait;
 use tokio_postgres::error::SqlState;
@@ -72,31 +75,40 @@ impl<'a, C: GenericClient + Sync> Prepared<'a, C> {
         self.client
     }
 
+    /// The prepared statement for `sql` and the cache generation it belongs to: from the
+    /// cache, or prepared now (one more round trip, once per connection).
     async fn statement(
         &self,
         sql: &str,
         params: &TypedParams<'_>,
-    ) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
+    ) -> Result<(tokio_postgres::Statement, u64), tokio_postgres::Error> {
         let types: Vec<Type> = params.iter().map(|(_, ty)| ty.clone()).collect();
-        if let Some(statement) = self.statements.get(sql, &types) {
-            return Ok(statement);
+        let (cached, generation) = self.statements.get(sql, &types);
+        if let Some(statement) = cached {
+            return Ok((statement, generation));
         }
-        let statement = self.client.prepare_typed(sql, &types).await?;
-        self.statements.insert(sql, statement.clone());
-        Ok(statement)
+        let prepared = self.client.prepare_typed(sql, &types).await;
+        let statement = self.forget_on_error(sql, generation, prepared)?;
+        self.statements.insert(sql, statement.clone(), generation);
+        Ok((statement, generation))
     }
 
     /// Drops a statement whose use failed: a schema change may have invalidated it, and
-    /// it is cheaper to prepare it again than to tell why. A server that lost the
-    /// connection's prepared statements altogether makes the cache forget them all.
+    /// it is cheaper to prepare it again than to tell why. When the server does not know
+    /// the connection's statements, or already has one by the name we chose, the session
+    /// is not what the cache assumed: it forgets them all.
     fn forget_on_error<T>(
         &self,
         sql: &str,
+        generation: u64,
         result: Result<T, tokio_postgres::Error>,
     ) -> Result<T, tokio_postgres::Error> {
         if let Err(error) = &result {
-            if error.code() == Some(&SqlState::INVALID_SQL_STATEMENT_NAME) {
-                self.statements.lost_all();
+            let code = error.code();
+            if code == Some(&SqlState::INVALID_SQL_STATEMENT_NAME)
+                || code == Some(&SqlState::DUPLICATE_PSTATEMENT)
+            {
+                self.statements.lost_all(generation);
             } else {
                 self.statements.forget(sql);
             }
@@ -111,20 +123,20 @@ impl<C: GenericClient + Sync> Executor for Prepared<'_, C> {
         if !self.statements.is_enabled() {
             return self.client.rows(sql, params).await;
         }
-        let statement = self.statement(sql, params).await?;
+        let (statement, generation) = self.statement(sql, params).await?;
         let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(value, _)| *value).collect();
         let result = self.client.query(&statement, &values).await;
-        self.forget_on_error(sql, result)
+        self.forget_on_error(sql, generation, result)
     }
 
     async fn affected(&self, sql: &str, params: &TypedParams<'_>) -> Result<u64, tokio_postgres::Error> {
         if !self.statements.is_enabled() {
             return self.client.affected(sql, params).await;
         }
-        let statement = self.statement(sql, params).await?;
+        let (statement, generation) = self.statement(sql, params).await?;
         let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(value, _)| *value).collect();
         let result = self.client.execute(&statement, &values).await;
-        self.forget_on_error(sql, result)
+        self.forget_on_error(sql, generation, result)
     }
 }
 

@@ -10,7 +10,7 @@
 //! turn". Otherwise the row is taken when it is ours (same term), expired (term + 1) or
 //! absent (term 1); a live lease of another owner is left alone.
 //!
-//! [`LeaseStatements::renew`] restarts the expiry and is the last statement before a pass
+//! [`LeaseStatements::renew`] restarts the expiry, sent with the last statements of a pass before it
 //! commits; [`LeaseStatements::release`] ends a lease at graceful shutdown so another
 //! instance takes over at once instead of after expiry.
 //!
@@ -170,8 +170,8 @@ impl LeaseStatements {
         Ok(inserted.first().map(|row| lease(job, owner, row.get(0), row.get(1))))
     }
 
-    /// Restarts the expiry of `lease` at `now() + lease_duration`: the last statement of a
-    /// pass before it commits. `None` means the lease is no longer this holder's (another
+    /// Restarts the expiry of `lease` at `clock_timestamp() + lease_duration` — from this
+    /// instant, not from the start of the transaction — as the end of a pass. `None` means the lease is no longer this holder's (another
     /// owner took over, or a contender held the row at this instant): leadership is lost.
     pub async fn renew(
         &self,

@@ -35,7 +35,7 @@ pub use outbox::{
 };
 pub use pool::{
     LOST_STATEMENTS_BEFORE_GIVING_UP, PgClient, PgConnection, PgConnectionManager, PgPool, StatementCache,
-    connect_pool,
+    StatementMode, connect_pool, connect_pool_with,
 };
 pub use queue::QueueStatements;
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};

@@ -27,14 +27,41 @@ pub type PgPool = bb8::Pool<PgConnectionManager>;
 /// A connection borrowed from a [`PgPool`].
 pub type PgConnection<'a> = bb8::PooledConnection<'a, PgConnectionManager>;
 
-/// Builds a pool of at most `max_size` connections to `config`, checking that one
-/// connection can be made now so a wrong address fails at start, not on the first pass.
+/// Whether a pool's connections prepare the worker statements they run.
+///
+/// [`Prepared`](StatementMode::Prepared) (the default) plans each statement once per
+/// connection. Choose [`Unnamed`](StatementMode::Unnamed) behind a connection pooler in
+/// transaction mode that does not track prepared statements (PgBouncer before 1.21, or
+/// without `max_prepared_statements`): there a named statement may reach a server
+/// connection where another client prepared a different statement under the same name.
+/// Unnamed statements are planned on every call and are safe behind any pooler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum StatementMode {
+    /// Prepare each statement once per connection and reuse it.
+    #[default]
+    Prepared,
+    /// Send every statement unnamed, planned on every call.
+    Unnamed,
+}
+
+/// Builds a pool of at most `max_size` connections to `config` that prepare their
+/// statements, checking that one connection can be made now so a wrong address fails at
+/// start, not on the first pass.
 pub async fn connect_pool(config: tokio_postgres::Config, max_size: u32) -> Result<PgPool, StorageError> {
+    connect_pool_with(config, max_size, StatementMode::Prepared).await
+}
+
+/// [`connect_pool`] with the [`StatementMode`] of its connections.
+pub async fn connect_pool_with(
+    config: tokio_postgres::Config,
+    max_size: u32,
+    statements: StatementMode,
+) -> Result<PgPool, StorageError> {
     let pool = bb8::Pool::builder()
         .max_size(max_size.max(1))
         .connection_timeout(Duration::from_secs(10))
         .test_on_check_out(false)
-        .build_unchecked(PgConnectionManager::new(config));
+        .build_unchecked(PgConnectionManager::new(config, statements));
     drop(pool.get().await.map_err(|e| StorageError::pool("connecting to PostgreSQL", e))?);
     Ok(pool)
 }
@@ -43,12 +70,13 @@ pub async fn connect_pool(config: tokio_postgres::Config, max_size: u32) -> Resu
 #[derive(Debug)]
 pub struct PgConnectionManager {
     inner: PostgresConnectionManager<NoTls>,
+    statements: StatementMode,
 }
 
 impl PgConnectionManager {
-    /// A manager connecting to `config` without TLS.
-    pub fn new(config: tokio_postgres::Config) -> Self {
-        PgConnectionManager { inner: PostgresConnectionManager::new(config, NoTls) }
+    /// A manager connecting to `config` without TLS, its connections in `statements` mode.
+    pub fn new(config: tokio_postgres::Config, statements: StatementMode) -> Self {
+        PgConnectionManager { inner: PostgresConnectionManager::new(config, NoTls), statements }
     }
 }
 
@@ -57,7 +85,8 @@ impl bb8::ManageConnection for PgConnectionManager {
     type Error = tokio_postgres::Error;
 
     async fn connect(&self) -> Result<PgClient, tokio_postgres::Error> {
-        self.inner.connect().await.map(PgClient::new)
+        let mode = self.statements;
+        self.inner.connect().await.map(|client| PgClient::with_mode(client, mode))
     }
 
     async fn is_valid(&self, conn: &mut PgClient) -> Result<(), tokio_postgres::Error> {
@@ -81,9 +110,14 @@ pub struct PgClient {
 }
 
 impl PgClient {
-    /// Wraps `client` with an empty statement cache.
+    /// Wraps `client`; its statements are prepared once and reused.
     pub fn new(client: Client) -> Self {
-        PgClient { client, statements: StatementCache::default() }
+        PgClient::with_mode(client, StatementMode::Prepared)
+    }
+
+    /// Wraps `client`, its statements in `mode`.
+    pub fn with_mode(client: Client, mode: StatementMode) -> Self {
+        PgClient { client, statements: StatementCache::new(mode) }
     }
 
     /// The client, mutably (to begin a transaction), and the cache of its connection.
@@ -116,10 +150,11 @@ impl DerefMut for PgClient {
 /// Valid only for the connection that prepared them: it lives inside that connection's
 /// [`PgClient`] and goes with it. An entry whose execution failed is dropped, so a statement
 /// that a schema change invalidated is prepared afresh on its next use. When the server
-/// says a prepared statement does not exist (`DISCARD ALL`, `DEALLOCATE ALL`, or a
-/// transaction-mode pooler that moved the session to another server connection), every
-/// entry is dropped; after [`LOST_STATEMENTS_BEFORE_GIVING_UP`] such losses the cache turns
-/// itself off and the connection sends every statement unnamed, as a plain client does.
+/// says this connection's prepared statements are gone or clash (`DISCARD ALL`,
+/// `DEALLOCATE ALL`, a pooler that moved the session), every entry is dropped; after
+/// [`LOST_STATEMENTS_BEFORE_GIVING_UP`] such losses the cache turns itself off and the
+/// connection sends every statement unnamed. That is a safety net, not pooler support:
+/// behind a transaction-mode pooler use [`StatementMode::Unnamed`].
 #[derive(Debug, Default)]
 pub struct StatementCache {
     state: Mutex<CacheState>,
@@ -128,15 +163,26 @@ pub struct StatementCache {
 #[derive(Debug, Default)]
 struct CacheState {
     prepared: HashMap<String, Statement>,
+    /// Bumped whenever every entry is dropped, so the calls in flight that all fail on one
+    /// loss count it once.
+    generation: u64,
     /// How many times the server lost this connection's prepared statements.
     losses: u32,
+    /// Statements are sent unnamed: by choice, or after repeated losses.
+    disabled: bool,
 }
 
 /// How many times a connection's server may lose its prepared statements before its cache
-/// stops preparing any: the session is evidently not kept (a transaction-mode pooler).
+/// stops preparing any: the session is evidently not kept.
 pub const LOST_STATEMENTS_BEFORE_GIVING_UP: u32 = 3;
 
 impl StatementCache {
+    /// An empty cache; [`StatementMode::Unnamed`] makes it prepare nothing.
+    pub fn new(mode: StatementMode) -> Self {
+        let state = CacheState { disabled: mode == StatementMode::Unnamed, ..CacheState::default() };
+        StatementCache { state: Mutex::new(state) }
+    }
+
     /// How many statements are prepared.
     pub fn len(&self) -> usize {
         self.state().prepared.len()
@@ -147,34 +193,46 @@ impl StatementCache {
         self.len() == 0
     }
 
-    /// Whether statements are prepared at all: `false` once the server lost them
-    /// [`LOST_STATEMENTS_BEFORE_GIVING_UP`] times.
+    /// Whether statements are prepared at all: not in [`StatementMode::Unnamed`], nor once
+    /// the server lost them [`LOST_STATEMENTS_BEFORE_GIVING_UP`] times.
     pub fn is_enabled(&self) -> bool {
-        self.state().losses < LOST_STATEMENTS_BEFORE_GIVING_UP
+        !self.state().disabled
     }
 
-    pub(crate) fn get(&self, sql: &str, types: &[Type]) -> Option<Statement> {
-        self.state().prepared.get(sql).filter(|statement| statement.params() == types).cloned()
+    /// The statement prepared for `sql` with parameter `types`, and the cache's generation.
+    pub(crate) fn get(&self, sql: &str, types: &[Type]) -> (Option<Statement>, u64) {
+        let state = self.state();
+        let statement = state.prepared.get(sql).filter(|statement| statement.params() == types).cloned();
+        (statement, state.generation)
     }
 
-    pub(crate) fn insert(&self, sql: &str, statement: Statement) {
-        self.state().prepared.insert(sql.to_owned(), statement);
+    /// Keeps `statement`, prepared during `generation`, unless every entry was dropped since.
+    pub(crate) fn insert(&self, sql: &str, statement: Statement, generation: u64) {
+        let mut state = self.state();
+        if state.generation == generation && !state.disabled {
+            state.prepared.insert(sql.to_owned(), statement);
+        }
     }
 
     pub(crate) fn forget(&self, sql: &str) {
         self.state().prepared.remove(sql);
     }
 
-    /// The server no longer knows this connection's prepared statements: forget them all,
-    /// and count the loss.
-    pub(crate) fn lost_all(&self) {
+    /// The server no longer knows (or clashes with) the statements of `generation`: drop
+    /// them all and count one loss, however many calls in flight report it.
+    pub(crate) fn lost_all(&self, generation: u64) {
         let mut state = self.state();
+        if state.generation != generation || state.disabled {
+            return;
+        }
         state.prepared.clear();
+        state.generation += 1;
         state.losses = state.losses.saturating_add(1);
-        if state.losses == LOST_STATEMENTS_BEFORE_GIVING_UP {
+        if state.losses >= LOST_STATEMENTS_BEFORE_GIVING_UP {
+            state.disabled = true;
             tracing::warn!(target: "relayer::postgres", losses = state.losses,
-                "the server keeps losing this connection's prepared statements (a transaction-mode pooler?); \
-                 its statements are sent unnamed from now on");
+                "the server keeps losing this connection's prepared statements; its statements are sent \
+                 unnamed from now on (behind a transaction-mode pooler, use StatementMode::Unnamed)");
         }
     }
 

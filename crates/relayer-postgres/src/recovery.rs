@@ -1,12 +1,13 @@
-//! The recovery sweeper's reads (SWP-2, SWP-3).
+//! The recovery sweeper's read (SWP-2, SWP-3, SWP-4), one statement per pass.
 //!
-//! A traversal first reads the highest pending unordered `seq` as its fixed boundary, then
-//! pages through `(after, boundary]` in `seq` order, picking rows that are unordered, due
-//! (`visible_at <= now()`: no live claim, delivery and retry time reached) and at least
-//! `recovery_delay` old. Both statements use `{prefix}outbox_recovery_idx`
-//! (`(seq, visible_at) INCLUDE (created_at) WHERE lane IS NULL`), so a page costs
-//! O(rows scanned in the window), never O(table). The cursor itself is pure logic in
-//! `relayer_core::cursor`; claims and sends reuse direct dispatch.
+//! A traversal first captures the highest pending unordered `seq` as its fixed boundary,
+//! then pages through `(after, boundary]` in `seq` order, picking rows that are unordered,
+//! due (`visible_at <= now()`: no live claim, delivery and retry time reached) and at least
+//! `recovery_delay` old, and locks them for the pass's transaction. The boundary and the
+//! page use `{prefix}outbox_recovery_idx` (`(seq, visible_at) INCLUDE (created_at) WHERE
+//! lane IS NULL`), so a page costs O(rows scanned in the window), never O(table). The
+//! cursor itself is pure logic in `relayer_core::cursor`; sends and completions reuse
+//! direct dispatch's.
 
 use std::time::Duration;
 

@@ -10,9 +10,11 @@ use std::time::Duration;
 use relayer_core::store::{LeaderCheck, PageRequest};
 use relayer_core::{NewMessage, PassPlan, ScanWindow, Uuid};
 use relayer_postgres::recovery::RecoveryStatements;
+use relayer_postgres::retention::RetentionStatements;
 use relayer_postgres::{
-    Completion, Executor, LOST_STATEMENTS_BEFORE_GIVING_UP, LeaseStatements, OutboxStatements, OutboxWriter,
-    PgClient, Prepared, connect_pool, migrate,
+    Completion, Executor, LOST_STATEMENTS_BEFORE_GIVING_UP, LaneStatements, LeaseStatements,
+    OutboxStatements, OutboxWriter, PgClient, Prepared, StatementMode, connect_pool, connect_pool_with,
+    migrate,
 };
 use relayer_test_support::TestDb;
 use tokio_postgres::types::Type;
@@ -54,6 +56,14 @@ async fn a_pooled_connection_prepares_each_statement_once() {
     assert!(outbox.claim_due(&*connection, Uuid::new_v4(), CLAIM, 1, &[]).await.unwrap().is_empty());
     drop(connection);
     assert_eq!(pool.get().await.unwrap().statements().len(), 1, "the cache lives with its connection");
+
+    // Behind a transaction-mode pooler: nothing is prepared, everything still runs.
+    let unnamed = connect_pool_with(db.config(), 1, StatementMode::Unnamed).await.unwrap();
+    let connection = unnamed.get().await.unwrap();
+    assert!(!connection.statements().is_enabled());
+    writer.enqueue(&*connection, &messages(2)).await.unwrap();
+    assert_eq!(outbox.claim_due(&*connection, Uuid::new_v4(), CLAIM, 5, &[]).await.unwrap().len(), 2);
+    assert!(connection.statements().is_empty());
 }
 
 /// A statement whose cached plan a schema change invalidated fails once, is dropped from
@@ -97,6 +107,23 @@ async fn lost_prepared_statements_are_prepared_again_and_then_no_longer_prepared
     assert!(client.statements().is_empty());
 }
 
+/// Calls in flight together (a lane pass works its lanes side by side on one connection)
+/// all fail on one loss; it counts once, so the cache does not give up on a single
+/// `DISCARD ALL`.
+#[tokio::test]
+async fn one_loss_seen_by_several_calls_in_flight_counts_once() {
+    let (db, client) = setup().await;
+    let outbox = OutboxStatements::new(db.namespace());
+    let claim = || outbox.claim_due(&client, Uuid::new_v4(), CLAIM, 1, &[]);
+    claim().await.unwrap();
+    client.batch_execute("DEALLOCATE ALL").await.unwrap();
+    let (a, b, c, d) = tokio::join!(claim(), claim(), claim(), claim());
+    assert!(a.is_err() && b.is_err() && c.is_err() && d.is_err());
+    assert!(client.statements().is_enabled(), "one loss, not four");
+    claim().await.unwrap();
+    assert_eq!(client.statements().len(), 1, "prepared again");
+}
+
 /// BASELINE.md's trap, for the statements a pass prepares: a generic plan made while the
 /// outbox was empty must still take at most `limit` rows once it fills — the claim, the
 /// recovery page (and its lock), and the completion.
@@ -138,34 +165,111 @@ async fn generic_plans_made_on_an_empty_outbox_stay_bounded() {
     assert!(client.statements().len() >= 4);
 }
 
+/// The rest of the statements a worker prepares, planned generic on empty tables: the
+/// claim by seq, the five-part completion (retry, defer, bury), the locked completion, the
+/// lane claim and a retention batch each stay bounded and exact once the tables fill.
+#[tokio::test]
+async fn every_other_worker_statement_stays_bounded_under_a_generic_plan() {
+    let (db, mut client) = setup().await;
+    client.batch_execute("SET plan_cache_mode = force_generic_plan").await.unwrap();
+    let outbox = OutboxStatements::new(db.namespace());
+    let (lanes, retention) = (LaneStatements::new(db.namespace()), RetentionStatements::new(db.namespace()));
+    let token = Uuid::new_v4();
+    // Planned while everything is empty.
+    assert!(outbox.claim_seqs(&client, token, CLAIM, &[1, 2]).await.unwrap().is_empty());
+    let mut mixed = Completion::new();
+    mixed.retry(1, "down", CLAIM);
+    mixed.defer(2, CLAIM);
+    assert_eq!(outbox.complete(&client, token, &mixed).await.unwrap().fenced_out, 2);
+    assert!(lanes.claim(&client, token, CLAIM, 3, "", 12).await.unwrap().lanes.is_empty());
+    assert_eq!(retention.delete_expired_dead(&client, Duration::from_secs(60), 5).await.unwrap(), 0);
+
+    let writer = OutboxWriter::new(db.namespace(), ["queue"]);
+    let written = writer.enqueue(&client, &messages(300)).await.unwrap();
+    let laned: Vec<NewMessage> =
+        (0..40).map(|i| NewMessage::new("queue", "orders", vec![1]).lane(format!("lane-{i}"))).collect();
+    writer.enqueue(&client, &laned).await.unwrap();
+    let seqs: Vec<i64> = written[..4].iter().map(|w| w.seq).collect();
+    let claimed = outbox.claim_seqs(&client, token, CLAIM, &seqs).await.unwrap();
+    assert_eq!(claimed.len(), 4);
+    let mut completion = Completion::new();
+    completion.accept(seqs[0]);
+    completion.retry(seqs[1], "down", CLAIM);
+    completion.defer(seqs[2], CLAIM);
+    completion.bury(seqs[3], "refused");
+    let report = outbox.complete(&client, token, &completion).await.unwrap();
+    assert_eq!(
+        (report.deleted, report.released, report.deferred, report.dead, report.fenced_out),
+        (1, 1, 1, 1, 0)
+    );
+    let lane_claim = lanes.claim(&client, token, CLAIM, 3, "", 12).await.unwrap();
+    assert_eq!(lane_claim.lanes.len(), 3, "{lane_claim:?}");
+
+    // The locked completion, inside a pass's transaction.
+    {
+        let (connection, statements) = client.split();
+        let tx = connection.transaction().await.unwrap();
+        let on_tx = Prepared::new(&tx, statements);
+        let recovery = RecoveryStatements::new(db.namespace());
+        let found =
+            recovery.lock_page(&on_tx, &page_request(PassPlan::CaptureBoundary, 3, None)).await.unwrap();
+        let locked = found.unwrap().locked;
+        assert_eq!(locked.len(), 3);
+        let mut completion = Completion::new();
+        completion.accept(locked[0].seq);
+        completion.retry(locked[1].seq, "down", CLAIM);
+        completion.bury(locked[2].seq, "refused");
+        let report = outbox.complete_locked(&on_tx, &completion).await.unwrap();
+        assert_eq!((report.deleted, report.released, report.dead), (1, 1, 1));
+        tx.commit().await.unwrap();
+    }
+
+    // Dead rows are now old enough for a retention of zero: a batch takes exactly its limit.
+    client
+        .batch_execute(&format!(
+            "UPDATE {} SET failed_at = now() - interval '1 day'",
+            db.namespace().table("dead")
+        ))
+        .await
+        .unwrap();
+    assert_eq!(retention.delete_expired_dead(&client, Duration::from_secs(60), 1).await.unwrap(), 1);
+    assert_eq!(retention.delete_expired_dead(&client, Duration::from_secs(60), 5).await.unwrap(), 1);
+}
+
 /// The sweeper sends its page read in the same round trip as its lease acquisition: the
-/// read takes nothing unless the named lease is live and held by the named owner.
+/// read takes nothing unless the named lease is live and held by the named owner — also as
+/// a prepared statement under a generic plan.
 #[tokio::test]
 async fn a_page_conditional_on_a_lease_reads_nothing_without_it() {
     let (db, mut client) = setup().await;
-    OutboxWriter::new(db.namespace(), ["queue"]).enqueue(&*client, &messages(3)).await.unwrap();
+    client.batch_execute("SET plan_cache_mode = force_generic_plan").await.unwrap();
+    OutboxWriter::new(db.namespace(), ["queue"]).enqueue(&client, &messages(3)).await.unwrap();
     let (leases, recovery) = (LeaseStatements::new(db.namespace()), RecoveryStatements::new(db.namespace()));
     let as_a = LeaderCheck { job: "sweeper", owner: "a" };
     let as_b = LeaderCheck { job: "sweeper", owner: "b" };
     let capture = |leader| page_request(PassPlan::CaptureBoundary, 10, Some(leader));
 
     // No lease row yet: nobody leads.
-    assert_eq!(recovery.lock_page(&*client, &capture(as_a)).await.unwrap(), None);
-    let tx = client.transaction().await.unwrap();
-    let lease = leases.acquire(&tx, "sweeper", "a", CLAIM).await.unwrap().unwrap();
-    let found = recovery.lock_page(&tx, &capture(as_a)).await.unwrap().unwrap();
-    assert_eq!(found.locked.len(), 3, "the holder reads and locks its page");
-    tx.commit().await.unwrap();
-    assert_eq!(lease.term, 1);
-
+    assert_eq!(recovery.lock_page(&client, &capture(as_a)).await.unwrap(), None);
+    {
+        let (connection, statements) = client.split();
+        let tx = connection.transaction().await.unwrap();
+        let on_tx = Prepared::new(&tx, statements);
+        let lease = leases.acquire(&on_tx, "sweeper", "a", CLAIM).await.unwrap().unwrap();
+        assert_eq!(lease.term, 1);
+        let found = recovery.lock_page(&on_tx, &capture(as_a)).await.unwrap().unwrap();
+        assert_eq!(found.locked.len(), 3, "the holder reads and locks its page");
+        tx.commit().await.unwrap();
+    }
     assert_eq!(
-        recovery.lock_page(&*client, &capture(as_b)).await.unwrap(),
+        recovery.lock_page(&client, &capture(as_b)).await.unwrap(),
         None,
         "another owner's live lease"
     );
     // Once released (expired now), the old holder's check fails too.
-    assert!(leases.release(&*client, "sweeper", "a").await.unwrap());
-    assert_eq!(recovery.lock_page(&*client, &capture(as_a)).await.unwrap(), None);
+    assert!(leases.release(&client, "sweeper", "a").await.unwrap());
+    assert_eq!(recovery.lock_page(&client, &capture(as_a)).await.unwrap(), None);
+    assert!(client.statements().len() >= 3, "the page, the lease and the release ran prepared");
 }
 
 /// LDR-2: a pass's renewal restarts the expiry when the pass ends, not when its

@@ -37,7 +37,9 @@
 //! captures the boundary, reads the page and locks it are sent together, and that statement
 //! reads nothing unless the lease is held; nothing is sent before both answered. The
 //! completion and the renewal are sent together too, and each statement is prepared once
-//! per pooled connection. A pass is therefore five round trips whatever it does.
+//! per pooled connection. In the steady state (the lease already ours, the statements
+//! prepared) a pass is therefore five round trips whatever it does; taking a lease over or
+//! creating it costs a page read more.
 //!
 //! Claims, completions and the lease renewal therefore commit together. A crash, a killed
 //! connection or a failed statement before the commit rolls all of them back: the rows are

@@ -96,9 +96,12 @@ impl SweepPass {
         let recovery = PgStore::new(&on_tx, &self.recovery);
         let outbox = PgStore::new(&on_tx, &self.outbox);
 
-        // The lease acquisition and the page's read-and-lock go out together (one round trip,
-        // executed in order); the page statement reads and locks nothing unless the lease is
-        // ours by then, and nothing is sent before both answered.
+        // The lease acquisition and the page's read-and-lock go out together: one round trip
+        // once both are prepared on this connection, the acquisition first. Correctness does
+        // not rest on that order: the page statement reads and locks nothing unless the lease
+        // is ours when it runs, nothing is sent before the acquisition answered, and a page
+        // read before this pass took the lease (a new or taken-over lease, or a first pass on
+        // a connection) came back empty and is read again below.
         let mut cursor = self.cursor();
         let batch_size = self.options.batch_size();
         let mut request = PageRequest {
@@ -165,8 +168,8 @@ impl SweepPass {
             }
         }
 
-        // The completion and the renewal are sent together (one round trip, executed in
-        // order): the renewal stays the pass's last statement before its commit.
+        // The completion and the renewal are sent together: one round trip once both are
+        // prepared, the renewal last. Both commit or neither, in whichever order they ran.
         let empty = Completion::default();
         let completion = sent.as_ref().map_or(&empty, |tally| &tally.completion);
         let (written, renewed) =

@@ -477,7 +477,8 @@ async fn the_sweeper_never_sends_lane_rows_lan_4() {
 /// A pass sends its page read together with its lease acquisition, and the read takes
 /// nothing unless the lease is held. On a namespace's very first pass the lease row does not
 /// exist yet when the page is read: the pass creates the lease, reads again and sweeps in
-/// that same pass. A contender's pass then reads nothing at all (LDR-2, SWP-2).
+/// that same pass. A contender's pass does not lead and sends nothing; the read's own lease
+/// check is pinned in `relayer-postgres` `tests/prepared.rs` (LDR-2, SWP-2).
 #[tokio::test]
 async fn the_first_pass_creates_the_lease_and_sweeps_in_that_same_pass_ldr_2() {
     let db = database().await;

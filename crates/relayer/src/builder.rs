@@ -27,6 +27,7 @@ impl Relayer {
             leadership: HashMap::new(),
             instance_id: None,
             pool_size: DEFAULT_POOL_SIZE,
+            statements: relayer_postgres::StatementMode::Prepared,
         }
     }
 }
@@ -90,6 +91,7 @@ pub struct RelayerBuilder {
     pub(crate) leadership: HashMap<WorkerKind, LeaderElection>,
     pub(crate) instance_id: Option<String>,
     pub(crate) pool_size: u32,
+    pub(crate) statements: relayer_postgres::StatementMode,
 }
 
 impl std::fmt::Debug for RelayerBuilder {
@@ -163,6 +165,16 @@ impl RelayerBuilder {
     /// cleanup and the queue transport share). Default 2; a pass never needs more than one.
     pub fn pool_size(mut self, connections: u32) -> Self {
         self.pool_size = connections.max(1);
+        self
+    }
+
+    /// Whether the host's pools prepare their statements (default
+    /// [`StatementMode::Prepared`](crate::postgres::StatementMode::Prepared)). Choose
+    /// [`StatementMode::Unnamed`](crate::postgres::StatementMode::Unnamed) behind a
+    /// transaction-mode pooler that does not track prepared statements (PgBouncer before
+    /// 1.21, or without `max_prepared_statements`).
+    pub fn statement_mode(mut self, statements: relayer_postgres::StatementMode) -> Self {
+        self.statements = statements;
         self
     }
 

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use relayer_core::{Namespace, TransportRegistry};
-use relayer_postgres::{InstanceStatements, OutboxWriter, PgPool, connect_pool, verify_schema};
+use relayer_postgres::{InstanceStatements, OutboxWriter, PgPool, connect_pool_with, verify_schema};
 #[cfg(any(feature = "sweeper", feature = "cleanup"))]
 use relayer_worker::Leadership;
 use relayer_worker::WorkerKind;
@@ -73,6 +73,7 @@ impl RelayerHost {
             leadership,
             instance_id,
             pool_size,
+            statements,
         } = builder;
 
         // Whole-setup checks that need no database come first (OPT-5).
@@ -123,7 +124,8 @@ impl RelayerHost {
         }
 
         // Then the database: reachable, schema present and current (NS-3).
-        let pool = connect_pool(config.clone(), pool_size).await.map_err(StartError::Connect)?;
+        let pool =
+            connect_pool_with(config.clone(), pool_size, statements).await.map_err(StartError::Connect)?;
         {
             let connection = pool.get().await.map_err(StartError::Pool)?;
             verify_schema(&**connection, &namespace).await.map_err(StartError::Schema)?;
@@ -133,7 +135,9 @@ impl RelayerHost {
             // Its own pool: a sweeper pass sends while it holds a connection of the host pool
             // in its transaction, and a pass must never wait for a second connection of the
             // pool it holds one of (LIF-2) — with one shared connection it would wait forever.
-            let queue_pool = connect_pool(config.clone(), pool_size).await.map_err(StartError::Connect)?;
+            let queue_pool = connect_pool_with(config.clone(), pool_size, statements)
+                .await
+                .map_err(StartError::Connect)?;
             let queue = relayer_queue::PgQueueTransport::new(queue_pool, &namespace);
             registry.register(Arc::new(queue)).map_err(StartError::DuplicateTransport)?;
         }
@@ -144,12 +148,13 @@ impl RelayerHost {
         #[cfg(feature = "dispatcher")]
         let dispatcher = match options.dispatcher() {
             Some(dispatcher_options) => Some(
-                relayer_dispatcher::Dispatcher::new(
+                relayer_dispatcher::Dispatcher::with_statement_mode(
                     dispatcher_options.clone(),
                     namespace.clone(),
                     Arc::clone(&transports),
                     config.clone(),
                     pool_size,
+                    statements,
                 )
                 .await
                 .map_err(StartError::Dispatcher)?,

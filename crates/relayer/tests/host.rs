@@ -150,6 +150,37 @@ async fn a_sweeper_with_the_queue_transport_recovers_on_a_pool_of_one_lif_2() {
     host.shutdown().await;
 }
 
+/// Behind a transaction-mode pooler the host's pools send every statement unnamed
+/// (`StatementMode::Unnamed`); dispatch and recovery work the same.
+#[tokio::test]
+async fn a_host_with_unnamed_statements_dispatches_and_recovers() {
+    let (db, mut client) = migrated().await;
+    let sweeper = SweeperOptions::builder()
+        .sweep_interval(Duration::from_millis(100))
+        .recovery_delay(Duration::ZERO)
+        .build()
+        .unwrap();
+    let host = builder(&db)
+        .queue_transport()
+        .dispatcher(DispatcherOptions::default())
+        .sweeper(sweeper)
+        .statement_mode(relayer::postgres::StatementMode::Unnamed)
+        .start()
+        .await
+        .unwrap();
+    for n in 0..5 {
+        enqueue(&mut client, &host, NewMessage::new("queue", "orders", vec![n])).await;
+    }
+    within(async {
+        while count(&client, &db, "outbox").await > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(count(&client, &db, "queue").await, 5);
+    host.shutdown().await;
+}
+
 #[tokio::test]
 async fn shutdown_twice_is_harmless_and_releases_the_leases_lif_1() {
     let (db, client) = migrated().await;
