@@ -39,7 +39,7 @@ use relayer_worker::Leadership;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 
-use crate::{BenchResult, Scratch, connect};
+use crate::{BenchResult, Scratch, connect, prepare_raw_queue_insert, raw_queue_insert};
 
 /// The sweeper's default batch size: the ratio in the RESULT line is measured at it.
 const DEFAULT_BATCH: u32 = 100;
@@ -415,7 +415,7 @@ async fn throughput_in(scratch: &Scratch, backlog: i64, batch: u32) -> BenchResu
 /// them, commit. Prepared statements; no lease, no cursor, no grouping.
 async fn raw_recovery(scratch: &Scratch, batch: u32) -> BenchResult<f64> {
     let ns = &scratch.namespace;
-    let (outbox, queue) = (ns.table("outbox"), ns.table("queue"));
+    let outbox = ns.table("outbox");
     let mut pass = connect(&scratch.config).await?;
     let transport = connect(&scratch.config).await?;
     let lock = pass
@@ -425,15 +425,7 @@ async fn raw_recovery(scratch: &Scratch, batch: u32) -> BenchResult<f64> {
         ))
         .await?;
     let delete = pass.prepare(&format!("DELETE FROM {outbox} WHERE seq = ANY($1::int8[])")).await?;
-    let insert = transport
-        .prepare(&format!(
-            "INSERT INTO {queue} (message_id, queue, body, headers, trace_context, created_at) \
-             SELECT m.id, $1, m.body, m.headers, m.trace_context, m.created_at \
-             FROM unnest($2::uuid[], $3::bytea[], $4::jsonb[], $5::text[], $6::timestamptz[]) \
-                  WITH ORDINALITY AS m(id, body, headers, trace_context, created_at, ord) \
-             ORDER BY m.ord"
-        ))
-        .await?;
+    let insert = prepare_raw_queue_insert(&transport, ns).await?;
     let clock = Instant::now();
     let mut moved = 0u64;
     loop {
@@ -442,14 +434,7 @@ async fn raw_recovery(scratch: &Scratch, batch: u32) -> BenchResult<f64> {
         if rows.is_empty() {
             break;
         }
-        let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-        let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
-        let destination: String = rows[0].get(2);
-        let bodies: Vec<Vec<u8>> = rows.iter().map(|r| r.get(3)).collect();
-        let headers: Vec<serde_json::Value> = rows.iter().map(|r| r.get(4)).collect();
-        let traces: Vec<Option<String>> = rows.iter().map(|r| r.get(5)).collect();
-        let created: Vec<std::time::SystemTime> = rows.iter().map(|r| r.get(6)).collect();
-        transport.execute(&insert, &[&destination, &ids, &bodies, &headers, &traces, &created]).await?;
+        let seqs = raw_queue_insert(&transport, &insert, &rows).await?;
         moved += tx.execute(&delete, &[&seqs]).await?;
         tx.commit().await?;
     }
