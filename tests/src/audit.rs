@@ -130,8 +130,10 @@ mod tests {
     #[test]
     fn a_later_lane_message_delivered_first_is_out_of_order_lan_1() {
         let written = [lane(1, 10, "a"), lane(2, 11, "a"), lane(3, 12, "b"), lane(4, 13, "a")];
-        let verdict =
-            audit(&written, &[delivered(1, 5, 1), delivered(2, 7, 1), delivered(3, 1, 1), delivered(4, 6, 1)]);
+        let verdict = audit(
+            &written,
+            &[delivered(1, 5, 1), delivered(2, 7, 1), delivered(3, 1, 1), delivered(4, 6, 1)],
+        );
         assert_eq!(verdict.out_of_order, vec![("a".to_owned(), id(2), id(4))]);
         assert!(!verdict.is_clean());
     }

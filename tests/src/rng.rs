@@ -16,10 +16,13 @@ pub struct Rng {
 impl Rng {
     /// Seeded from [`SEED_VARIABLE`] when set to a number, else from the clock.
     pub fn from_env_or_clock() -> Rng {
-        let seed = std::env::var(SEED_VARIABLE).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or_else(|| {
-            let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-            now.as_secs() << 30 ^ u64::from(now.subsec_nanos())
-        });
+        let seed = std::env::var(SEED_VARIABLE)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| {
+                let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+                now.as_secs() << 30 ^ u64::from(now.subsec_nanos())
+            });
         Rng::new(seed)
     }
 

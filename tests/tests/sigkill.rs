@@ -84,7 +84,13 @@ struct Kills {
 
 /// One slot: spawn a child, kill it at a random point (or, on a hold turn, right after its
 /// held lane send), again and again until `wanted` kills are done across the slots.
-async fn kill_slot(env: ChildEnv, wanted: u32, next: Arc<AtomicU32>, kills: Arc<Kills>, rng: Arc<Mutex<Rng>>) {
+async fn kill_slot(
+    env: ChildEnv,
+    wanted: u32,
+    next: Arc<AtomicU32>,
+    kills: Arc<Kills>,
+    rng: Arc<Mutex<Rng>>,
+) {
     loop {
         let turn = next.fetch_add(1, Ordering::SeqCst);
         if turn >= wanted {
@@ -135,7 +141,11 @@ async fn write_until(
             NewMessage::new("queue", format!("d{}", n % 4), format!("w{writer_index} u{n}").into_bytes()),
             NewMessage::new("queue", lanes[0].clone(), format!("w{writer_index} l{n}").into_bytes())
                 .lane(lanes[0].clone()),
-            NewMessage::new("queue", format!("d{}", (n + 1) % 4), format!("w{writer_index} v{n}").into_bytes()),
+            NewMessage::new(
+                "queue",
+                format!("d{}", (n + 1) % 4),
+                format!("w{writer_index} v{n}").into_bytes(),
+            ),
             NewMessage::new("queue", lanes[1].clone(), format!("w{writer_index} m{n}").into_bytes())
                 .lane(lanes[1].clone()),
         ];
@@ -169,12 +179,14 @@ async fn sigkilled_hosts_lose_no_message_and_keep_lanes_in_order_swp_4_lan_1() {
 
     let written = Arc::new(Mutex::new(Vec::new()));
     let writing = CancellationToken::new();
-    let writers = join_all((0..2).map(|index| write_until(&db, index, Arc::clone(&written), writing.clone())));
+    let writers =
+        join_all((0..2).map(|index| write_until(&db, index, Arc::clone(&written), writing.clone())));
     let kills = Arc::new(Kills::default());
     let next = Arc::new(AtomicU32::new(0));
-    let slots = join_all((0..SLOTS).map(|_| {
-        kill_slot(env.clone(), wanted, Arc::clone(&next), Arc::clone(&kills), Arc::clone(&rng))
-    }));
+    let slots =
+        join_all((0..SLOTS).map(|_| {
+            kill_slot(env.clone(), wanted, Arc::clone(&next), Arc::clone(&kills), Arc::clone(&rng))
+        }));
     let killing = async {
         slots.await;
         writing.cancel();
@@ -186,7 +198,8 @@ async fn sigkilled_hosts_lose_no_message_and_keep_lanes_in_order_swp_4_lan_1() {
     let mut last = env.spawn(false);
     let outbox = db.namespace().table("outbox");
     eventually("the last host drained the outbox", || async {
-        let left: i64 = client.query_one(&format!("SELECT count(*) FROM {outbox}"), &[]).await.unwrap().get(0);
+        let left: i64 =
+            client.query_one(&format!("SELECT count(*) FROM {outbox}"), &[]).await.unwrap().get(0);
         left == 0
     })
     .await;
@@ -196,10 +209,8 @@ async fn sigkilled_hosts_lose_no_message_and_keep_lanes_in_order_swp_4_lan_1() {
     let deliveries = read_deliveries(&client, db.namespace()).await.unwrap();
     let verdict = audit(&written, &deliveries);
     let held = kills.held.lock().unwrap().clone();
-    let redelivered_held = held
-        .iter()
-        .filter(|id| deliveries.iter().any(|d| d.id == **id && d.count >= 2))
-        .count();
+    let redelivered_held =
+        held.iter().filter(|id| deliveries.iter().any(|d| d.id == **id && d.count >= 2)).count();
     // Each child is a new lease owner: the term counts sweepers that took over from a killed
     // one after its lease expired (LIF-3).
     let leases = db.namespace().table("leases");
@@ -228,7 +239,11 @@ async fn sigkilled_hosts_lose_no_message_and_keep_lanes_in_order_swp_4_lan_1() {
     assert_eq!(kills.done.load(Ordering::SeqCst), wanted);
     assert!(verdict.written > 0 && verdict.lane_written > 0, "{verdict:?}");
     assert!(verdict.lost.is_empty(), "committed messages never delivered: {:?}", verdict.lost);
-    assert!(verdict.unexpected.is_empty(), "deliveries of messages never committed: {:?}", verdict.unexpected);
+    assert!(
+        verdict.unexpected.is_empty(),
+        "deliveries of messages never committed: {:?}",
+        verdict.unexpected
+    );
     assert!(verdict.out_of_order.is_empty(), "lanes delivered out of order: {:?}", verdict.out_of_order);
     if wanted >= HOLD_EVERY {
         assert!(kills.lane_owners_killed.load(Ordering::SeqCst) >= 1, "no lane owner was killed mid-send");
