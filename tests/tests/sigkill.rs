@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 /// Kills when `RELAYER_CHAOS_KILLS` is not set: a CI run of a few seconds.
-const DEFAULT_KILLS: u32 = 12;
+const DEFAULT_KILLS: u32 = 24;
 /// Children alive at once: replicas of one namespace, each killed on its own schedule.
 const SLOTS: usize = 2;
 /// Every this many kills, the child holds its first accepted lane send and is killed there.
