@@ -72,10 +72,23 @@ pub(crate) fn chaos(args: &[String]) -> Result<(), String> {
     }
     let (status, output) = run::tee(command)?;
     println!("\nchaos: {kills} kills, {restarts} restarts, {:.1}s in all", started.elapsed().as_secs_f64());
-    for line in output.lines().filter(|line| line.starts_with("chaos ")) {
+    for line in report_lines(&output) {
         println!("  {line}");
     }
     if status.success() { Ok(()) } else { Err(format!("the chaos scenarios failed ({status})")) }
+}
+
+/// The scenarios' report lines in the test output. libtest prints a test's output on the
+/// line that names the test, so a report may start mid-line.
+fn report_lines(output: &str) -> Vec<&str> {
+    output
+        .lines()
+        .filter_map(|line| {
+            let at = line.find("chaos sigkill (").or_else(|| line.find("chaos restart ("));
+            at.map(|at| &line[at..])
+                .or_else(|| line.trim_start().starts_with("restart ").then(|| line.trim()))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -109,5 +122,18 @@ mod tests {
             let error = parse(&strings(args)).unwrap_err();
             assert!(error.contains(needle), "{args:?}: {error}");
         }
+    }
+
+    #[test]
+    fn report_lines_are_found_mid_line_too() {
+        let output = "running 1 test\ntest a ... chaos sigkill (seed 1): kills=3\nok\n  restart 1: working again after 1s\nchaos restart (seed 2): restarts=1\n";
+        assert_eq!(
+            report_lines(output),
+            vec![
+                "chaos sigkill (seed 1): kills=3",
+                "restart 1: working again after 1s",
+                "chaos restart (seed 2): restarts=1"
+            ]
+        );
     }
 }
