@@ -10,6 +10,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use relayer::NewMessage;
+use relayer::postgres::Enqueued;
 use uuid::Uuid;
 
 /// One committed message, as the writer returned it.
@@ -21,6 +23,21 @@ pub struct Written {
     pub seq: i64,
     /// Its lane key, for an ordered message.
     pub lane: Option<String>,
+}
+
+impl Written {
+    /// What the writer returned for `messages` (its rows come back in the messages' order).
+    pub fn from_enqueued(messages: &[NewMessage], rows: &[Enqueued]) -> Vec<Written> {
+        messages
+            .iter()
+            .zip(rows)
+            .map(|(message, row)| Written {
+                id: *row.id.as_uuid(),
+                seq: row.seq,
+                lane: message.lane_key().map(str::to_owned),
+            })
+            .collect()
+    }
 }
 
 /// The deliveries of one message id found in the queue.

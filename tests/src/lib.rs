@@ -17,16 +17,18 @@
 //!
 //! This library holds what they share: a queue transport that can be watched
 //! ([`QueueProbe`]), the child-process protocol ([`host_process`]), the pure delivery
-//! [`audit`], and a seeded random source ([`Rng`]).
+//! [`audit`], reading the tables as an observer, run sizes from the environment ([`scale`]),
+//! and a seeded random source ([`Rng`]).
 #![deny(missing_docs)]
 
 pub mod audit;
-pub mod deliveries;
 pub mod host_process;
+mod observe;
 mod probe;
 mod rng;
+pub mod scale;
 
 pub use audit::{Audit, Delivery, Written, audit};
-pub use deliveries::read_deliveries;
+pub use observe::{outbox_rows, read_deliveries};
 pub use probe::QueueProbe;
 pub use rng::{Rng, SEED_VARIABLE};

@@ -29,7 +29,8 @@ use relayer::{
     CleanupOptions, DispatcherOptions, DistributedLock, LeaderElection, LockGuard, Namespace, NewMessage,
     Relayer, RelayerHost, Retention, SweeperOptions, WorkerKind,
 };
-use relayer_scenarios::{QueueProbe, Rng, Written, audit, read_deliveries};
+use relayer_scenarios::scale::{RESTARTS_VARIABLE, count_from_env};
+use relayer_scenarios::{QueueProbe, Rng, Written, audit, outbox_rows, read_deliveries};
 use relayer_test_support::{OwnedCluster, TestDb, eventually, within};
 use tokio_postgres::{Client, NoTls};
 use tokio_util::sync::CancellationToken;
@@ -39,16 +40,6 @@ use uuid::Uuid;
 const DEFAULT_RESTARTS: u32 = 1;
 /// How often the lock holder checks or tries its lock.
 const HOLDER_TICK: Duration = Duration::from_millis(100);
-
-fn restarts_wanted() -> u32 {
-    match std::env::var("RELAYER_CHAOS_RESTARTS") {
-        Err(_) => DEFAULT_RESTARTS,
-        Ok(value) => match value.trim().parse() {
-            Ok(restarts) => restarts,
-            Err(_) => panic!("RELAYER_CHAOS_RESTARTS must be a number of restarts, got {value:?}"),
-        },
-    }
-}
 
 /// A connection that may fail (the server may be down), its driver on a spawned task.
 async fn connect(db: &TestDb) -> Result<Client, tokio_postgres::Error> {
@@ -105,15 +96,7 @@ async fn write_until(
             n += 2;
             let Ok(tx) = client.transaction().await else { continue 'connection };
             let Ok(rows) = writer.enqueue(&tx, &batch).await else { continue 'connection };
-            let written: Vec<Written> = batch
-                .iter()
-                .zip(rows)
-                .map(|(message, row)| Written {
-                    id: *row.id.as_uuid(),
-                    seq: row.seq,
-                    lane: message.lane_key().map(str::to_owned),
-                })
-                .collect();
+            let written = Written::from_enqueued(&batch, &rows);
             match tx.commit().await {
                 Ok(()) => commits.committed.lock().unwrap().extend(written),
                 Err(_) => {
@@ -346,7 +329,7 @@ async fn every_worker_works(
 #[allow(clippy::print_stdout)] // The figures are this scenario's report.
 async fn an_immediate_server_restart_loses_nothing_committed_and_every_worker_resumes_res_1_ldr_4() {
     let started = Instant::now();
-    let restarts = restarts_wanted();
+    let restarts = count_from_env(RESTARTS_VARIABLE, DEFAULT_RESTARTS);
     let cluster = OwnedCluster::start().await;
     let db = cluster.test_db().await;
     let mut client = db.connect().await;
@@ -398,11 +381,8 @@ async fn an_immediate_server_restart_loses_nothing_committed_and_every_worker_re
     let (_, resumed) = tokio::join!(writers, restarting);
     within(holder).await.unwrap();
 
-    let outbox = db.namespace().table("outbox");
     eventually("the workers drain the outbox", || async {
-        let left: i64 =
-            client.query_one(&format!("SELECT count(*) FROM {outbox}"), &[]).await.unwrap().get(0);
-        left == 0
+        outbox_rows(&client, db.namespace()).await.unwrap() == 0
     })
     .await;
     within(workers.dispatching.shutdown()).await;

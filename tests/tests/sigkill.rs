@@ -21,7 +21,8 @@ use futures_util::future::join_all;
 use relayer::postgres::OutboxWriter;
 use relayer::{Namespace, NewMessage};
 use relayer_scenarios::host_process::{self, HOLD, PREFIX, SCHEMA, URL};
-use relayer_scenarios::{Rng, Written, audit, read_deliveries};
+use relayer_scenarios::scale::{KILLS_VARIABLE, count_from_env};
+use relayer_scenarios::{Rng, Written, audit, outbox_rows, read_deliveries};
 use relayer_test_support::{TestDb, eventually};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -38,16 +39,6 @@ const HOLD_EVERY: u32 = 5;
 const LANES: u64 = 8;
 /// How long a holding child may take to report a held send before it is killed anyway.
 const HOLD_PATIENCE: Duration = Duration::from_secs(20);
-
-fn kills_wanted() -> u32 {
-    match std::env::var("RELAYER_CHAOS_KILLS") {
-        Err(_) => DEFAULT_KILLS,
-        Ok(value) => match value.trim().parse() {
-            Ok(kills) => kills,
-            Err(_) => panic!("RELAYER_CHAOS_KILLS must be a number of kills, got {value:?}"),
-        },
-    }
-}
 
 /// What a child needs to find the test's namespace.
 #[derive(Clone)]
@@ -152,11 +143,7 @@ async fn write_until(
         let tx = client.transaction().await.unwrap();
         let rows = writer.enqueue(&tx, &batch).await.unwrap();
         tx.commit().await.unwrap();
-        written.lock().unwrap().extend(batch.iter().zip(rows).map(|(message, row)| Written {
-            id: *row.id.as_uuid(),
-            seq: row.seq,
-            lane: message.lane_key().map(str::to_owned),
-        }));
+        written.lock().unwrap().extend(Written::from_enqueued(&batch, &rows));
         n += 2;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -168,7 +155,7 @@ async fn write_until(
 #[allow(clippy::print_stdout)] // The figures are this scenario's report.
 async fn sigkilled_hosts_lose_no_message_and_keep_lanes_in_order_swp_4_lan_1() {
     let started = Instant::now();
-    let wanted = kills_wanted();
+    let wanted = count_from_env(KILLS_VARIABLE, DEFAULT_KILLS);
     let db = TestDb::new().await;
     let mut client = db.connect().await;
     relayer::postgres::migrate(&mut client, db.namespace()).await.unwrap();
@@ -196,11 +183,8 @@ async fn sigkilled_hosts_lose_no_message_and_keep_lanes_in_order_swp_4_lan_1() {
 
     // A last host, never killed while it works, drains what the killed ones left.
     let mut last = env.spawn(false);
-    let outbox = db.namespace().table("outbox");
     eventually("the last host drained the outbox", || async {
-        let left: i64 =
-            client.query_one(&format!("SELECT count(*) FROM {outbox}"), &[]).await.unwrap().get(0);
-        left == 0
+        outbox_rows(&client, db.namespace()).await.unwrap() == 0
     })
     .await;
     last.kill().await.unwrap();

@@ -123,12 +123,8 @@ impl Cluster {
 
     fn stop(&self) {
         if self.data_dir().join("postmaster.pid").exists() {
-            let _ = self
-                .command("pg_ctl")
-                .arg("-D")
-                .arg(self.data_dir())
-                .args(["-m", "immediate", "-w", "stop"])
-                .output();
+            // Best effort: a half-started or vanished server is what dropping cleans up.
+            let _ = self.stop_immediately();
         }
     }
 }
