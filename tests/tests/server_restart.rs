@@ -420,3 +420,57 @@ async fn an_immediate_server_restart_loses_nothing_committed_and_every_worker_re
     assert!(unexplained.is_empty(), "deliveries of messages never committed: {unexplained:?}");
     assert!(verdict.out_of_order.is_empty(), "lanes delivered out of order: {:?}", verdict.out_of_order);
 }
+
+/// Stops the server without yielding to the runtime: on a current-thread runtime, no task
+/// spawned before this call runs until it has returned.
+fn stop_without_yielding(cluster: &OwnedCluster) {
+    std::thread::scope(|scope| {
+        let stopping = scope.spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(cluster.stop_immediately());
+        });
+        stopping.join().unwrap();
+    });
+}
+
+/// RES-1 (issue 9, item 5): the server stops after the hosts started but before their
+/// sweeper, cleanup and lock holder took a first step, so each meets it stopped — the
+/// schema check at the start of their loop fails — and each must still work once the
+/// server returns, with no process restart.
+///
+/// One thread: the hosts spawn their workers at the end of `start`, and nothing runs them
+/// until this test yields, after the server is down.
+#[tokio::test(flavor = "current_thread")]
+async fn workers_whose_first_step_meets_a_stopped_server_resume_when_it_returns_res_1() {
+    let cluster = OwnedCluster::start().await;
+    let db = cluster.test_db().await;
+    let mut client = db.connect().await;
+    relayer::postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    let mut rng = Rng::from_env_or_clock();
+
+    let workers = start_hosts(&db).await;
+    let holder_resource = format!("restart-holder:{}", db.schema());
+    let holder_counts = Arc::new(HolderCounts::default());
+    let stop = CancellationToken::new();
+    let holder = tokio::spawn(hold_lock(
+        PgAdvisoryLock::new(db.config()),
+        holder_resource.clone(),
+        Arc::clone(&holder_counts),
+        stop.clone(),
+    ));
+    stop_without_yielding(&cluster);
+    // The workers now take their first steps against the stopped server.
+    tokio::time::sleep(rng.millis(300, 1500)).await;
+    cluster.start_again().await;
+    let back = Instant::now();
+    let mut client = reconnect(&db).await;
+    let since: SystemTime = client.query_one("SELECT now()", &[]).await.unwrap().get(0);
+    let commits = Commits::default();
+    let holder_state = (holder_resource.as_str(), &*holder_counts, 0);
+    every_worker_works(&db, &mut client, &workers, holder_state, &commits, since, back).await;
+
+    stop.cancel();
+    within(holder).await.unwrap();
+    within(workers.dispatching.shutdown()).await;
+    within(workers.maintaining.shutdown()).await;
+}

@@ -65,6 +65,9 @@ pub(crate) fn chaos(args: &[String]) -> Result<(), String> {
         "--",
         "--nocapture",
         "--test-threads=1",
+        // The scenarios that scale with the counts; the others run in CI as they are.
+        "sigkilled_hosts_",
+        "an_immediate_server_restart_",
     ]);
     command.env("RELAYER_CHAOS_KILLS", kills.to_string()).env("RELAYER_CHAOS_RESTARTS", restarts.to_string());
     if let Some(seed) = seed {
