@@ -163,4 +163,74 @@ mod tests {
         assert_eq!(verdict.unexpected, vec![id(9)]);
         assert_eq!(verdict.duplicates, 2);
     }
+
+    /// Messages of up to three lanes (`None`: unordered) with seq = index, and a distinct
+    /// delivery time per message plus extra deliveries per message.
+    fn runs() -> impl proptest::strategy::Strategy<Value = (Vec<Option<u8>>, Vec<u32>, Vec<u8>)> {
+        use proptest::prelude::*;
+        (1usize..40).prop_flat_map(|n| {
+            (
+                proptest::collection::vec(proptest::option::of(0u8..3), n),
+                Just((0..u32::try_from(n).unwrap_or(0)).collect::<Vec<_>>()).prop_shuffle(),
+                proptest::collection::vec(0u8..3, n),
+            )
+        })
+    }
+
+    /// Written messages and their deliveries, each lane's first deliveries moved into seq
+    /// order (the times of a lane's messages, sorted, handed out in seq order).
+    fn ordered_run(lanes: &[Option<u8>], times: &[u32], extra: &[u8]) -> (Vec<Written>, Vec<Delivery>) {
+        let written: Vec<Written> = lanes
+            .iter()
+            .enumerate()
+            .map(|(i, lane)| Written {
+                id: id(i as u128),
+                seq: i64::try_from(i).unwrap_or(i64::MAX),
+                lane: lane.map(|l| format!("lane-{l}")),
+            })
+            .collect();
+        let mut first: Vec<i64> = times.iter().map(|t| i64::from(*t)).collect();
+        for key in 0..3u8 {
+            let members: Vec<usize> = (0..lanes.len()).filter(|i| lanes[*i] == Some(key)).collect();
+            let mut lane_times: Vec<i64> = members.iter().map(|i| first[*i]).collect();
+            lane_times.sort_unstable();
+            for (i, time) in members.into_iter().zip(lane_times) {
+                first[i] = time;
+            }
+        }
+        let deliveries = (0..lanes.len())
+            .map(|i| Delivery { id: id(i as u128), first: first[i], count: 1 + i64::from(extra[i]) })
+            .collect();
+        (written, deliveries)
+    }
+
+    proptest::proptest! {
+        /// LAN-1: lanes whose first deliveries follow seq order are clean however they
+        /// interleave with each other and with unordered messages, whatever the duplicates.
+        #[test]
+        fn deliveries_in_lane_order_with_any_duplicates_are_clean_lan_1((lanes, times, extra) in runs()) {
+            let (written, deliveries) = ordered_run(&lanes, &times, &extra);
+            let verdict = audit(&written, &deliveries);
+            proptest::prop_assert!(verdict.is_clean(), "{:?}", verdict);
+            proptest::prop_assert_eq!(verdict.delivered, written.len());
+            let extra_total: i64 = extra.iter().map(|e| i64::from(*e)).sum();
+            proptest::prop_assert_eq!(verdict.duplicates, extra_total);
+        }
+
+        /// LAN-1: swapping the first deliveries of two messages of one lane is reported.
+        #[test]
+        fn any_swap_within_a_lane_is_out_of_order_lan_1((lanes, times, extra) in runs(), pick in 0usize..1000) {
+            let (written, mut deliveries) = ordered_run(&lanes, &times, &extra);
+            let pairs: Vec<(usize, usize)> = (0..lanes.len())
+                .flat_map(|i| (i + 1..lanes.len()).map(move |j| (i, j)))
+                .filter(|(i, j)| lanes[*i].is_some() && lanes[*i] == lanes[*j])
+                .collect();
+            if let Some(&(i, j)) = pairs.get(pick % pairs.len().max(1)) {
+                let (a, b) = (deliveries[i].first, deliveries[j].first);
+                deliveries[i].first = b;
+                deliveries[j].first = a;
+                proptest::prop_assert!(!audit(&written, &deliveries).out_of_order.is_empty());
+            }
+        }
+    }
 }
