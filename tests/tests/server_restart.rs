@@ -229,6 +229,58 @@ async fn start_hosts(db: &TestDb) -> Workers {
     Workers { dispatching, maintaining, dispatched, cleanup_lock }
 }
 
+/// A cluster of the test's own with a migrated schema, both hosts and the lock holder
+/// running. Fields drop in order: hosts before the schema, the schema before the cluster.
+struct Scene {
+    workers: Workers,
+    holder_resource: String,
+    holder_counts: Arc<HolderCounts>,
+    holder: tokio::task::JoinHandle<()>,
+    /// Stops the lock holder (and the writers of a test that runs some).
+    stop: CancellationToken,
+    db: TestDb,
+    cluster: OwnedCluster,
+}
+
+impl Scene {
+    async fn set_up() -> Scene {
+        let cluster = OwnedCluster::start().await;
+        let db = cluster.test_db().await;
+        relayer::postgres::migrate(&mut db.connect().await, db.namespace()).await.unwrap();
+        let workers = start_hosts(&db).await;
+        let holder_resource = format!("restart-holder:{}", db.schema());
+        let holder_counts = Arc::new(HolderCounts::default());
+        let stop = CancellationToken::new();
+        let holder = tokio::spawn(hold_lock(
+            PgAdvisoryLock::new(db.config()),
+            holder_resource.clone(),
+            Arc::clone(&holder_counts),
+            stop.clone(),
+        ));
+        Scene { workers, holder_resource, holder_counts, holder, stop, db, cluster }
+    }
+
+    /// Brings the server back and returns a connection, the server's clock and the moment
+    /// it answered.
+    async fn start_again(&self) -> (Client, SystemTime, Instant) {
+        self.cluster.start_again().await;
+        let back = Instant::now();
+        let client = reconnect(&self.db).await;
+        let since: SystemTime = client.query_one("SELECT now()", &[]).await.unwrap().get(0);
+        (client, since, back)
+    }
+
+    /// Stops the lock holder and shuts both hosts down (LIF-1); returns the schema and the
+    /// cluster for the final checks.
+    async fn tear_down(self) -> (TestDb, OwnedCluster) {
+        self.stop.cancel();
+        within(self.holder).await.unwrap();
+        within(self.workers.dispatching.shutdown()).await;
+        within(self.workers.maintaining.shutdown()).await;
+        (self.db, self.cluster)
+    }
+}
+
 /// How long each worker took to be seen working again after the server came back.
 #[derive(Debug, Default)]
 struct Resumed {
@@ -241,15 +293,14 @@ struct Resumed {
 /// Waits until every worker has been seen working since the server answered at `since`
 /// (its clock), and says how long each took from `back`.
 async fn every_worker_works(
-    db: &TestDb,
+    scene: &Scene,
     client: &mut Client,
-    workers: &Workers,
-    holder: (&str, &HolderCounts, u32),
+    taken_before: u32,
     commits: &Commits,
     since: SystemTime,
     back: Instant,
 ) -> Resumed {
-    let namespace = db.namespace();
+    let (namespace, workers) = (scene.db.namespace(), &scene.workers);
     let mut resumed = Resumed::default();
 
     // The dispatcher: a lane message written now is delivered (LAN-4: the sweeper never
@@ -314,7 +365,7 @@ async fn every_worker_works(
     resumed.cleanup = back.elapsed();
 
     // The lock holder: it saw its lock lost with its session, and took it again (LDR-4).
-    let (resource, counts, taken_before) = holder;
+    let (resource, counts) = (&scene.holder_resource, &scene.holder_counts);
     eventually("the lock holder takes its lock again", || async {
         counts.taken.load(Ordering::SeqCst) > taken_before && lock_is_held(client, resource).await
     })
@@ -330,63 +381,46 @@ async fn every_worker_works(
 async fn an_immediate_server_restart_loses_nothing_committed_and_every_worker_resumes_res_1_ldr_4() {
     let started = Instant::now();
     let restarts = count_from_env(RESTARTS_VARIABLE, DEFAULT_RESTARTS);
-    let cluster = OwnedCluster::start().await;
-    let db = cluster.test_db().await;
-    let mut client = db.connect().await;
-    relayer::postgres::migrate(&mut client, db.namespace()).await.unwrap();
     let mut rng = Rng::from_env_or_clock();
     let seed = rng.seed();
-
-    let workers = start_hosts(&db).await;
-    let holder_resource = format!("restart-holder:{}", db.schema());
-    let holder_counts = Arc::new(HolderCounts::default());
-    let stop = CancellationToken::new();
-    let holder = tokio::spawn(hold_lock(
-        PgAdvisoryLock::new(db.config()),
-        holder_resource.clone(),
-        Arc::clone(&holder_counts),
-        stop.clone(),
-    ));
+    let scene = Scene::set_up().await;
+    let mut client = scene.db.connect().await;
     let commits = Arc::new(Commits::default());
     let writers = join_all((0..2).map(|index| {
-        write_until(&db, workers.dispatching.writer(), index, Arc::clone(&commits), stop.clone())
+        let writer = scene.workers.dispatching.writer();
+        write_until(&scene.db, writer, index, Arc::clone(&commits), scene.stop.clone())
     }));
 
     let restarting = async {
         // Everything works before the first restart.
         let since: SystemTime = client.query_one("SELECT now()", &[]).await.unwrap().get(0);
-        let holder = (holder_resource.as_str(), &*holder_counts, 0);
-        every_worker_works(&db, &mut client, &workers, holder, &commits, since, Instant::now()).await;
+        every_worker_works(&scene, &mut client, 0, &commits, since, Instant::now()).await;
         let mut resumed = Vec::new();
         for _ in 0..restarts {
             // Let passes, sends and commits be in flight at a random point.
             tokio::time::sleep(rng.millis(100, 600)).await;
-            let (taken, lost) =
-                (holder_counts.taken.load(Ordering::SeqCst), holder_counts.lost.load(Ordering::SeqCst));
-            cluster.stop_immediately().await;
+            let counts = &scene.holder_counts;
+            let (taken, lost) = (counts.taken.load(Ordering::SeqCst), counts.lost.load(Ordering::SeqCst));
+            scene.cluster.stop_immediately().await;
             // Down long enough for every worker to fail passes and back off (RES-2).
             tokio::time::sleep(rng.millis(300, 1500)).await;
-            cluster.start_again().await;
-            let back = Instant::now();
-            client = reconnect(&db).await;
-            let since: SystemTime = client.query_one("SELECT now()", &[]).await.unwrap().get(0);
-            let holder = (holder_resource.as_str(), &*holder_counts, taken);
-            let times = every_worker_works(&db, &mut client, &workers, holder, &commits, since, back).await;
-            assert!(holder_counts.lost.load(Ordering::SeqCst) > lost, "the holder never saw its lock lost");
-            resumed.push(times);
+            let (restarted, since, back) = scene.start_again().await;
+            client = restarted;
+            resumed.push(every_worker_works(&scene, &mut client, taken, &commits, since, back).await);
+            assert!(counts.lost.load(Ordering::SeqCst) > lost, "the holder never saw its lock lost");
         }
-        stop.cancel();
+        // The writers and the lock holder stop.
+        scene.stop.cancel();
         resumed
     };
     let (_, resumed) = tokio::join!(writers, restarting);
-    within(holder).await.unwrap();
-
     eventually("the workers drain the outbox", || async {
-        outbox_rows(&client, db.namespace()).await.unwrap() == 0
+        outbox_rows(&client, scene.db.namespace()).await.unwrap() == 0
     })
     .await;
-    within(workers.dispatching.shutdown()).await;
-    within(workers.maintaining.shutdown()).await;
+    let (taken, lost) =
+        (scene.holder_counts.taken.load(Ordering::SeqCst), scene.holder_counts.lost.load(Ordering::SeqCst));
+    let (db, _cluster) = scene.tear_down().await;
 
     let committed = commits.committed.lock().unwrap().clone();
     let ambiguous = commits.ambiguous.lock().unwrap().clone();
@@ -405,8 +439,8 @@ async fn an_immediate_server_restart_loses_nothing_committed_and_every_worker_re
         verdict.lost.len(),
         verdict.duplicates,
         verdict.out_of_order.len(),
-        holder_counts.taken.load(Ordering::SeqCst),
-        holder_counts.lost.load(Ordering::SeqCst),
+        taken,
+        lost,
         started.elapsed().as_secs_f64(),
     );
     for (restart, times) in resumed.iter().enumerate() {
@@ -442,35 +476,12 @@ fn stop_without_yielding(cluster: &OwnedCluster) {
 /// until this test yields, after the server is down.
 #[tokio::test(flavor = "current_thread")]
 async fn workers_whose_first_step_meets_a_stopped_server_resume_when_it_returns_res_1() {
-    let cluster = OwnedCluster::start().await;
-    let db = cluster.test_db().await;
-    let mut client = db.connect().await;
-    relayer::postgres::migrate(&mut client, db.namespace()).await.unwrap();
     let mut rng = Rng::from_env_or_clock();
-
-    let workers = start_hosts(&db).await;
-    let holder_resource = format!("restart-holder:{}", db.schema());
-    let holder_counts = Arc::new(HolderCounts::default());
-    let stop = CancellationToken::new();
-    let holder = tokio::spawn(hold_lock(
-        PgAdvisoryLock::new(db.config()),
-        holder_resource.clone(),
-        Arc::clone(&holder_counts),
-        stop.clone(),
-    ));
-    stop_without_yielding(&cluster);
+    let scene = Scene::set_up().await;
+    stop_without_yielding(&scene.cluster);
     // The workers now take their first steps against the stopped server.
     tokio::time::sleep(rng.millis(300, 1500)).await;
-    cluster.start_again().await;
-    let back = Instant::now();
-    let mut client = reconnect(&db).await;
-    let since: SystemTime = client.query_one("SELECT now()", &[]).await.unwrap().get(0);
-    let commits = Commits::default();
-    let holder_state = (holder_resource.as_str(), &*holder_counts, 0);
-    every_worker_works(&db, &mut client, &workers, holder_state, &commits, since, back).await;
-
-    stop.cancel();
-    within(holder).await.unwrap();
-    within(workers.dispatching.shutdown()).await;
-    within(workers.maintaining.shutdown()).await;
+    let (mut client, since, back) = scene.start_again().await;
+    every_worker_works(&scene, &mut client, 0, &Commits::default(), since, back).await;
+    scene.tear_down().await;
 }
