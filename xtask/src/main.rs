@@ -5,6 +5,7 @@
 //! workspace root.
 #![allow(clippy::print_stdout)] // a CLI: stdout is its user interface.
 
+mod chaos;
 mod postgres;
 mod run;
 mod summary;
@@ -29,6 +30,11 @@ Commands:
                           prints or applies the database schema (through relayer-cli).
   demo                    makes sure PostgreSQL answers locally, then runs the demo (relayer-cli).
   bench <name> [--quick]  runs a benchmark in release mode: dispatch, maintenance (relayer-bench), locks.
+  chaos [--kills N] [--restarts N] [--seed S]
+                          the crash and restart scenarios (relayer-scenarios, the top-level tests/)
+                          at full scale: hosts SIGKILLed N times (default 120), PostgreSQL
+                          restarted N times (default 5); prints kills, written, delivered, lost,
+                          duplicates and the time taken. CI runs them with 24 kills and 1 restart.
   help                    this text.
 
 The tests find their database as relayer-test-support documents: DATABASE_URL, else a
@@ -53,6 +59,7 @@ fn main() -> ExitCode {
         }
         Some("demo") => demo(&args[1..]),
         Some("bench") => bench(&args[1..]),
+        Some("chaos") => chaos::chaos(&args[1..]),
         Some(other) => Err(format!("unknown command `{other}`; see `cargo xtask help`")),
     };
     match result {
