@@ -359,7 +359,7 @@ pub enum MessageProblem {
     #[error("the lane key is empty")]
     EmptyLane,
     /// A field is longer than its limit, in bytes.
-    #[error("the {field} is {size} bytes; the limit is {limit}")]
+    #[error("{field}: {size} bytes; the limit is {limit}")]
     TooLong {
         /// Which field: `destination`, `lane key`, `headers` (names and values together)
         /// or `trace context`.
@@ -489,7 +489,8 @@ mod tests {
                 HumanDuration(Duration::MAX)
             )
         );
-        for at in [Timestamp::MIN, Timestamp::MAX, Timestamp::from_micros(EARLIEST_DELIVERY.as_micros() - 1)] {
+        for at in [Timestamp::MIN, Timestamp::MAX, Timestamp::from_micros(EARLIEST_DELIVERY.as_micros() - 1)]
+        {
             assert_eq!(problem(&base().delivery(Delivery::At(at))), MessageProblem::DeliveryOutOfRange(at));
         }
         assert_eq!(

@@ -17,13 +17,22 @@ use relayer_test_support::TestDb;
 /// The three kinds of undecodable row: (transport, headers as jsonb text, what the
 /// `last_error` must say besides the table and seq).
 const BAD: [(&str, &str, &str); 3] = [
-    ("test", r#"{"a":1}"#, r#"column headers: expected a JSON object of strings, but header "a" is a number"#),
+    (
+        "test",
+        r#"{"a":1}"#,
+        r#"column headers: expected a JSON object of strings, but header "a" is a number"#,
+    ),
     ("test", "null", "column headers: expected a JSON object of strings, found null"),
     ("nope", "{}", r#"column transport: no transport named "nope" is registered here (known: test)"#),
 ];
 
 /// Writes the `BAD` row of kind `which` straight into the outbox (on `lane` when given).
-async fn write_bad_row(client: &tokio_postgres::Client, db: &TestDb, which: usize, lane: Option<&str>) -> i64 {
+async fn write_bad_row(
+    client: &tokio_postgres::Client,
+    db: &TestDb,
+    which: usize,
+    lane: Option<&str>,
+) -> i64 {
     let (transport, headers, _) = BAD[which];
     let sql = format!(
         "INSERT INTO {} (message_id, transport, destination, body, headers, lane) \
@@ -128,7 +137,11 @@ async fn an_undecodable_lane_head_parks_its_lane_with_the_reason_lan_5_spec_15()
         .unwrap();
 
     let report = dispatcher.run_once(&client).await.unwrap();
-    assert_eq!((report.lanes, report.sent, report.undecodable, report.lanes_parked), (4, 1, 3, 3), "{report:?}");
+    assert_eq!(
+        (report.lanes, report.sent, report.undecodable, report.lanes_parked),
+        (4, 1, 3, 3),
+        "{report:?}"
+    );
     let parked = client
         .query(
             &format!(
@@ -143,10 +156,19 @@ async fn an_undecodable_lane_head_parks_its_lane_with_the_reason_lan_5_spec_15()
     let expected = expected_errors(&db, &heads);
     assert_eq!(parked.len(), 3);
     for ((row, lane), (seq, reason)) in parked.iter().zip(lanes).zip(expected) {
-        let got: (String, Option<i64>, Option<String>, bool) = (row.get(0), row.get(1), row.get(2), row.get(3));
-        assert_eq!(got, (lane.to_owned(), Some(seq), Some(reason), true), "parked with the reason, unclaimed");
+        let got: (String, Option<i64>, Option<String>, bool) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        assert_eq!(
+            got,
+            (lane.to_owned(), Some(seq), Some(reason), true),
+            "parked with the reason, unclaimed"
+        );
     }
-    assert_eq!(count(&client, &db, "outbox").await, 9, "every parked lane keeps its head and the rows behind");
+    assert_eq!(
+        count(&client, &db, "outbox").await,
+        9,
+        "every parked lane keeps its head and the rows behind"
+    );
 
     let again = dispatcher.run_once(&client).await.unwrap();
     assert_eq!((again.lanes, again.sent, again.undecodable), (0, 0, 0), "parked lanes are not claimed again");

@@ -179,9 +179,12 @@ impl OutboxWriter {
         OutboxWriter::new(namespace, registry.names())
     }
 
-    /// Sets the largest body accepted, in bytes.
+    /// Sets the largest body accepted, in bytes, at most
+    /// [`MAX_BODY_BYTES_LIMIT`](relayer_core::options::MAX_BODY_BYTES_LIMIT) (1 GiB,
+    /// PostgreSQL's largest `bytea`): a larger value means that limit, so a body PostgreSQL
+    /// would refuse inside the caller's transaction is refused before it (OUT-3).
     pub fn with_max_body_bytes(mut self, max_body_bytes: usize) -> Self {
-        self.max_body_bytes = max_body_bytes;
+        self.max_body_bytes = max_body_bytes.min(relayer_core::options::MAX_BODY_BYTES_LIMIT);
         self
     }
 
@@ -549,6 +552,14 @@ mod tests {
             assert!(channel.starts_with("relayer_"));
             assert!(channel[8..].chars().all(|c| c.is_ascii_hexdigit()));
         }
+    }
+
+    /// OUT-3: no body limit lets through a body PostgreSQL cannot store.
+    #[test]
+    fn the_body_limit_never_exceeds_what_postgresql_stores_out_3() {
+        let writer = OutboxWriter::new(&Namespace::default(), ["queue"]).with_max_body_bytes(usize::MAX);
+        assert_eq!(writer.max_body_bytes, relayer_core::options::MAX_BODY_BYTES_LIMIT);
+        assert_eq!(writer.with_max_body_bytes(64).max_body_bytes, 64);
     }
 
     /// BASELINE.md trap: a claim planned while the table was empty, kept as a generic plan,

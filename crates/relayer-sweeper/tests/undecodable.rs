@@ -35,7 +35,8 @@ async fn undecodable_rows_in_a_recovery_page_move_to_dead_and_the_page_goes_on_s
 
     let transport = Arc::new(TestTransport::new(Sink::default()));
     let (pool, _) = pool(&db, "sweeper", 1).await;
-    let sweeper = sweeper(pool.clone(), &db, options(100), transport.clone(), lease("a", Duration::from_secs(30)));
+    let sweeper =
+        sweeper(pool.clone(), &db, options(100), transport.clone(), lease("a", Duration::from_secs(30)));
     let mut conn = pool.get().await.unwrap();
     let report = sweeper.run_once(&mut conn).await.unwrap();
     assert_eq!(
