@@ -29,7 +29,7 @@ const TARGET: &str = "relayer::dispatcher";
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PassReport {
-    /// Unordered rows claimed.
+    /// Unordered rows claimed, undecodable ones included.
     pub claimed: u64,
     /// Messages the transports accepted (rows deleted), lanes included.
     pub sent: u64,

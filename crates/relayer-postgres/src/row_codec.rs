@@ -195,7 +195,49 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // A failed unwrap is a failed test.
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// Any JSON value, a few levels deep.
+    fn json() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(serde_json::Value::from),
+            ".{0,8}".prop_map(serde_json::Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map(".{0,6}", inner, 0..4)
+                    .prop_map(|map| serde_json::Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// SPEC §15: every headers map the writer stores reads back unchanged, and any other
+        /// JSON value is refused with a reason — never a panic, never a guess.
+        #[test]
+        fn headers_decode_exactly_the_objects_of_strings_spec_15(
+            headers in proptest::collection::btree_map(".{0,8}", ".{0,8}", 0..6),
+            other in json(),
+        ) {
+            prop_assert_eq!(headers_from_json(headers_to_json(&headers)).unwrap(), headers);
+            let is_headers = matches!(&other, serde_json::Value::Object(map) if map.values().all(serde_json::Value::is_string));
+            match headers_from_json(other.clone()) {
+                Ok(decoded) => {
+                    prop_assert!(is_headers);
+                    prop_assert_eq!(headers_to_json(&decoded), other);
+                }
+                Err(reason) => {
+                    prop_assert!(!is_headers);
+                    prop_assert!(reason.starts_with("expected a JSON object of strings"), "{}", reason);
+                }
+            }
+        }
+    }
 
     #[test]
     fn headers_round_trip_and_malformed_headers_name_the_reason() {
