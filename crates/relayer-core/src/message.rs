@@ -85,7 +85,7 @@ pub const MAX_TRACE_CONTEXT_BYTES: usize = 4096;
 
 /// The longest [`Delivery::After`] delay accepted: 36500 days (100 years). PostgreSQL's
 /// intervals and timestamps end; a longer delay would fail inside the caller's transaction.
-pub const MAX_DELIVERY_DELAY: Duration = Duration::from_secs(36_500 * 86_400);
+pub const MAX_DELIVERY_DELAY: Duration = crate::time::MAX_DATABASE_DURATION;
 
 /// The earliest [`Delivery::At`] accepted: `0001-01-01T00:00:00.000000Z`.
 pub const EARLIEST_DELIVERY: Timestamp = Timestamp::from_micros(-62_135_596_800 * 1_000_000);

@@ -62,7 +62,7 @@ pub const MAX_BODY_BYTES_LIMIT: usize = 1 << 30;
 /// The longest finite retention: 36500 days (100 years). Longer cut-offs run past the
 /// start of PostgreSQL's timestamps and would fail every cleanup pass; keep rows forever
 /// with `infinite` ([`Retention::Keep`]) instead.
-pub const MAX_RETENTION: Duration = Duration::from_secs(36_500 * 86_400);
+pub const MAX_RETENTION: Duration = crate::time::MAX_DATABASE_DURATION;
 
 const MILLISECOND: Duration = Duration::from_millis(1);
 const SECOND: Duration = Duration::from_secs(1);

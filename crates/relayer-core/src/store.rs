@@ -395,7 +395,11 @@ pub struct Lease {
     pub expires_at: Timestamp,
 }
 
-/// A duration in whole microseconds, saturating far beyond any validated option.
+/// A duration in whole microseconds, at most [`MAX_DATABASE_DURATION`]: a longer retry or
+/// defer delay means "100 years", never a completion PostgreSQL refuses.
+///
+/// [`MAX_DATABASE_DURATION`]: crate::time::MAX_DATABASE_DURATION
 fn micros(duration: Duration) -> i64 {
-    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+    let clamped = duration.min(crate::time::MAX_DATABASE_DURATION);
+    i64::try_from(clamped.as_micros()).unwrap_or(i64::MAX)
 }

@@ -170,8 +170,11 @@ const LOCKED_OFFSET: usize = 3;
 /// How many rows of its window a recovery page may read per eligible row it may return.
 pub const SCAN_ROWS_PER_ELIGIBLE: i64 = 50;
 
-/// A duration in whole microseconds for SQL (`$n::bigint * interval '1 microsecond'`),
-/// saturating far beyond any validated option.
+/// A duration in whole microseconds for SQL (`$n::bigint * interval '1 microsecond'`), at
+/// most [`MAX_DATABASE_DURATION`](relayer_core::time::MAX_DATABASE_DURATION): validated
+/// options and messages never reach it, and any other duration (a hand-built lease, claim
+/// or retention) means "100 years" instead of an interval or timestamp out of range.
 pub(crate) fn micros(duration: Duration) -> i64 {
-    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+    let clamped = duration.min(relayer_core::time::MAX_DATABASE_DURATION);
+    i64::try_from(clamped.as_micros()).unwrap_or(i64::MAX)
 }

@@ -15,7 +15,9 @@ use relayer_core::options::MAX_RETENTION;
 use relayer_core::store::LockOutbox;
 use relayer_core::{Delivery, MessageProblem, NewMessage, Uuid};
 use relayer_postgres::retention::RetentionStatements;
-use relayer_postgres::{Completion, EnqueueError, OutboxStatements, OutboxWriter, PgStore, migrate};
+use relayer_postgres::{
+    Completion, EnqueueError, LeaseStatements, OutboxStatements, OutboxWriter, PgStore, migrate,
+};
 use relayer_test_support::TestDb;
 
 async fn setup() -> (TestDb, tokio_postgres::Client) {
@@ -148,4 +150,42 @@ async fn a_locked_completion_never_changes_lane_rows_or_rows_under_a_live_claim_
     buried.retry(written[0].seq, "down", Duration::ZERO);
     let report = PgStore::new(&client, &statements).complete_locked(&buried).await.unwrap();
     assert_eq!((report.dead, report.released, report.fenced_out), (0, 0, 2));
+}
+
+/// Durations handed to the statements by a raw API rather than validated options (a lease
+/// built by hand, a retry delay, a claim, a retention) are clamped to
+/// `MAX_DATABASE_DURATION`: `Duration::MAX` means 100 years, never a failed statement
+/// ("interval out of range") repeated on every pass.
+#[tokio::test]
+async fn any_duration_reaching_sql_is_clamped_to_what_postgresql_represents() {
+    let (db, mut client) = setup().await;
+    let tx = client.transaction().await.unwrap();
+    let lease = LeaseStatements::new(db.namespace()).acquire(&tx, "job", "me", Duration::MAX).await.unwrap();
+    assert!(lease.is_some(), "a lease of Duration::MAX is a lease of 100 years");
+    tx.commit().await.unwrap();
+
+    let written = writer(&db).enqueue(&client, &[message(), message()]).await.unwrap();
+    let statements = OutboxStatements::new(db.namespace());
+    let token = Uuid::new_v4();
+    let claimed = statements.claim_due(&client, token, Duration::MAX, 10, &[]).await.unwrap();
+    assert_eq!(claimed.messages.len(), 2);
+    let mut completion = Completion::new();
+    completion.retry(written[0].seq, "down", Duration::MAX);
+    completion.defer(written[1].seq, Duration::MAX);
+    let report = statements.complete(&client, token, &completion).await.unwrap();
+    assert_eq!((report.released, report.deferred), (1, 1));
+    let far: bool = client
+        .query_one(
+            &format!(
+                "SELECT bool_and(visible_at > now() + interval '36499 days') FROM {}",
+                db.namespace().table("outbox")
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(far);
+    let retention = RetentionStatements::new(db.namespace());
+    assert_eq!(retention.delete_expired_dead(&client, Duration::MAX, 10).await.unwrap(), 0);
 }
