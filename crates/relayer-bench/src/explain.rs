@@ -86,9 +86,9 @@ async fn run_in(scratch: &Scratch, rows: usize) -> BenchResult<()> {
         .collect();
     writer.enqueue(&client, &batch).await?;
     show("enqueue, 10 messages in one statement");
-    let claimed = outbox.claim_due(&client, token, claim, 100, &[]).await?;
+    let claimed = outbox.claim_due(&client, token, claim, 100, &[]).await?.messages;
     show("claim due, 100 rows");
-    let by_seq_claimed = outbox.claim_seqs(&client, token, claim, &by_seq).await?;
+    let by_seq_claimed = outbox.claim_seqs(&client, token, claim, &by_seq).await?.messages;
     show("claim by seq, 100 rows");
     let mut completion = Completion::new();
     for (index, message) in claimed.iter().chain(&by_seq_claimed).enumerate() {

@@ -36,9 +36,9 @@ pub use lock::{DistributedLock, LockError, LockErrorKind, LockGuard, advisory_lo
 pub use message::{Delivery, Envelope, Headers, MessageError, MessageId, MessageProblem, NewMessage};
 pub use namespace::{IdentifierError, IdentifierKind, Namespace};
 pub use store::{
-    ClaimOutbox, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns, CompletionReport,
+    ClaimOutbox, Claimed, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns, CompletionReport,
     DeleteExpired, HoldLease, LeaderCheck, Lease, LockOutbox, LockedPage, PageRequest, ScanRecovery, Store,
-    StoreError,
+    StoreError, UndecodableRow,
 };
 pub use time::Timestamp;
 pub use transport::{

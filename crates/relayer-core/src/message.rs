@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::duration::HumanDuration;
 use crate::time::Timestamp;
 
 /// A message's identity, preserved end to end: outbox, transport, broker, inbox.
@@ -65,6 +66,32 @@ pub type Headers = BTreeMap<String, String>;
 
 /// The longest header name accepted.
 pub const MAX_HEADER_NAME_LEN: usize = 256;
+
+/// The longest lane key accepted, in bytes (OUT-3). A lane key is indexed (the lane
+/// index, the lanes table's key) inside the caller's transaction, and PostgreSQL refuses
+/// an index entry over about 2.7 kB; 512 bytes leaves room and is ample for any key.
+pub const MAX_LANE_KEY_BYTES: usize = 512;
+
+/// The longest destination accepted, in bytes (OUT-3). relayer's queue transport indexes
+/// it; brokers limit subjects and routing keys further (AMQP: 255 bytes).
+pub const MAX_DESTINATION_BYTES: usize = 1024;
+
+/// The largest header set accepted: the names and values of all headers together, in bytes
+/// (OUT-3). Brokers carry headers in one frame (RabbitMQ's default frame is 128 KiB).
+pub const MAX_HEADERS_BYTES: usize = 64 * 1024;
+
+/// The longest creation context accepted, in bytes (a W3C `traceparent` is 55).
+pub const MAX_TRACE_CONTEXT_BYTES: usize = 4096;
+
+/// The longest [`Delivery::After`] delay accepted: 36500 days (100 years). PostgreSQL's
+/// intervals and timestamps end; a longer delay would fail inside the caller's transaction.
+pub const MAX_DELIVERY_DELAY: Duration = crate::time::MAX_DATABASE_DURATION;
+
+/// The earliest [`Delivery::At`] accepted: `0001-01-01T00:00:00.000000Z`.
+pub const EARLIEST_DELIVERY: Timestamp = Timestamp::from_micros(-62_135_596_800 * 1_000_000);
+
+/// The latest [`Delivery::At`] accepted: `9999-12-31T23:59:59.999999Z`.
+pub const LATEST_DELIVERY: Timestamp = Timestamp::from_micros(253_402_300_800 * 1_000_000 - 1);
 
 /// When a message becomes deliverable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,8 +220,12 @@ impl NewMessage {
     }
 
     /// Checks the message against OUT-3: a registered transport, a non-empty destination,
-    /// plain header names, a body within `max_body_bytes`, and no text that PostgreSQL
-    /// cannot store. `index` is the message's position in its batch, for the error.
+    /// plain header names, a body within `max_body_bytes`, sizes and a delivery time
+    /// PostgreSQL can store ([`MAX_LANE_KEY_BYTES`], [`MAX_DESTINATION_BYTES`],
+    /// [`MAX_HEADERS_BYTES`], [`MAX_TRACE_CONTEXT_BYTES`], [`MAX_DELIVERY_DELAY`],
+    /// [`EARLIEST_DELIVERY`]..=[`LATEST_DELIVERY`]), and no text that PostgreSQL cannot
+    /// store. Anything that would fail inside the caller's transaction is refused here
+    /// instead. `index` is the message's position in its batch, for the error.
     pub fn validate(
         &self,
         index: usize,
@@ -221,6 +252,26 @@ impl NewMessage {
         }
         if self.lane.as_deref() == Some("") {
             return refuse(MessageProblem::EmptyLane);
+        }
+        let headers_bytes = self.headers.iter().map(|(name, value)| name.len() + value.len()).sum();
+        for (field, size, limit) in [
+            ("destination", self.destination.len(), MAX_DESTINATION_BYTES),
+            ("lane key", self.lane.as_ref().map_or(0, String::len), MAX_LANE_KEY_BYTES),
+            ("headers", headers_bytes, MAX_HEADERS_BYTES),
+            ("trace context", self.trace_context.as_ref().map_or(0, String::len), MAX_TRACE_CONTEXT_BYTES),
+        ] {
+            if size > limit {
+                return refuse(MessageProblem::TooLong { field: field.to_owned(), size, limit });
+            }
+        }
+        match self.delivery {
+            Delivery::After(delay) if delay > MAX_DELIVERY_DELAY => {
+                return refuse(MessageProblem::DelayTooLong { delay, limit: MAX_DELIVERY_DELAY });
+            }
+            Delivery::At(at) if !(EARLIEST_DELIVERY..=LATEST_DELIVERY).contains(&at) => {
+                return refuse(MessageProblem::DeliveryOutOfRange(at));
+            }
+            _ => {}
         }
         for (field, text) in [
             ("destination", Some(&self.destination)),
@@ -307,6 +358,28 @@ pub enum MessageProblem {
     /// The lane key is empty.
     #[error("the lane key is empty")]
     EmptyLane,
+    /// A field is longer than its limit, in bytes.
+    #[error("{field}: {size} bytes; the limit is {limit}")]
+    TooLong {
+        /// Which field: `destination`, `lane key`, `headers` (names and values together)
+        /// or `trace context`.
+        field: String,
+        /// Its size in bytes.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// A [`Delivery::After`] delay is longer than [`MAX_DELIVERY_DELAY`].
+    #[error("the delivery delay (Delivery::After) is {}; the limit is {}", HumanDuration(*delay), HumanDuration(*limit))]
+    DelayTooLong {
+        /// The delay given.
+        delay: Duration,
+        /// The limit.
+        limit: Duration,
+    },
+    /// A [`Delivery::At`] time is outside [`EARLIEST_DELIVERY`]..=[`LATEST_DELIVERY`].
+    #[error("the delivery time (Delivery::At) {0} is outside {EARLIEST_DELIVERY}..={LATEST_DELIVERY}")]
+    DeliveryOutOfRange(Timestamp),
     /// A text field contains a NUL character, which PostgreSQL text cannot store.
     #[error("the {field} contains a NUL character")]
     NulByte {
@@ -380,6 +453,60 @@ mod tests {
             problem(&NewMessage::new("queue", "a\0", vec![])),
             MessageProblem::NulByte { field: "destination".into() }
         );
+    }
+
+    /// OUT-3: what PostgreSQL would refuse inside the caller's transaction — an interval or
+    /// timestamp out of range, an index entry too large — is refused before any write,
+    /// naming the field; the largest accepted values are pinned against PostgreSQL in
+    /// `relayer-postgres` `tests/limits.rs`.
+    #[test]
+    fn sizes_and_delivery_times_postgresql_cannot_store_are_refused_out_3() {
+        let base = || NewMessage::new("queue", "orders", b"{}".to_vec());
+        let limit = usize::MAX;
+        let problem = |m: &NewMessage| m.validate(0, limit, known).unwrap_err().problem().clone();
+        assert_eq!(
+            problem(&base().lane("k".repeat(MAX_LANE_KEY_BYTES + 1))),
+            MessageProblem::TooLong { field: "lane key".into(), size: 513, limit: 512 }
+        );
+        assert_eq!(
+            problem(&NewMessage::new("queue", "d".repeat(MAX_DESTINATION_BYTES + 1), vec![])),
+            MessageProblem::TooLong { field: "destination".into(), size: 1025, limit: 1024 }
+        );
+        assert_eq!(
+            problem(&base().header("h", "v".repeat(MAX_HEADERS_BYTES))),
+            MessageProblem::TooLong { field: "headers".into(), size: 65_537, limit: 65_536 }
+        );
+        assert!(matches!(
+            problem(&base().trace_context("t".repeat(MAX_TRACE_CONTEXT_BYTES + 1))),
+            MessageProblem::TooLong { .. }
+        ));
+        let huge = base().delivery(Delivery::After(Duration::MAX));
+        assert!(matches!(problem(&huge), MessageProblem::DelayTooLong { .. }));
+        assert_eq!(
+            huge.validate(0, limit, known).unwrap_err().problem().to_string(),
+            format!(
+                "the delivery delay (Delivery::After) is {}; the limit is 36500d",
+                HumanDuration(Duration::MAX)
+            )
+        );
+        for at in [Timestamp::MIN, Timestamp::MAX, Timestamp::from_micros(EARLIEST_DELIVERY.as_micros() - 1)]
+        {
+            assert_eq!(problem(&base().delivery(Delivery::At(at))), MessageProblem::DeliveryOutOfRange(at));
+        }
+        assert_eq!(
+            MessageProblem::DeliveryOutOfRange(Timestamp::MAX).to_string().split(" is outside ").nth(1),
+            Some("0001-01-01T00:00:00.000000Z..=9999-12-31T23:59:59.999999Z")
+        );
+        for edge in [
+            base().lane("k".repeat(MAX_LANE_KEY_BYTES)),
+            NewMessage::new("queue", "d".repeat(MAX_DESTINATION_BYTES), vec![]),
+            base().header("h", "v".repeat(MAX_HEADERS_BYTES - 1)),
+            base().delivery(Delivery::After(MAX_DELIVERY_DELAY)),
+            base().delivery(Delivery::At(EARLIEST_DELIVERY)),
+            base().delivery(Delivery::At(LATEST_DELIVERY)),
+        ] {
+            edge.validate(0, limit, known).unwrap();
+        }
     }
 
     #[test]

@@ -59,6 +59,11 @@ pub const MAX_CONCURRENCY: u32 = 64;
 /// The largest body size limit that may be configured: 1 GiB, PostgreSQL's `bytea` limit.
 pub const MAX_BODY_BYTES_LIMIT: usize = 1 << 30;
 
+/// The longest finite retention: 36500 days (100 years). Longer cut-offs run past the
+/// start of PostgreSQL's timestamps and would fail every cleanup pass; keep rows forever
+/// with `infinite` ([`Retention::Keep`]) instead.
+pub const MAX_RETENTION: Duration = crate::time::MAX_DATABASE_DURATION;
+
 const MILLISECOND: Duration = Duration::from_millis(1);
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
@@ -206,11 +211,18 @@ pub(crate) fn check_lease(field: Field, value: Duration) -> Result<(), OptionsEr
     check_range(field, value, MIN_LEASE..=MAX_LEASE)
 }
 
-/// Retentions: positive, or infinite.
+/// Retentions: positive and at most [`MAX_RETENTION`], or infinite.
 pub(crate) fn check_retention(field: Field, value: Retention) -> Result<(), OptionsError> {
     match value {
         Retention::After(duration) if duration.is_zero() => {
             Err(OptionsError::new(field, value, "must be positive, or \"infinite\" to keep rows forever"))
+        }
+        Retention::After(duration) if duration > MAX_RETENTION => {
+            let problem = format!(
+                "is longer than the maximum ({}); use \"infinite\" to keep rows forever",
+                MAX_RETENTION.render()
+            );
+            Err(OptionsError::new(field, value, problem))
         }
         _ => Ok(()),
     }
@@ -554,11 +566,11 @@ worker_options! {
         #[serde(with = "crate::duration::human")]
         cleanup_interval: Duration = MINUTE;
         /// How long dead rows are kept after `failed_at` (RET-2). Default 30d; positive
-        /// or `infinite`.
+        /// and at most 36500d, or `infinite`.
         dead_retention: Retention = Retention::After(30 * DAY);
         /// How long inbox rows are kept after `processed_at`; must exceed the broker's
         /// redelivery window, since it bounds deduplication (RET-5). Default 7d; positive
-        /// or `infinite`.
+        /// and at most 36500d, or `infinite`.
         inbox_retention: Retention = Retention::After(7 * DAY);
         /// How long the cleanup lease lasts without renewal (LDR-2). Default 30s; 1s..=1h.
         #[serde(with = "crate::duration::human")]
@@ -757,6 +769,25 @@ mod tests {
             .inbox_retention(Retention::Keep)
             .build()
             .unwrap();
+    }
+
+    /// OPT-3: a retention PostgreSQL could not subtract from `now()` is refused at
+    /// construction, naming the field, instead of failing every cleanup pass.
+    #[test]
+    fn a_retention_past_the_maximum_is_refused_naming_the_field_opt_3() {
+        let huge = Retention::After(MAX_RETENTION + SECOND);
+        let error = CleanupOptions::builder().inbox_retention(huge).build().unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "cleanup.inbox_retention: 36500d1s is longer than the maximum (36500d); \
+             use \"infinite\" to keep rows forever"
+        );
+        assert!(CleanupOptions::builder().dead_retention(Retention::After(Duration::MAX)).build().is_err());
+        let toml = "dead_retention = \"1000000d\"";
+        let parsed: Result<CleanupOptions, _> = toml::from_str(toml);
+        assert!(parsed.unwrap_err().to_string().contains("cleanup.dead_retention"), "serde names it too");
+        let edge = CleanupOptions::builder().dead_retention(Retention::After(MAX_RETENTION)).build().unwrap();
+        assert_eq!(edge.dead_retention(), Retention::After(MAX_RETENTION));
     }
 
     #[test]

@@ -35,9 +35,11 @@
 //!     let token = Uuid::new_v4();
 //!     let claimed = store.claim_seqs(token, Duration::from_secs(30), seqs).await?;
 //!     let mut completion = Completion::new();
-//!     for message in &claimed {
+//!     for message in &claimed.messages {
 //!         completion.defer(message.seq, Duration::ZERO);
 //!     }
+//!     // Rows that cannot be decoded are never handed back: they go to the dead table.
+//!     completion.bury_undecodable(&claimed.undecodable);
 //!     match store.complete(token, &completion).await {
 //!         // The claims expire on their own; a transient failure is not worth a panic.
 //!         Err(error) if error.is_transient() => Ok(CompletionReport::default()),
@@ -73,7 +75,9 @@ pub trait Store: Send + Sync {
 ///
 /// A claim stamps `token` on the rows and hides them for `claim`; a completion under the
 /// same token settles them ([`CompleteOutbox`]). Rows come back in `seq` order. Ordered
-/// (lane) rows are never returned.
+/// (lane) rows are never returned. A claimed row that cannot be decoded comes back as an
+/// [`UndecodableRow`], still claimed: the caller buries it with the rest of the batch's
+/// completion ([`Completion::bury_undecodable`]), so one bad row never stalls its batch.
 #[async_trait]
 pub trait ClaimOutbox: Store {
     /// Claims up to `limit` due, unordered rows no one holds, oldest due first. Rows of the
@@ -84,15 +88,10 @@ pub trait ClaimOutbox: Store {
         claim: Duration,
         limit: u32,
         tripped: &[(String, String)],
-    ) -> Result<Vec<ClaimedMessage>, Self::Error>;
+    ) -> Result<Claimed, Self::Error>;
 
     /// Claims those of `seqs` that are unordered, due and free.
-    async fn claim_seqs(
-        &self,
-        token: Uuid,
-        claim: Duration,
-        seqs: &[i64],
-    ) -> Result<Vec<ClaimedMessage>, Self::Error>;
+    async fn claim_seqs(&self, token: Uuid, claim: Duration, seqs: &[i64]) -> Result<Claimed, Self::Error>;
 }
 
 /// Completing claimed outbox rows (DSP-3, DSP-5): the dispatcher and the recovery sweeper.
@@ -163,6 +162,9 @@ pub struct LockedPage {
     pub page: RecoveryPage,
     /// The page's rows this transaction now holds, in `seq` order.
     pub locked: Vec<ClaimedMessage>,
+    /// Rows this transaction now holds that could not be decoded, in `seq` order: the
+    /// pass buries them with its completion ([`Completion::bury_undecodable`]).
+    pub undecodable: Vec<UndecodableRow>,
 }
 
 /// Retention deletes (RET-1..3): retention cleanup.
@@ -211,6 +213,54 @@ pub struct ClaimedMessage {
     pub destination: String,
     /// What the transport receives; `attempts` counts earlier failed sends.
     pub envelope: Envelope,
+}
+
+/// What a claim returned: the rows decoded into messages, and those that could not be.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Claimed {
+    /// The claimed rows, decoded, in `seq` order.
+    pub messages: Vec<ClaimedMessage>,
+    /// The claimed rows that could not be decoded, in `seq` order. They are held under the
+    /// claim like the others; bury them with the batch's completion.
+    pub undecodable: Vec<UndecodableRow>,
+}
+
+/// A row a worker holds but cannot turn into a message it can send (SPEC §15): a column
+/// the codec cannot read (headers that are not an object of strings, jsonb `null`, an
+/// empty destination …), or a transport name missing from the worker's registry.
+///
+/// Its [`Display`](std::fmt::Display) names the table, the `seq`, the column and the
+/// reason; it is what the dead table's `last_error` (or a parked lane's reason) records:
+///
+/// ```
+/// use relayer_core::store::UndecodableRow;
+/// let row = UndecodableRow {
+///     table: "app.relayer_outbox".into(),
+///     seq: 7,
+///     column: "headers".into(),
+///     reason: "expected a JSON object of strings, found null".into(),
+/// };
+/// assert_eq!(
+///     row.to_string(),
+///     "undecodable row app.relayer_outbox seq 7: column headers: expected a JSON object of strings, found null"
+/// );
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UndecodableRow {
+    /// The table, `schema.table` unquoted.
+    pub table: String,
+    /// The row's `seq`.
+    pub seq: i64,
+    /// The column that could not be decoded.
+    pub column: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl std::fmt::Display for UndecodableRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "undecodable row {} seq {}: column {}: {}", self.table, self.seq, self.column, self.reason)
+    }
 }
 
 /// What became of a claimed batch, to be written by [`CompleteOutbox::complete`].
@@ -276,6 +326,15 @@ impl Completion {
         self.failed_dead.push(true);
     }
 
+    /// The claimed `rows` cannot be decoded: move each to the dead table with its
+    /// description (table, `seq`, column, reason) as `last_error`, in the same statement
+    /// as the rest of the batch (SPEC §15). Like a poison row, it counts one attempt.
+    pub fn bury_undecodable(&mut self, rows: &[UndecodableRow]) {
+        for row in rows {
+            self.bury(row.seq, row.to_string());
+        }
+    }
+
     /// Row `seq` was not sent (its destination is tripped, or shutdown began): release the
     /// claim without counting an attempt, visible again `delay` from now.
     pub fn defer(&mut self, seq: i64, delay: Duration) {
@@ -336,7 +395,11 @@ pub struct Lease {
     pub expires_at: Timestamp,
 }
 
-/// A duration in whole microseconds, saturating far beyond any validated option.
+/// A duration in whole microseconds, at most [`MAX_DATABASE_DURATION`]: a longer retry or
+/// defer delay means "100 years", never a completion PostgreSQL refuses.
+///
+/// [`MAX_DATABASE_DURATION`]: crate::time::MAX_DATABASE_DURATION
 fn micros(duration: Duration) -> i64 {
-    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+    let clamped = duration.min(crate::time::MAX_DATABASE_DURATION);
+    i64::try_from(clamped.as_micros()).unwrap_or(i64::MAX)
 }

@@ -9,6 +9,13 @@
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The longest duration relayer hands PostgreSQL as an interval from `now()`: 36500 days
+/// (100 years). PostgreSQL's intervals and timestamps end; a longer one would fail the
+/// statement. Options and messages refuse longer durations where the user sets them
+/// (OPT-3, OUT-3); the storage layer clamps any other duration to this, so a raw API
+/// value (a lease, a retry delay) means "100 years" rather than a failed pass.
+pub const MAX_DATABASE_DURATION: Duration = Duration::from_secs(36_500 * 86_400);
+
 /// A point in time on the database clock, in microseconds since the Unix epoch (UTC).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Timestamp(i64);

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use futures_util::FutureExt;
-use relayer_core::store::{ClaimOutbox, ClaimedMessage, CompleteOutbox};
+use relayer_core::store::{ClaimOutbox, Claimed, CompleteOutbox};
 use relayer_core::{DispatcherOptions, Namespace, TransportRegistry};
 use relayer_postgres::{
     Enqueued, Executor, LaneStatements, OutboxStatements, OutboxWriter, PgPool, PgStore, StatementMode,
@@ -29,7 +29,7 @@ const TARGET: &str = "relayer::dispatcher";
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PassReport {
-    /// Unordered rows claimed.
+    /// Unordered rows claimed, undecodable ones included.
     pub claimed: u64,
     /// Messages the transports accepted (rows deleted), lanes included.
     pub sent: u64,
@@ -47,6 +47,10 @@ pub struct PassReport {
     pub lanes: u64,
     /// Lanes parked in this pass.
     pub lanes_parked: u64,
+    /// Rows that could not be decoded (SPEC §15): unordered ones moved to the dead table
+    /// with the batch's completion, lane heads parked their lane (counted in
+    /// `lanes_parked` too).
+    pub undecodable: u64,
 }
 
 impl PassReport {
@@ -61,6 +65,7 @@ impl PassReport {
         self.panics += other.panics;
         self.lanes += other.lanes;
         self.lanes_parked += other.lanes_parked;
+        self.undecodable += other.undecodable;
     }
 
     /// Whether the pass found a full batch, so another pass should follow at once.
@@ -152,8 +157,9 @@ impl Dispatcher {
         }
         Ok(Dispatcher {
             inner: Arc::new(Inner {
-                outbox: OutboxStatements::new(&namespace),
-                lanes: LaneStatements::new(&namespace),
+                // Rows for a transport this dispatcher lacks are set aside, never retried forever.
+                outbox: OutboxStatements::new(&namespace).with_transports(transports.names()),
+                lanes: LaneStatements::new(&namespace).with_transports(transports.names()),
                 breakers: Breakers::new(options.circuit_breaker()),
                 wake: Arc::new(Wake::new()),
                 options,
@@ -320,7 +326,7 @@ impl Dispatcher {
         let token = Uuid::new_v4();
         let outbox = PgStore::new(&*connection, &self.inner.outbox);
         let claimed = outbox.claim_seqs(token, self.inner.options.claim_duration(), &seqs).await?;
-        let has_lane_rows = claimed.len() < seqs.len();
+        let has_lane_rows = claimed.messages.len() + claimed.undecodable.len() < seqs.len();
         let report = self.send_and_complete(&outbox, token, claimed).await?;
         if has_lane_rows {
             // Lane rows (or rows held elsewhere): let the loop look now rather than at the next poll.
@@ -329,23 +335,34 @@ impl Dispatcher {
         Ok(report)
     }
 
-    /// Sends rows claimed under `token` and completes them through `outbox`.
+    /// Sends rows claimed under `token` and completes them through `outbox`; the rows
+    /// that could not be decoded go to the dead table in the same completion (SPEC §15).
     async fn send_and_complete<S>(
         &self,
         outbox: &S,
         token: Uuid,
-        claimed: Vec<ClaimedMessage>,
+        claimed: Claimed,
     ) -> Result<PassReport, DispatchError>
     where
         S: CompleteOutbox,
         DispatchError: From<S::Error>,
     {
         let inner = &self.inner;
-        let mut report = PassReport { claimed: claimed.len() as u64, ..PassReport::default() };
-        if claimed.is_empty() {
+        let undecodable = claimed.undecodable.len() as u64;
+        let mut report = PassReport {
+            claimed: claimed.messages.len() as u64 + undecodable,
+            undecodable,
+            ..PassReport::default()
+        };
+        if report.claimed == 0 {
             return Ok(report);
         }
-        let tally = send_claimed(claimed, &inner.transports, &inner.breakers, &inner.options).await;
+        for row in &claimed.undecodable {
+            tracing::error!(target: TARGET, seq = row.seq, error = %row, "moving an undecodable row to the dead table");
+        }
+        let mut tally =
+            send_claimed(claimed.messages, &inner.transports, &inner.breakers, &inner.options).await;
+        tally.completion.bury_undecodable(&claimed.undecodable);
         let written = outbox.complete(token, &tally.completion).await?;
         report.sent = tally.accepted;
         report.failed = tally.failed;
@@ -391,6 +408,7 @@ impl Dispatcher {
         report.failed += tally.failed;
         report.lanes_parked += tally.parked;
         report.panics += tally.panics;
+        report.undecodable += tally.undecodable;
         Ok(())
     }
 }

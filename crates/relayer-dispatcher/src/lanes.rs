@@ -24,6 +24,7 @@ pub(crate) struct LaneTally {
     pub(crate) failed: u64,
     pub(crate) parked: u64,
     pub(crate) panics: u64,
+    pub(crate) undecodable: u64,
 }
 
 /// Shared, read-only context of a pass's lane work.
@@ -47,6 +48,19 @@ pub(crate) async fn work_lane(
     for _ in 0..context.options.batch_size() {
         let head = match context.statements.head(client, lane, context.token, claim).await? {
             LaneHead::Due(head) => head,
+            LaneHead::Undecodable(row) => {
+                // Park, never skip: nothing behind the head may overtake it (LAN-5).
+                tally.undecodable += 1;
+                let reason = row.to_string();
+                let failure = HeadFailure::Park { error: &reason };
+                if context.statements.fail_head(client, lane, context.token, row.seq, failure).await? {
+                    tally.parked += 1;
+                    tracing::error!(target: "relayer::dispatcher", lane, seq = row.seq, error = %reason,
+                        "lane parked behind an undecodable head; fix or skip it, then release the lane");
+                    keep_claim = true; // the park dropped the claim
+                }
+                break;
+            }
             LaneHead::Lost => {
                 keep_claim = true; // not ours any more: nothing to release
                 break;
@@ -127,6 +141,7 @@ pub(crate) async fn work_lanes(
                 total.failed += tally.failed;
                 total.parked += tally.parked;
                 total.panics += tally.panics;
+                total.undecodable += tally.undecodable;
             }
             Err(error) => {
                 first_error.get_or_insert(error);

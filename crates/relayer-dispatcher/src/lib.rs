@@ -10,9 +10,10 @@
 //!    a transport error, a wrong number of outcomes or a panic fails the whole batch;
 //! 3. completes the batch in one statement fenced by the token: accepted rows deleted,
 //!    failed rows retried after the per-row backoff or, with `max_attempts`, moved to the
-//!    dead table (DSP-3, DSP-5);
+//!    dead table (DSP-3, DSP-5), and rows that could not be decoded (or name a transport
+//!    missing from the registry) moved to the dead table with the reason (SPEC §15);
 //! 4. claims ordered lanes and sends each lane's head, one at a time per lane and lanes
-//!    side by side, parking a lane whose head is poison (LAN-1..5).
+//!    side by side, parking a lane whose head is poison or cannot be decoded (LAN-1..5).
 //!
 //! Passes run when a notification arrives on the namespace's channel (the writer notifies
 //! in its own transaction, OUT-4), at once again while a pass finds a full batch, and every

@@ -142,6 +142,11 @@ impl SendPath {
         SendPath { breakers: Breakers::new(options.circuit_breaker()), transports, options }
     }
 
+    /// The transports this path sends through, e.g. to tell a codec which rows it can send.
+    pub fn transports(&self) -> &TransportRegistry {
+        &self.transports
+    }
+
     /// Sends `claimed` (unordered rows; lane rows must not be passed) and decides each
     /// row's fate. Never fails: every error, panic or missing transport becomes a failed
     /// send in the tally.

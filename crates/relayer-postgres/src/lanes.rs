@@ -15,6 +15,13 @@
 //! or skips the head ([`LaneStatements::skip_lane_head`]: it moves to the dead table).
 //! Both actions are recorded in the audit table (LAN-2, LAN-5). The recovery sweeper and
 //! the unordered claims never touch lane rows (`lane IS NULL` everywhere, LAN-4).
+//!
+//! A head that cannot be decoded (`crate::row_codec`: malformed headers, an unknown
+//! transport …) comes back as [`LaneHead::Undecodable`]. Its owner parks the lane with the
+//! row's description as the reason ([`HeadFailure::Park`]), exactly as for a poison head:
+//! skipping it would reorder the lane, and retrying it could only fail again. The lane
+//! never stays claimed and never spins; an operator fixes the row, then releases the lane,
+//! or skips the head to the dead table (LAN-5).
 
 use std::time::{Duration, SystemTime};
 
@@ -25,8 +32,9 @@ use uuid::Uuid;
 
 use crate::error::StorageError;
 use crate::exec::{Executor, one_row};
-use crate::outbox::{CLAIMED_COLUMNS, ClaimedMessage, decode_claimed};
+use crate::outbox::{ClaimedMessage, UndecodableRow};
 use crate::recovery::micros;
+use crate::row_codec::{CLAIMED_COLUMNS, RowCodec};
 
 /// What a lane owner finds when it looks at its lane ([`LaneStatements::head`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +47,9 @@ pub enum LaneHead {
     NotDue,
     /// The head, due now; the lane claim was renewed.
     Due(ClaimedMessage),
+    /// The head is due but cannot be decoded; the lane claim was renewed. Park the lane
+    /// with its description as the reason (LAN-5): nothing behind it may overtake it.
+    Undecodable(UndecodableRow),
 }
 
 /// What to do with a lane head whose send failed ([`LaneStatements::fail_head`]).
@@ -91,10 +102,12 @@ pub struct LaneStatements {
     release_lane: String,
     skip_head: String,
     parked: String,
+    codec: RowCodec,
 }
 
 impl LaneStatements {
-    /// Renders the statements for `namespace`.
+    /// Renders the statements for `namespace`. Heads may name any transport; see
+    /// [`with_transports`](Self::with_transports).
     pub fn new(namespace: &Namespace) -> Self {
         let (outbox, lanes, dead, audit) = (
             namespace.table("outbox"),
@@ -227,7 +240,20 @@ impl LaneStatements {
                 "SELECT lane, parked_at, parked_seq, parked_reason FROM {lanes} \
                  WHERE parked_at IS NOT NULL ORDER BY parked_at, lane"
             ),
+            codec: RowCodec::new(namespace),
         }
+    }
+
+    /// Heads naming a transport outside `names` (the worker's registry) come back as
+    /// [`LaneHead::Undecodable`], so their lane is parked with the reason instead of
+    /// retried forever.
+    pub fn with_transports<I>(mut self, names: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.codec = self.codec.with_transports(names);
+        self
     }
 
     /// Claims up to `limit` lanes whose head is due and which are neither parked nor held,
@@ -298,7 +324,10 @@ impl LaneStatements {
         if !due {
             return Ok(LaneHead::NotDue);
         }
-        Ok(LaneHead::Due(decode_claimed(&row, 0)?))
+        Ok(match self.codec.decode(&row, 0)? {
+            Ok(head) => LaneHead::Due(head),
+            Err(undecodable) => LaneHead::Undecodable(undecodable),
+        })
     }
 
     /// Deletes the accepted head `seq` of `lane`, fenced by the lane claim. Returns whether

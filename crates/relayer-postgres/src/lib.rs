@@ -19,6 +19,7 @@ mod pool;
 pub mod queue;
 pub mod recovery;
 pub mod retention;
+mod row_codec;
 mod schema;
 mod status;
 mod store;
@@ -30,8 +31,8 @@ pub use lanes::{HeadFailure, LaneClaim, LaneHead, LaneStatements, ParkedLane};
 pub use leases::{Lease, LeaseStatements};
 pub use migrate::{MigrationReport, current_version, migrate, migration_lock_resource, verify_schema};
 pub use outbox::{
-    ClaimedMessage, Completion, CompletionReport, DEFAULT_MAX_BODY_BYTES, EnqueueError, Enqueued,
-    OutboxStatements, OutboxWriter, notify_channel,
+    Claimed, ClaimedMessage, Completion, CompletionReport, DEFAULT_MAX_BODY_BYTES, EnqueueError, Enqueued,
+    OutboxStatements, OutboxWriter, UndecodableRow, notify_channel,
 };
 pub use pool::{
     LOST_STATEMENTS_BEFORE_GIVING_UP, PgClient, PgConnection, PgConnectionManager, PgPool, StatementCache,

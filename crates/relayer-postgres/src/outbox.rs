@@ -20,19 +20,19 @@ use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 use relayer_core::{
-    Delivery, Envelope, Headers, MessageError, MessageId, Namespace, NewMessage, Timestamp,
-    TransportRegistry, advisory_lock_key,
+    Delivery, MessageError, MessageId, Namespace, NewMessage, TransportRegistry, advisory_lock_key,
 };
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
-use crate::error::{StorageError, StorageErrorKind};
+use crate::error::StorageError;
 use crate::exec::{Executor, one_row};
 use crate::recovery::micros;
+use crate::row_codec::{CLAIMED_COLUMNS, RowCodec, headers_to_json};
 
 // Pure data, defined in the core crate next to the store traits; re-exported so
 // `relayer_postgres::outbox::ClaimedMessage` and friends keep working.
-pub use relayer_core::store::{ClaimedMessage, Completion, CompletionReport};
+pub use relayer_core::store::{Claimed, ClaimedMessage, Completion, CompletionReport, UndecodableRow};
 
 /// The default largest body [`OutboxWriter`] accepts: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
@@ -179,9 +179,12 @@ impl OutboxWriter {
         OutboxWriter::new(namespace, registry.names())
     }
 
-    /// Sets the largest body accepted, in bytes.
+    /// Sets the largest body accepted, in bytes, at most
+    /// [`MAX_BODY_BYTES_LIMIT`](relayer_core::options::MAX_BODY_BYTES_LIMIT) (1 GiB,
+    /// PostgreSQL's largest `bytea`): a larger value means that limit, so a body PostgreSQL
+    /// would refuse inside the caller's transaction is refused before it (OUT-3).
     pub fn with_max_body_bytes(mut self, max_body_bytes: usize) -> Self {
-        self.max_body_bytes = max_body_bytes;
+        self.max_body_bytes = max_body_bytes.min(relayer_core::options::MAX_BODY_BYTES_LIMIT);
         self
     }
 
@@ -278,53 +281,6 @@ impl OutboxWriter {
     }
 }
 
-pub(crate) fn headers_to_json(headers: &Headers) -> serde_json::Value {
-    serde_json::Value::Object(
-        headers
-            .iter()
-            .map(|(name, value)| (name.clone(), serde_json::Value::String(value.clone())))
-            .collect(),
-    )
-}
-
-pub(crate) fn headers_from_json(value: serde_json::Value) -> Result<Headers, StorageError> {
-    let malformed = || StorageError::new("decoding message headers", StorageErrorKind::MalformedRow);
-    let serde_json::Value::Object(map) = value else {
-        return Err(malformed());
-    };
-    map.into_iter()
-        .map(|(name, value)| match value {
-            serde_json::Value::String(text) => Ok((name, text)),
-            _ => Err(malformed()),
-        })
-        .collect()
-}
-
-/// The columns every claim returns, in the order [`decode_claimed`] reads them.
-pub(crate) const CLAIMED_COLUMNS: &str =
-    "seq, message_id, transport, destination, body, headers, trace_context, lane, created_at, attempts";
-
-/// Decodes the [`CLAIMED_COLUMNS`] of `row`, which start at column `at`.
-pub(crate) fn decode_claimed(row: &tokio_postgres::Row, at: usize) -> Result<ClaimedMessage, StorageError> {
-    let decode = |e| StorageError::database("decoding a claimed outbox row", e);
-    let attempts: i32 = row.try_get(at + 9).map_err(decode)?;
-    let created_at: SystemTime = row.try_get(at + 8).map_err(decode)?;
-    Ok(ClaimedMessage {
-        seq: row.try_get(at).map_err(decode)?,
-        transport: row.try_get(at + 2).map_err(decode)?,
-        destination: row.try_get(at + 3).map_err(decode)?,
-        envelope: Envelope {
-            id: MessageId::from_uuid(row.try_get(at + 1).map_err(decode)?),
-            body: row.try_get(at + 4).map_err(decode)?,
-            headers: headers_from_json(row.try_get(at + 5).map_err(decode)?)?,
-            created_at: Timestamp::from_system_time(created_at),
-            trace_context: row.try_get(at + 6).map_err(decode)?,
-            lane: row.try_get(at + 7).map_err(decode)?,
-            attempts: u32::try_from(attempts).unwrap_or(0),
-        },
-    })
-}
-
 /// The outbox dispatch statements rendered for one namespace.
 #[derive(Clone, Debug)]
 pub struct OutboxStatements {
@@ -334,10 +290,12 @@ pub struct OutboxStatements {
     delete_accepted: String,
     complete_locked: String,
     delete_locked: String,
+    codec: RowCodec,
 }
 
 impl OutboxStatements {
-    /// Renders the statements for `namespace`.
+    /// Renders the statements for `namespace`. Claimed rows may name any transport; see
+    /// [`with_transports`](Self::with_transports).
     pub fn new(namespace: &Namespace) -> Self {
         let (outbox, dead) = (namespace.table("outbox"), namespace.table("dead"));
         OutboxStatements {
@@ -372,10 +330,26 @@ impl OutboxStatements {
             // the five-part statement costs more to plan than this one costs to run.
             delete_accepted: accepted_statement(&outbox, "o.claim_token = $1"),
             // The same completion for rows this transaction holds locked: the row locks are
-            // the fence, so no token is matched ($1 is bound as NULL).
-            complete_locked: completion_statement(&outbox, &dead, "$1::uuid IS NULL"),
-            delete_locked: accepted_statement(&outbox, "$1::uuid IS NULL"),
+            // the claim, so no token is matched ($1 is bound as NULL). The fence is what a
+            // locked page's rows are by construction — unordered, no live claim — so the
+            // statement can never touch a lane row or a row a dispatcher holds, even when
+            // run outside the transaction that locked its rows.
+            complete_locked: completion_statement(&outbox, &dead, LOCKED_FENCE),
+            delete_locked: accepted_statement(&outbox, LOCKED_FENCE),
+            codec: RowCodec::new(namespace),
         }
+    }
+
+    /// Claimed rows naming a transport outside `names` (the worker's registry) come back
+    /// [`undecodable`](Claimed::undecodable) instead of as messages: no send could ever
+    /// succeed, so the worker buries them at once rather than failing them pass after pass.
+    pub fn with_transports<I>(mut self, names: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.codec = self.codec.with_transports(names);
+        self
     }
 
     /// Claims up to `limit` due, unordered rows no one holds, oldest due first, for
@@ -388,7 +362,7 @@ impl OutboxStatements {
         claim: Duration,
         limit: u32,
         tripped: &[(String, String)],
-    ) -> Result<Vec<ClaimedMessage>, StorageError> {
+    ) -> Result<Claimed, StorageError> {
         let claim_us = micros(claim);
         let limit = i64::from(limit);
         let tripped_transports: Vec<&str> = tripped.iter().map(|(t, _)| t.as_str()).collect();
@@ -406,7 +380,7 @@ impl OutboxStatements {
             )
             .await
             .map_err(|e| StorageError::database("claiming due outbox rows", e))?;
-        decode_sorted(&rows)
+        self.codec.decode_all(&rows, 0)
     }
 
     /// Claims those of `seqs` that are unordered, due and free, for `claim`: the
@@ -417,9 +391,9 @@ impl OutboxStatements {
         token: Uuid,
         claim: Duration,
         seqs: &[i64],
-    ) -> Result<Vec<ClaimedMessage>, StorageError> {
+    ) -> Result<Claimed, StorageError> {
         if seqs.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Claimed::default());
         }
         let claim_us = micros(claim);
         let rows = client
@@ -429,7 +403,7 @@ impl OutboxStatements {
             )
             .await
             .map_err(|e| StorageError::database("claiming outbox rows by seq", e))?;
-        decode_sorted(&rows)
+        self.codec.decode_all(&rows, 0)
     }
 
     /// Writes `completion` for rows claimed with `token`, in one statement (DSP-3, DSP-5).
@@ -502,8 +476,10 @@ impl OutboxStatements {
 
     /// Writes `completion` for rows the caller's transaction locked (the sweeper's
     /// [`RecoveryStatements::lock_page`](crate::recovery::RecoveryStatements::lock_page)).
-    /// Never call it outside that transaction: it matches rows by `seq` alone.
-    pub async fn complete_locked(
+    /// Rows are matched by `seq` and fenced by what such rows are: unordered and without a
+    /// live claim, so a lane row or a row a dispatcher holds is never changed (reached
+    /// through [`LockOutbox`](relayer_core::store::LockOutbox) on a [`PgStore`](crate::PgStore)).
+    pub(crate) async fn complete_locked(
         &self,
         client: &impl Executor,
         completion: &Completion,
@@ -544,6 +520,11 @@ fn completion_statement(outbox: &str, dead: &str, fence: &str) -> String {
     )
 }
 
+/// The fence of completions of rows the caller's transaction locked: unordered rows with no
+/// live claim. Inside that transaction the locked rows always qualify (`now()` is the
+/// transaction's start, and no one else can change a locked row).
+const LOCKED_FENCE: &str = "$1::uuid IS NULL AND o.lane IS NULL AND o.visible_at <= now()";
+
 /// The accepted part of [`completion_statement`] alone: a fenced delete, counted.
 fn accepted_statement(outbox: &str, fence: &str) -> String {
     format!(
@@ -551,14 +532,6 @@ fn accepted_statement(outbox: &str, fence: &str) -> String {
            DELETE FROM {outbox} o WHERE o.seq = ANY($2::int8[]) AND {fence} RETURNING 1) \
          SELECT count(*) FROM accepted"
     )
-}
-
-/// Decodes claimed rows in `seq` order (RETURNING gives no order), so a destination's
-/// messages are sent in the order they were written.
-fn decode_sorted(rows: &[tokio_postgres::Row]) -> Result<Vec<ClaimedMessage>, StorageError> {
-    let mut claimed = rows.iter().map(|row| decode_claimed(row, 0)).collect::<Result<Vec<_>, _>>()?;
-    claimed.sort_by_key(|message| message.seq);
-    Ok(claimed)
 }
 
 #[cfg(test)]
@@ -581,15 +554,14 @@ mod tests {
         }
     }
 
+    /// OUT-3: no body limit lets through a body PostgreSQL cannot store.
     #[test]
-    fn headers_round_trip_and_malformed_headers_are_refused() {
-        let headers: Headers =
-            [("a".to_owned(), "1".to_owned()), ("b-c".to_owned(), "x y".to_owned())].into();
-        assert_eq!(headers_from_json(headers_to_json(&headers)).unwrap(), headers);
-        let error = headers_from_json(serde_json::json!({"a": 1})).unwrap_err();
-        assert_eq!(error.kind(), &StorageErrorKind::MalformedRow);
-        assert!(headers_from_json(serde_json::json!(["a"])).is_err());
+    fn the_body_limit_never_exceeds_what_postgresql_stores_out_3() {
+        let writer = OutboxWriter::new(&Namespace::default(), ["queue"]).with_max_body_bytes(usize::MAX);
+        assert_eq!(writer.max_body_bytes, relayer_core::options::MAX_BODY_BYTES_LIMIT);
+        assert_eq!(writer.with_max_body_bytes(64).max_body_bytes, 64);
     }
+
     /// BASELINE.md trap: a claim planned while the table was empty, kept as a generic plan,
     /// must still claim at most `limit` rows once the table fills.
     #[tokio::test]

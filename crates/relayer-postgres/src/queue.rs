@@ -48,7 +48,7 @@ impl QueueStatements {
         let ids: Vec<_> = messages.iter().map(|m| *m.id.as_uuid()).collect();
         let bodies: Vec<&[u8]> = messages.iter().map(|m| m.body.as_slice()).collect();
         let headers: Vec<serde_json::Value> =
-            messages.iter().map(|m| crate::outbox::headers_to_json(&m.headers)).collect();
+            messages.iter().map(|m| crate::row_codec::headers_to_json(&m.headers)).collect();
         let trace_contexts: Vec<Option<&str>> = messages.iter().map(|m| m.trace_context.as_deref()).collect();
         let created_at: Vec<SystemTime> = messages.iter().map(|m| m.created_at.to_system_time()).collect();
         let params: [(&(dyn ToSql + Sync), Type); 6] = [

@@ -7,7 +7,9 @@
 //! page use `{prefix}outbox_recovery_idx` (`(seq, visible_at) INCLUDE (created_at) WHERE
 //! lane IS NULL`), so a page costs O(rows scanned in the window), never O(table). The
 //! cursor itself is pure logic in `relayer_core::cursor`; sends and completions reuse
-//! direct dispatch's.
+//! direct dispatch's. Locked rows are decoded one at a time (`crate::row_codec`): one that
+//! cannot be decoded comes back in [`LockedPage::undecodable`], still locked, and the pass
+//! buries it with its completion, so it never stalls the page or the traversal.
 
 use std::time::Duration;
 
@@ -17,16 +19,18 @@ use tokio_postgres::types::Type;
 
 use crate::error::StorageError;
 use crate::exec::Executor;
-use crate::outbox::{CLAIMED_COLUMNS, decode_claimed};
+use crate::row_codec::{CLAIMED_COLUMNS, RowCodec};
 
 /// The recovery statements rendered for one namespace.
 #[derive(Clone, Debug)]
 pub struct RecoveryStatements {
     lock_page: String,
+    codec: RowCodec,
 }
 
 impl RecoveryStatements {
-    /// Renders the statements for `namespace`.
+    /// Renders the statements for `namespace`. Locked rows may name any transport; see
+    /// [`with_transports`](Self::with_transports).
     pub fn new(namespace: &Namespace) -> Self {
         let (outbox, leases) = (namespace.table("outbox"), namespace.table("leases"));
         RecoveryStatements {
@@ -81,7 +85,20 @@ impl RecoveryStatements {
                      AND lane IS NULL AND visible_at <= now() \
                    FOR UPDATE SKIP LOCKED) AS l"
             ),
+            codec: RowCodec::new(namespace),
         }
+    }
+
+    /// Locked rows naming a transport outside `names` (the worker's registry) come back
+    /// [`undecodable`](LockedPage::undecodable) instead of as messages, for the pass to
+    /// bury with its completion.
+    pub fn with_transports<I>(mut self, names: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.codec = self.codec.with_transports(names);
+        self
     }
 
     /// Reads one recovery page of `request` and locks its eligible rows until the end of
@@ -130,10 +147,15 @@ impl RecoveryStatements {
                     found.page.eligible = eligible;
                     last_scanned = row.try_get(2).map_err(decode)?;
                 }
-                None => found.locked.push(decode_claimed(row, LOCKED_OFFSET)?),
+                // One row at a time: an undecodable row is set aside, never fails the page.
+                None => match self.codec.decode(row, LOCKED_OFFSET)? {
+                    Ok(message) => found.locked.push(message),
+                    Err(undecodable) => found.undecodable.push(undecodable),
+                },
             }
         }
         found.locked.sort_by_key(|message| message.seq);
+        found.undecodable.sort_by_key(|row| row.seq);
         // The cap matters only to a short page: a full one ends at its last eligible row.
         if i64::try_from(found.page.eligible.len()).unwrap_or(i64::MAX) < limit {
             found.page.scanned_up_to = last_scanned;
@@ -148,8 +170,11 @@ const LOCKED_OFFSET: usize = 3;
 /// How many rows of its window a recovery page may read per eligible row it may return.
 pub const SCAN_ROWS_PER_ELIGIBLE: i64 = 50;
 
-/// A duration in whole microseconds for SQL (`$n::bigint * interval '1 microsecond'`),
-/// saturating far beyond any validated option.
+/// A duration in whole microseconds for SQL (`$n::bigint * interval '1 microsecond'`), at
+/// most [`MAX_DATABASE_DURATION`](relayer_core::time::MAX_DATABASE_DURATION): validated
+/// options and messages never reach it, and any other duration (a hand-built lease, claim
+/// or retention) means "100 years" instead of an interval or timestamp out of range.
 pub(crate) fn micros(duration: Duration) -> i64 {
-    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+    let clamped = duration.min(relayer_core::time::MAX_DATABASE_DURATION);
+    i64::try_from(clamped.as_micros()).unwrap_or(i64::MAX)
 }

@@ -46,8 +46,30 @@ const VERSION_TABLE: &str = r#"CREATE TABLE IF NOT EXISTS "__SCHEMA__"."__PREFIX
 );
 "#;
 
+/// The placeholders of a template, each replaced by one of the namespace's identifiers.
+const SCHEMA_PLACEHOLDER: &str = "__SCHEMA__";
+const PREFIX_PLACEHOLDER: &str = "__PREFIX__";
+
+/// `sql` with every placeholder replaced by the namespace's identifier, in one pass over
+/// the template: text already substituted is never scanned again, so a schema named
+/// `a__PREFIX__b` (a valid identifier) renders as itself.
 fn render(sql: &str, namespace: &Namespace) -> String {
-    sql.replace("__SCHEMA__", namespace.schema()).replace("__PREFIX__", namespace.prefix())
+    let values = [(SCHEMA_PLACEHOLDER, namespace.schema()), (PREFIX_PLACEHOLDER, namespace.prefix())];
+    let mut rendered =
+        String::with_capacity(sql.len() + 32 * (namespace.schema().len() + namespace.prefix().len()));
+    let mut rest = sql;
+    // The nearest placeholder next, whichever it is.
+    while let Some((at, placeholder, value)) = values
+        .iter()
+        .filter_map(|(placeholder, value)| rest.find(placeholder).map(|at| (at, *placeholder, *value)))
+        .min_by_key(|(at, _, _)| *at)
+    {
+        rendered.push_str(&rest[..at]);
+        rendered.push_str(value);
+        rest = &rest[at + placeholder.len()..];
+    }
+    rendered.push_str(rest);
+    rendered
 }
 
 pub(crate) fn create_schema_sql(namespace: &Namespace) -> String {
@@ -83,8 +105,70 @@ pub fn schema_sql(namespace: &Namespace) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // A failed unwrap is a failed test.
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// NS-2 identifiers, some with a placeholder's text inside them.
+    fn identifier(max: usize) -> impl Strategy<Value = String> {
+        let plain = proptest::string::string_regex("[A-Za-z_][A-Za-z0-9_]{0,12}").unwrap();
+        let marker = prop_oneof![Just(""), Just(SCHEMA_PLACEHOLDER), Just(PREFIX_PLACEHOLDER)];
+        (plain, marker, proptest::string::string_regex("[A-Za-z0-9_]{0,8}").unwrap()).prop_map(
+            move |(head, marker, tail)| {
+                let mut name = format!("{head}{marker}{tail}");
+                name.truncate(max);
+                name
+            },
+        )
+    }
+
+    proptest! {
+        /// NS-1, NS-2: a template renders to exactly its text with each placeholder replaced
+        /// by its identifier, whatever valid identifiers the namespace holds (placeholder
+        /// text inside them included).
+        #[test]
+        fn rendering_substitutes_each_placeholder_once_ns_2(
+            schema in identifier(relayer_core::namespace::MAX_IDENTIFIER_LEN),
+            prefix in identifier(relayer_core::namespace::MAX_PREFIX_LEN),
+            parts in proptest::collection::vec((0..3usize, "[ a-z\\.\"()_]{0,6}"), 0..12),
+        ) {
+            prop_assume!(!schema.to_ascii_lowercase().starts_with("pg_"));
+            let namespace = Namespace::new(schema.as_str(), prefix.as_str()).unwrap();
+            let (mut template, mut expected) = (String::new(), String::new());
+            for (which, text) in &parts {
+                let (placeholder, value) = match which {
+                    0 => (SCHEMA_PLACEHOLDER, schema.as_str()),
+                    1 => (PREFIX_PLACEHOLDER, prefix.as_str()),
+                    _ => ("", ""),
+                };
+                template.push_str(placeholder);
+                template.push_str(text);
+                expected.push_str(value);
+                expected.push_str(text);
+            }
+            // The plain text may join with a placeholder into one by chance: skip such cases.
+            let rebuilt = template.replace(SCHEMA_PLACEHOLDER, "").replace(PREFIX_PLACEHOLDER, "");
+            let plain: String = parts.iter().map(|(_, text)| text.as_str()).collect();
+            prop_assume!(rebuilt == plain);
+            prop_assert_eq!(render(&template, &namespace), expected);
+        }
+    }
+
+    /// NS-2: the old chained replacement rendered a schema named `a__PREFIX__b` as
+    /// `a{prefix}b`; the schema must render as itself.
+    #[test]
+    fn a_schema_named_with_a_placeholder_renders_as_itself_ns_2() {
+        let ns = Namespace::new("a__PREFIX__b", "p__SCHEMA__").unwrap();
+        let sql = schema_sql(&ns);
+        assert!(sql.contains(r#"CREATE SCHEMA IF NOT EXISTS "a__PREFIX__b";"#), "{sql}");
+        assert!(sql.contains(r#"CREATE TABLE "a__PREFIX__b"."p__SCHEMA__outbox""#));
+        assert!(sql.contains(r#"CREATE TABLE IF NOT EXISTS "a__PREFIX__b"."p__SCHEMA__schema_version""#));
+        for table in TABLES {
+            assert!(sql.contains(&ns.table(table)), "{table}");
+        }
+    }
 
     #[test]
     fn versions_are_dense_and_end_at_the_required_version() {

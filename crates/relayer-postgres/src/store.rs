@@ -13,8 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use relayer_core::RetentionTable;
 use relayer_core::store::{
-    ClaimOutbox, ClaimedMessage, CompleteOutbox, Completion, CompletionReport, DeleteExpired, HoldLease,
-    Lease, LockOutbox, LockedPage, PageRequest, ScanRecovery, Store, StoreError,
+    ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeleteExpired, HoldLease, Lease,
+    LockOutbox, LockedPage, PageRequest, ScanRecovery, Store, StoreError,
 };
 use uuid::Uuid;
 
@@ -84,16 +84,11 @@ impl<C: Executor> ClaimOutbox for PgStore<'_, C, OutboxStatements> {
         claim: Duration,
         limit: u32,
         tripped: &[(String, String)],
-    ) -> Result<Vec<ClaimedMessage>, StorageError> {
+    ) -> Result<Claimed, StorageError> {
         self.statements.claim_due(self.client, token, claim, limit, tripped).await
     }
 
-    async fn claim_seqs(
-        &self,
-        token: Uuid,
-        claim: Duration,
-        seqs: &[i64],
-    ) -> Result<Vec<ClaimedMessage>, StorageError> {
+    async fn claim_seqs(&self, token: Uuid, claim: Duration, seqs: &[i64]) -> Result<Claimed, StorageError> {
         self.statements.claim_seqs(self.client, token, claim, seqs).await
     }
 }

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use relayer_core::store::PageRequest;
+use relayer_core::store::{LockOutbox, PageRequest};
 use relayer_core::{Delivery, MessageProblem, NewMessage, PassPlan, Uuid};
 use relayer_postgres::recovery::RecoveryStatements;
 use relayer_postgres::{
-    Completion, EnqueueError, HeadFailure, LaneHead, LaneStatements, OutboxStatements, OutboxWriter, migrate,
-    notify_channel,
+    Completion, EnqueueError, HeadFailure, LaneHead, LaneStatements, OutboxStatements, OutboxWriter, PgStore,
+    migrate, notify_channel,
 };
 use relayer_test_support::TestDb;
 
@@ -140,14 +140,15 @@ async fn claims_are_conditional_bounded_and_exclusive() {
     let statements = OutboxStatements::new(db.namespace());
     let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
 
-    let first = statements.claim_due(&client, a, CLAIM, 7, &[]).await.unwrap();
+    let first = statements.claim_due(&client, a, CLAIM, 7, &[]).await.unwrap().messages;
     assert_eq!(first.len(), 7);
-    let second = statements.claim_due(&client, b, CLAIM, 100, &[]).await.unwrap();
+    let second = statements.claim_due(&client, b, CLAIM, 100, &[]).await.unwrap().messages;
     assert_eq!(second.len(), 13, "the rest of the due unordered rows, none of the first claim's");
     assert!(second.iter().all(|m| first.iter().all(|f| f.seq != m.seq)));
-    assert!(statements.claim_due(&client, b, CLAIM, 100, &[]).await.unwrap().is_empty());
+    assert!(statements.claim_due(&client, b, CLAIM, 100, &[]).await.unwrap().messages.is_empty());
     // The scheduled row and the lane row are never claimed here; by seq neither.
-    let by_seq = statements.claim_seqs(&client, b, CLAIM, &[written[20].seq, written[21].seq]).await.unwrap();
+    let by_seq =
+        statements.claim_seqs(&client, b, CLAIM, &[written[20].seq, written[21].seq]).await.unwrap().messages;
     assert!(by_seq.is_empty());
     // Fields arrive intact.
     assert_eq!(first[0].envelope.id, batch[0].message_id());
@@ -163,7 +164,7 @@ async fn claims_skip_tripped_destinations() {
     writer(&db).enqueue(&client, &batch).await.unwrap();
     let statements = OutboxStatements::new(db.namespace());
     let tripped = vec![("queue".to_owned(), "orders".to_owned())];
-    let claimed = statements.claim_due(&client, Uuid::new_v4(), CLAIM, 10, &tripped).await.unwrap();
+    let claimed = statements.claim_due(&client, Uuid::new_v4(), CLAIM, 10, &tripped).await.unwrap().messages;
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].destination, "payments");
 }
@@ -176,7 +177,7 @@ async fn completion_is_per_message_and_fenced_by_the_claim_token() {
     writer(&db).enqueue(&client, &(0..4).map(message).collect::<Vec<_>>()).await.unwrap();
     let statements = OutboxStatements::new(db.namespace());
     let token = Uuid::new_v4();
-    let claimed = statements.claim_due(&client, token, CLAIM, 10, &[]).await.unwrap();
+    let claimed = statements.claim_due(&client, token, CLAIM, 10, &[]).await.unwrap().messages;
     let seqs: Vec<i64> = claimed.iter().map(|m| m.seq).collect();
 
     let mut stale = Completion::new();
@@ -219,7 +220,7 @@ async fn completion_is_per_message_and_fenced_by_the_claim_token() {
         .unwrap();
     assert_eq!((dead.get::<_, i64>(0), dead.get::<_, i32>(1)), (seqs[2], 1));
     // The deferred row is claimable again at once; the retried one is not yet due.
-    let again = statements.claim_due(&client, Uuid::new_v4(), CLAIM, 10, &[]).await.unwrap();
+    let again = statements.claim_due(&client, Uuid::new_v4(), CLAIM, 10, &[]).await.unwrap().messages;
     assert_eq!(again.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![seqs[3]]);
 }
 
@@ -230,11 +231,12 @@ async fn an_expired_claim_is_retaken_and_the_old_owner_is_fenced_out() {
     writer(&db).enqueue(&client, &[message(0)]).await.unwrap();
     let statements = OutboxStatements::new(db.namespace());
     let (old, new) = (Uuid::new_v4(), Uuid::new_v4());
-    let claimed = statements.claim_due(&client, old, Duration::from_millis(1), 1, &[]).await.unwrap();
+    let claimed =
+        statements.claim_due(&client, old, Duration::from_millis(1), 1, &[]).await.unwrap().messages;
     assert_eq!(claimed.len(), 1);
     let mut retaken = Vec::new();
     for _ in 0..300 {
-        retaken = statements.claim_due(&client, new, CLAIM, 1, &[]).await.unwrap();
+        retaken = statements.claim_due(&client, new, CLAIM, 1, &[]).await.unwrap().messages;
         if !retaken.is_empty() {
             break;
         }
@@ -376,7 +378,10 @@ async fn locked_recovery_skips_held_rows_and_completes_in_its_transaction() {
     let seqs: Vec<i64> = written.iter().map(|w| w.seq).collect();
     let statements = OutboxStatements::new(db.namespace());
     // Row 0 is under a live claim; row 1 is locked by another open transaction.
-    assert_eq!(statements.claim_seqs(&client, Uuid::new_v4(), CLAIM, &seqs[..1]).await.unwrap().len(), 1);
+    assert_eq!(
+        statements.claim_seqs(&client, Uuid::new_v4(), CLAIM, &seqs[..1]).await.unwrap().messages.len(),
+        1
+    );
     other.batch_execute("BEGIN").await.unwrap();
     let outbox = db.namespace().table("outbox");
     other.execute(&format!("SELECT 1 FROM {outbox} WHERE seq = $1 FOR UPDATE"), &[&seqs[1]]).await.unwrap();
@@ -398,7 +403,7 @@ async fn locked_recovery_skips_held_rows_and_completes_in_its_transaction() {
     completion.accept(seqs[3]);
     completion.retry(seqs[4], "broker down", Duration::from_secs(60));
     completion.bury(seqs[5], "refused");
-    let report = statements.complete_locked(&tx, &completion).await.unwrap();
+    let report = PgStore::new(&tx, &statements).complete_locked(&completion).await.unwrap();
     assert_eq!((report.deleted, report.released, report.dead, report.fenced_out), (2, 1, 1, 0));
     tx.commit().await.unwrap();
     other.batch_execute("ROLLBACK").await.unwrap();

@@ -7,14 +7,14 @@
 
 use std::time::Duration;
 
-use relayer_core::store::{LeaderCheck, PageRequest};
+use relayer_core::store::{LeaderCheck, LockOutbox, PageRequest};
 use relayer_core::{NewMessage, PassPlan, ScanWindow, Uuid};
 use relayer_postgres::recovery::RecoveryStatements;
 use relayer_postgres::retention::RetentionStatements;
 use relayer_postgres::{
     Completion, Executor, LOST_STATEMENTS_BEFORE_GIVING_UP, LaneStatements, LeaseStatements,
-    OutboxStatements, OutboxWriter, PgClient, Prepared, StatementMode, connect_pool, connect_pool_with,
-    migrate,
+    OutboxStatements, OutboxWriter, PgClient, PgStore, Prepared, StatementMode, connect_pool,
+    connect_pool_with, migrate,
 };
 use relayer_test_support::TestDb;
 use tokio_postgres::types::Type;
@@ -45,7 +45,7 @@ async fn a_pooled_connection_prepares_each_statement_once() {
     writer.enqueue(&client, &messages(3)).await.unwrap();
     let outbox = OutboxStatements::new(db.namespace());
     for _ in 0..3 {
-        let claimed = outbox.claim_due(&client, Uuid::new_v4(), CLAIM, 1, &[]).await.unwrap();
+        let claimed = outbox.claim_due(&client, Uuid::new_v4(), CLAIM, 1, &[]).await.unwrap().messages;
         assert_eq!(claimed.len(), 1);
     }
     assert_eq!(client.statements().len(), 2, "the enqueue and the claim, each prepared once");
@@ -53,7 +53,7 @@ async fn a_pooled_connection_prepares_each_statement_once() {
     let pool = connect_pool(db.config(), 1).await.unwrap();
     let connection = pool.get().await.unwrap();
     assert!(connection.statements().is_empty());
-    assert!(outbox.claim_due(&*connection, Uuid::new_v4(), CLAIM, 1, &[]).await.unwrap().is_empty());
+    assert!(outbox.claim_due(&*connection, Uuid::new_v4(), CLAIM, 1, &[]).await.unwrap().messages.is_empty());
     drop(connection);
     assert_eq!(pool.get().await.unwrap().statements().len(), 1, "the cache lives with its connection");
 
@@ -62,7 +62,10 @@ async fn a_pooled_connection_prepares_each_statement_once() {
     let connection = unnamed.get().await.unwrap();
     assert!(!connection.statements().is_enabled());
     writer.enqueue(&*connection, &messages(2)).await.unwrap();
-    assert_eq!(outbox.claim_due(&*connection, Uuid::new_v4(), CLAIM, 5, &[]).await.unwrap().len(), 2);
+    assert_eq!(
+        outbox.claim_due(&*connection, Uuid::new_v4(), CLAIM, 5, &[]).await.unwrap().messages.len(),
+        2
+    );
     assert!(connection.statements().is_empty());
 }
 
@@ -103,7 +106,7 @@ async fn lost_prepared_statements_are_prepared_again_and_then_no_longer_prepared
     }
     assert!(!client.statements().is_enabled());
     OutboxWriter::new(db.namespace(), ["queue"]).enqueue(&client, &messages(2)).await.unwrap();
-    assert_eq!(claim().await.unwrap().len(), 1, "statements are sent unnamed and still work");
+    assert_eq!(claim().await.unwrap().messages.len(), 1, "statements are sent unnamed and still work");
     assert!(client.statements().is_empty());
 }
 
@@ -133,14 +136,14 @@ async fn generic_plans_made_on_an_empty_outbox_stay_bounded() {
     client.batch_execute("SET plan_cache_mode = force_generic_plan").await.unwrap();
     let (outbox, recovery) = (OutboxStatements::new(db.namespace()), RecoveryStatements::new(db.namespace()));
     // Prepared and planned on the empty table.
-    assert!(outbox.claim_due(&client, Uuid::new_v4(), CLAIM, 5, &[]).await.unwrap().is_empty());
+    assert!(outbox.claim_due(&client, Uuid::new_v4(), CLAIM, 5, &[]).await.unwrap().messages.is_empty());
     let capture = page_request(PassPlan::CaptureBoundary, 5, None);
     assert_eq!(recovery.lock_page(&client, &capture).await.unwrap().unwrap().window, None);
 
     let written =
         OutboxWriter::new(db.namespace(), ["queue"]).enqueue(&client, &messages(600)).await.unwrap();
     let token = Uuid::new_v4();
-    let claimed = outbox.claim_due(&client, token, CLAIM, 5, &[]).await.unwrap();
+    let claimed = outbox.claim_due(&client, token, CLAIM, 5, &[]).await.unwrap().messages;
     assert_eq!(claimed.len(), 5);
     let mut completion = Completion::new();
     claimed.iter().for_each(|m| completion.accept(m.seq));
@@ -176,7 +179,7 @@ async fn every_other_worker_statement_stays_bounded_under_a_generic_plan() {
     let (lanes, retention) = (LaneStatements::new(db.namespace()), RetentionStatements::new(db.namespace()));
     let token = Uuid::new_v4();
     // Planned while everything is empty.
-    assert!(outbox.claim_seqs(&client, token, CLAIM, &[1, 2]).await.unwrap().is_empty());
+    assert!(outbox.claim_seqs(&client, token, CLAIM, &[1, 2]).await.unwrap().messages.is_empty());
     let mut mixed = Completion::new();
     mixed.retry(1, "down", CLAIM);
     mixed.defer(2, CLAIM);
@@ -190,7 +193,7 @@ async fn every_other_worker_statement_stays_bounded_under_a_generic_plan() {
         (0..40).map(|i| NewMessage::new("queue", "orders", vec![1]).lane(format!("lane-{i}"))).collect();
     writer.enqueue(&client, &laned).await.unwrap();
     let seqs: Vec<i64> = written[..4].iter().map(|w| w.seq).collect();
-    let claimed = outbox.claim_seqs(&client, token, CLAIM, &seqs).await.unwrap();
+    let claimed = outbox.claim_seqs(&client, token, CLAIM, &seqs).await.unwrap().messages;
     assert_eq!(claimed.len(), 4);
     let mut completion = Completion::new();
     completion.accept(seqs[0]);
@@ -219,7 +222,7 @@ async fn every_other_worker_statement_stays_bounded_under_a_generic_plan() {
         completion.accept(locked[0].seq);
         completion.retry(locked[1].seq, "down", CLAIM);
         completion.bury(locked[2].seq, "refused");
-        let report = outbox.complete_locked(&on_tx, &completion).await.unwrap();
+        let report = PgStore::new(&on_tx, &outbox).complete_locked(&completion).await.unwrap();
         assert_eq!((report.deleted, report.released, report.dead), (1, 1, 1));
         tx.commit().await.unwrap();
     }

@@ -30,8 +30,9 @@
 //!    destination, batch limits, per-message outcomes, panic catching, retry backoff, poison
 //!    and circuit breakers (DSP-2..6). The transport receives the row's envelope as it was
 //!    written: id, body, headers and creation context (SWP-5);
-//! 5. complete the rows (delete, retry release, move to the dead table), renew the lease
-//!    last (its expiry restarts from the end of the pass), and commit.
+//! 5. complete the rows (delete, retry release, move to the dead table — rows of the page
+//!    that could not be decoded too, with the reason, SPEC §15), renew the lease last (its
+//!    expiry restarts from the end of the pass), and commit.
 //!
 //! Steps 1 to 3 are one round trip: the lease acquisition and a single statement that
 //! captures the boundary, reads the page and locks it are sent together, and that statement

@@ -4,7 +4,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use relayer_core::store::{Completion, HoldLease, LeaderCheck, Lease, LockOutbox, PageRequest, ScanRecovery};
+use relayer_core::store::{HoldLease, LeaderCheck, Lease, LockOutbox, PageRequest, ScanRecovery};
 use relayer_core::{KeysetCursor, Namespace, PageEnd, PassPlan, SweeperOptions};
 use relayer_dispatcher::SendPath;
 use relayer_postgres::recovery::RecoveryStatements;
@@ -156,7 +156,8 @@ impl SweepPass {
                 return Ok(report);
             }
             report.scanned = page.len() as u64;
-            report.claimed = found.locked.len() as u64;
+            report.undecodable = found.undecodable.len() as u64;
+            report.claimed = found.locked.len() as u64 + report.undecodable;
             report.skipped = report.scanned.saturating_sub(report.claimed);
             report.wrapped = cursor
                 .record_scan(&found.page, usize::try_from(batch_size).unwrap_or(usize::MAX))
@@ -170,19 +171,26 @@ impl SweepPass {
 
         // The completion and the renewal are sent together: one round trip once both are
         // prepared, the renewal last. Both commit or neither, in whichever order they ran.
-        let empty = Completion::default();
-        let completion = sent.as_ref().map_or(&empty, |tally| &tally.completion);
+        // Undecodable rows go to the dead table in the same statement, and so the same
+        // transaction, as the page's other outcomes (SPEC §15): they never stall the pass.
+        let mut completion =
+            sent.as_mut().map(|tally| std::mem::take(&mut tally.completion)).unwrap_or_default();
+        for row in &found.undecodable {
+            tracing::error!(target: TARGET, namespace = %self.namespace, seq = row.seq, error = %row,
+                "moving an undecodable row to the dead table");
+        }
+        completion.bury_undecodable(&found.undecodable);
         let (written, renewed) =
-            tokio::join!(outbox.complete_locked(completion), self.renew(&leases, lease.as_ref()));
+            tokio::join!(outbox.complete_locked(&completion), self.renew(&leases, lease.as_ref()));
         let written = written?;
         renewed?;
         if let Some(tally) = &sent {
             report.sent = tally.accepted;
             report.failed = tally.failed;
             report.panics = tally.panics;
-            report.dead = written.dead;
-            report.deferred = written.deferred;
         }
+        report.dead = written.dead;
+        report.deferred = written.deferred;
         if written.fenced_out > 0 {
             // Cannot happen while our transaction holds the rows' locks; say so if it does.
             tracing::warn!(target: TARGET, namespace = %self.namespace, fenced_out = written.fenced_out,

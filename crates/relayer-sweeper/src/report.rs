@@ -23,12 +23,15 @@ pub struct SweepReport {
     pub sent: u64,
     /// Failed sends (retried later, or moved to the dead table).
     pub failed: u64,
-    /// Rows moved to the dead table as poison.
+    /// Rows moved to the dead table: poison, or undecodable.
     pub dead: u64,
     /// Claimed rows released unsent because their destination's circuit breaker is open.
     pub deferred: u64,
     /// Transport panics caught (counted in `failed`).
     pub panics: u64,
+    /// Locked rows that could not be decoded, moved to the dead table in the pass's
+    /// transaction (SPEC §15); counted in `claimed` too.
+    pub undecodable: u64,
     /// The page ended the cursor's traversal: the next pass captures a new boundary.
     pub wrapped: bool,
     /// Shutdown began before the page was sent: nothing was claimed or sent.
@@ -44,6 +47,9 @@ impl fmt::Display for SweepReport {
         )?;
         if self.deferred > 0 {
             write!(f, " deferred={}", self.deferred)?;
+        }
+        if self.undecodable > 0 {
+            write!(f, " undecodable={}", self.undecodable)?;
         }
         if let Some(term) = self.term {
             write!(f, " term={term}")?;

@@ -45,7 +45,8 @@ impl Sweeper {
     ) -> Self {
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
         let pass = SweepPass {
-            recovery: RecoveryStatements::new(&namespace),
+            // Rows for a transport the send path lacks are set aside, never retried forever.
+            recovery: RecoveryStatements::new(&namespace).with_transports(send.transports().names()),
             outbox: OutboxStatements::new(&namespace),
             leases: LeaseStatements::new(&namespace),
             cursor: Mutex::new(KeysetCursor::new()),

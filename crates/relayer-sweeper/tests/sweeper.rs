@@ -555,7 +555,10 @@ async fn rows_a_concurrent_dispatcher_holds_are_skipped_swp_4() {
     let claim = dispatcher_client.transaction().await.unwrap();
     let held: Vec<i64> = written[..2].iter().map(|w| w.seq).collect();
     let token = relayer_core::Uuid::new_v4();
-    assert_eq!(outbox.claim_seqs(&claim, token, Duration::from_secs(30), &held).await.unwrap().len(), 2);
+    assert_eq!(
+        outbox.claim_seqs(&claim, token, Duration::from_secs(30), &held).await.unwrap().messages.len(),
+        2
+    );
 
     let (pool, _) = pool(&db, "sweeper", 1).await;
     let sweeper =

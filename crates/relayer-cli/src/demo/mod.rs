@@ -2,7 +2,8 @@
 //!
 //! Seven steps, each through relayer's own components, with progress lines and a summary:
 //!
-//! 1. drop and recreate the demo schema, apply relayer's schema;
+//! 1. drop and recreate the demo schema — only ever one an earlier demo created
+//!    ([`scratch`]) — and apply relayer's schema;
 //! 2. write 2,000 orders through a host's writer in transactions of 10 (some on ordered
 //!    lanes, some scheduled 2 s ahead), plus 10 poison messages;
 //! 3. dispatch them to relayer's PostgreSQL queue with a host running a dispatcher, showing
@@ -17,6 +18,7 @@
 //! 7. the summary. The exit status is non-zero if any message was lost.
 
 pub(crate) mod child;
+mod scratch;
 mod transports;
 
 use std::collections::HashMap;
@@ -73,10 +75,14 @@ pub(crate) async fn run(args: &Args) -> CliResult {
     println!("relayer demo on namespace {ns}");
 
     println!("[1/7] schema");
-    client.batch_execute(&format!("DROP SCHEMA IF EXISTS {} CASCADE", ns.quoted_schema())).await?;
+    let found = scratch::recreate(&mut client, ns).await?;
     let migrated = migrate(&mut client, ns).await?;
     println!(
-        "      dropped and recreated schema {}, applied relayer schema version {}",
+        "      {} schema {}, applied relayer schema version {}",
+        match found {
+            scratch::Found::Nothing => "created",
+            scratch::Found::EarlierDemo => "dropped the earlier demo's and recreated",
+        },
         ns.schema(),
         migrated.to
     );

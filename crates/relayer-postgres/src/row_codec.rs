@@ -1,0 +1,260 @@
+//! Reading outbox rows into messages, one row at a time (SPEC §15).
+//!
+//! Every statement that hands rows to a sender — a claim, a lane head, a recovery page —
+//! returns the [`CLAIMED_COLUMNS`], and [`RowCodec`] turns each row into a
+//! [`ClaimedMessage`] on its own. A row it cannot turn into a message the worker can send
+//! is an [`UndecodableRow`] naming the table, the `seq`, the column and the reason; it
+//! never fails the rows around it. What becomes of it is the caller's: an unordered row
+//! moves to the dead table with the rest of its batch's completion
+//! ([`Completion::bury_undecodable`](relayer_core::store::Completion::bury_undecodable)),
+//! a lane head parks its lane (skipping it would reorder the lane, LAN-5).
+//!
+//! A row is undecodable when a column has a type or shape the writer never produces —
+//! headers that are not a JSON object of strings (jsonb `null` included), an empty
+//! destination — or when it names a transport missing from the worker's registry (set
+//! with `with_transports` on the statements): such a row could only ever fail, so it is
+//! set aside at once, consistently on all three paths, instead of failing every pass.
+//! Only a row whose `seq` cannot be read fails the whole read: there is nothing to name.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use relayer_core::store::{Claimed, ClaimedMessage, UndecodableRow};
+use relayer_core::{Envelope, Headers, MessageId, Namespace, Timestamp};
+use tokio_postgres::Row;
+use tokio_postgres::types::FromSql;
+use uuid::Uuid;
+
+use crate::error::{StorageError, StorageErrorKind};
+
+/// The columns every claim returns, in the order [`RowCodec::decode`] reads them.
+pub(crate) const CLAIMED_COLUMNS: &str =
+    "seq, message_id, transport, destination, body, headers, trace_context, lane, created_at, attempts";
+
+/// Decodes outbox rows of one namespace, refusing transports outside a registry when given.
+#[derive(Clone, Debug)]
+pub(crate) struct RowCodec {
+    /// The outbox as errors name it: `schema.prefixoutbox`.
+    table: String,
+    /// The transports the worker can send to; `None` accepts any name.
+    transports: Option<Arc<BTreeSet<String>>>,
+}
+
+impl RowCodec {
+    /// A codec for `namespace`'s outbox accepting any transport name.
+    pub(crate) fn new(namespace: &Namespace) -> Self {
+        RowCodec {
+            table: format!("{}.{}", namespace.schema(), namespace.object_name("outbox")),
+            transports: None,
+        }
+    }
+
+    /// Rows naming a transport outside `names` become undecodable.
+    pub(crate) fn with_transports<I>(mut self, names: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.transports = Some(Arc::new(names.into_iter().map(Into::into).collect()));
+        self
+    }
+
+    /// Decodes every row's [`CLAIMED_COLUMNS`], starting at column `at`, into a [`Claimed`]
+    /// with both lists in `seq` order (RETURNING gives no order; a destination's messages
+    /// are sent in the order they were written).
+    pub(crate) fn decode_all<'r>(
+        &self,
+        rows: impl IntoIterator<Item = &'r Row>,
+        at: usize,
+    ) -> Result<Claimed, StorageError> {
+        let mut claimed = Claimed::default();
+        for row in rows {
+            match self.decode(row, at)? {
+                Ok(message) => claimed.messages.push(message),
+                Err(undecodable) => claimed.undecodable.push(undecodable),
+            }
+        }
+        claimed.messages.sort_by_key(|message| message.seq);
+        claimed.undecodable.sort_by_key(|row| row.seq);
+        Ok(claimed)
+    }
+
+    /// Decodes the [`CLAIMED_COLUMNS`] of `row`, which start at column `at`: the message,
+    /// or why this row cannot be one. Fails only when the `seq` itself cannot be read.
+    pub(crate) fn decode(
+        &self,
+        row: &Row,
+        at: usize,
+    ) -> Result<Result<ClaimedMessage, UndecodableRow>, StorageError> {
+        let seq: i64 = row.try_get(at).map_err(|e| {
+            StorageError::new(
+                format!("decoding a row of {}: column seq: {e}", self.table),
+                StorageErrorKind::MalformedRow,
+            )
+        })?;
+        Ok(self.decode_columns(row, at, seq).map_err(|(column, reason)| UndecodableRow {
+            table: self.table.clone(),
+            seq,
+            column: column.to_owned(),
+            reason,
+        }))
+    }
+
+    fn decode_columns(
+        &self,
+        row: &Row,
+        at: usize,
+        seq: i64,
+    ) -> Result<ClaimedMessage, (&'static str, String)> {
+        let transport: String = column(row, at + 2, "transport")?;
+        if let Some(known) = &self.transports
+            && !known.contains(&transport)
+        {
+            let names: Vec<&str> = known.iter().map(String::as_str).collect();
+            return Err((
+                "transport",
+                format!("no transport named {transport:?} is registered here (known: {})", names.join(", ")),
+            ));
+        }
+        let destination: String = column(row, at + 3, "destination")?;
+        if destination.trim().is_empty() {
+            return Err(("destination", "is empty".to_owned()));
+        }
+        let headers =
+            headers_from_json(column(row, at + 5, "headers")?).map_err(|reason| ("headers", reason))?;
+        let created_at: SystemTime = column(row, at + 8, "created_at")?;
+        let attempts: i32 = column(row, at + 9, "attempts")?;
+        let attempts =
+            u32::try_from(attempts).map_err(|_| ("attempts", format!("is negative ({attempts})")))?;
+        Ok(ClaimedMessage {
+            seq,
+            transport,
+            destination,
+            envelope: Envelope {
+                id: MessageId::from_uuid(column::<Uuid>(row, at + 1, "message_id")?),
+                body: column(row, at + 4, "body")?,
+                headers,
+                created_at: Timestamp::from_system_time(created_at),
+                trace_context: column(row, at + 6, "trace_context")?,
+                lane: column(row, at + 7, "lane")?,
+                attempts,
+            },
+        })
+    }
+}
+
+/// Column `index` of `row`, or the column's name and why it cannot be read.
+fn column<'r, T: FromSql<'r>>(
+    row: &'r Row,
+    index: usize,
+    name: &'static str,
+) -> Result<T, (&'static str, String)> {
+    row.try_get(index).map_err(|e| {
+        let reason = std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string);
+        (name, format!("cannot be read: {reason}"))
+    })
+}
+
+pub(crate) fn headers_to_json(headers: &Headers) -> serde_json::Value {
+    serde_json::Value::Object(
+        headers
+            .iter()
+            .map(|(name, value)| (name.clone(), serde_json::Value::String(value.clone())))
+            .collect(),
+    )
+}
+
+/// The headers of a JSON object whose values are strings, or why `value` is not one.
+pub(crate) fn headers_from_json(value: serde_json::Value) -> Result<Headers, String> {
+    let serde_json::Value::Object(map) = value else {
+        return Err(format!("expected a JSON object of strings, found {}", json_kind(&value)));
+    };
+    map.into_iter()
+        .map(|(name, value)| match value {
+            serde_json::Value::String(text) => Ok((name, text)),
+            other => Err(format!(
+                "expected a JSON object of strings, but header {name:?} is {}",
+                json_kind(&other)
+            )),
+        })
+        .collect()
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // A failed unwrap is a failed test.
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Any JSON value, a few levels deep.
+    fn json() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(serde_json::Value::from),
+            ".{0,8}".prop_map(serde_json::Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map(".{0,6}", inner, 0..4)
+                    .prop_map(|map| serde_json::Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// SPEC §15: every headers map the writer stores reads back unchanged, and any other
+        /// JSON value is refused with a reason — never a panic, never a guess.
+        #[test]
+        fn headers_decode_exactly_the_objects_of_strings_spec_15(
+            headers in proptest::collection::btree_map(".{0,8}", ".{0,8}", 0..6),
+            other in json(),
+        ) {
+            prop_assert_eq!(headers_from_json(headers_to_json(&headers)).unwrap(), headers);
+            let is_headers = matches!(&other, serde_json::Value::Object(map) if map.values().all(serde_json::Value::is_string));
+            match headers_from_json(other.clone()) {
+                Ok(decoded) => {
+                    prop_assert!(is_headers);
+                    prop_assert_eq!(headers_to_json(&decoded), other);
+                }
+                Err(reason) => {
+                    prop_assert!(!is_headers);
+                    prop_assert!(reason.starts_with("expected a JSON object of strings"), "{}", reason);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn headers_round_trip_and_malformed_headers_name_the_reason() {
+        let headers: Headers =
+            [("a".to_owned(), "1".to_owned()), ("b-c".to_owned(), "x y".to_owned())].into();
+        assert_eq!(headers_from_json(headers_to_json(&headers)).unwrap(), headers);
+        assert_eq!(
+            headers_from_json(serde_json::json!({"a": 1})).unwrap_err(),
+            "expected a JSON object of strings, but header \"a\" is a number"
+        );
+        assert_eq!(
+            headers_from_json(serde_json::Value::Null).unwrap_err(),
+            "expected a JSON object of strings, found null"
+        );
+        assert_eq!(
+            headers_from_json(serde_json::json!(["a"])).unwrap_err(),
+            "expected a JSON object of strings, found an array"
+        );
+    }
+}
