@@ -260,7 +260,8 @@ impl<P: Pass> PassLoop<P> {
                             span.record("outcome", "not leader");
                         }
                     }
-                    let again = matches!(&outcome, PassOutcome::Led(report) if self.pass.run_again_at_once(report));
+                    let again =
+                        matches!(&outcome, PassOutcome::Led(report) if self.pass.run_again_at_once(report));
                     let _ = self.events.send(WorkerEvent::PassSucceeded(outcome));
                     if again { Duration::ZERO } else { self.backoff.wait_after(0) }
                 }

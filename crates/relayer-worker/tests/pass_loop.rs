@@ -309,8 +309,12 @@ impl Pass for Backlog {
 #[tokio::test(start_paused = true)]
 async fn a_pass_that_left_work_is_followed_at_once_then_the_interval_resumes_swp_6() {
     let pass = Arc::new(Backlog { pages: AtomicU64::new(4), starts: Mutex::new(Vec::new()) });
-    let pass_loop =
-        PassLoop::with_shared_pass(WorkerKind::Sweeper, Arc::clone(&pass), backoff(), Leadership::EveryInstance);
+    let pass_loop = PassLoop::with_shared_pass(
+        WorkerKind::Sweeper,
+        Arc::clone(&pass),
+        backoff(),
+        Leadership::EveryInstance,
+    );
     let mut events = pass_loop.subscribe();
     let mut handle = pass_loop.spawn(CancellationToken::new());
     for left in [3, 2, 1, 0, 0] {
