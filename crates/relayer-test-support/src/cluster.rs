@@ -76,12 +76,7 @@ impl Cluster {
         let mut last_error = String::new();
         for _ in 0..PORT_ATTEMPTS {
             cluster.port = free_port()?;
-            let options = format!(
-                // TCP only: no Unix socket, whose path length would depend on TMPDIR.
-                "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off \
-                 -c synchronous_commit=off -c full_page_writes=off -c max_connections=300",
-                cluster.port
-            );
+            let options = server_options(cluster.port);
             let started = cluster
                 .command("pg_ctl")
                 .arg("-D")
@@ -128,13 +123,38 @@ impl Cluster {
 
     fn stop(&self) {
         if self.data_dir().join("postmaster.pid").exists() {
-            let _ = self
-                .command("pg_ctl")
-                .arg("-D")
-                .arg(self.data_dir())
-                .args(["-m", "immediate", "-w", "stop"])
-                .output();
+            // Best effort: a half-started or vanished server is what dropping cleans up.
+            let _ = self.stop_immediately();
         }
+    }
+}
+
+/// Stopping and starting again, for a test that owns its cluster ([`crate::OwnedCluster`]).
+impl Cluster {
+    /// `pg_ctl stop -m immediate`: every server process quits at once, without a checkpoint,
+    /// as in a crash; the next start runs crash recovery.
+    pub(crate) fn stop_immediately(&self) -> Result<(), String> {
+        let stopped = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data_dir())
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        check("pg_ctl stop -m immediate", stopped)
+    }
+
+    /// Starts the stopped server again on the same data directory, port and settings, and
+    /// waits until it accepts connections (after crash recovery).
+    pub(crate) fn start_again(&self) -> Result<(), String> {
+        let started = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.data_dir())
+            .arg("-l")
+            .arg(self.dir.join("log"))
+            .args(["-w", "-t", "60", "-o", &server_options(self.port), "start"])
+            .output();
+        check("pg_ctl start", started)
     }
 }
 
@@ -145,6 +165,15 @@ impl Drop for Cluster {
             eprintln!("relayer-test-support: cannot delete {}: {e}", self.dir.display());
         }
     }
+}
+
+/// The server's command-line settings: the same at every start of one cluster.
+fn server_options(port: u16) -> String {
+    format!(
+        // TCP only: no Unix socket, whose path length would depend on TMPDIR.
+        "-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off \
+         -c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+    )
 }
 
 /// A command for one of the server binaries, run as `user` when given, in `cwd` (the

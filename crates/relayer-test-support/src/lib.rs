@@ -24,6 +24,12 @@
 //!    answers; removed when the last `TestDb` that uses it is dropped.
 //! 5. Otherwise [`TestDb::new`] panics with a message that says how to provide one.
 //!
+//! # Restarting the server
+//!
+//! The server above is shared and never restarted. A test that crashes and restarts
+//! PostgreSQL owns a throwaway cluster of its own: [`OwnedCluster`] (it needs `initdb` and
+//! `pg_ctl`, as in step 3), whose `test_db` schemas behave like [`TestDb::new`]'s.
+//!
 //! # Providing a database
 //!
 //! Any one of these is enough:
@@ -49,6 +55,7 @@
 
 mod cluster;
 mod container;
+mod owned;
 mod server;
 mod wait;
 
@@ -59,6 +66,7 @@ use bb8_postgres::PostgresConnectionManager;
 use relayer_core::Namespace;
 use tokio_postgres::NoTls;
 
+pub use crate::owned::OwnedCluster;
 use crate::server::{Server, Sources};
 pub use crate::wait::{PATIENCE, eventually, within};
 
@@ -103,7 +111,11 @@ impl TestDb {
     /// Like [`TestDb::new`], restricted to the given sources (the crate's own tests use it
     /// to force the throwaway-cluster path).
     pub(crate) async fn from_sources(sources: Sources) -> TestDb {
-        let server = server::acquire(sources).await;
+        TestDb::on(server::acquire(sources).await).await
+    }
+
+    /// A fresh schema on `server`.
+    pub(crate) async fn on(server: Arc<Server>) -> TestDb {
         let simple = uuid::Uuid::new_v4().simple().to_string();
         let schema = format!("t_{}", &simple[..16]);
         let namespace = match Namespace::new(schema.as_str(), PREFIX) {

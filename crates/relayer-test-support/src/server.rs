@@ -69,13 +69,23 @@ impl Server {
         Config::from_str(&self.url).unwrap_or_else(|_| Config::new())
     }
 
+    /// A server on `cluster`, owned by whoever holds it (never shared through [`acquire`]).
+    pub(crate) fn of_cluster(cluster: Cluster) -> Server {
+        Server { url: cluster.url(), owner: Owner::Cluster(cluster) }
+    }
+
+    /// The throwaway cluster behind this server, if it is one.
+    pub(crate) fn cluster(&self) -> Option<&Cluster> {
+        match &self.owner {
+            Owner::Cluster(cluster) => Some(cluster),
+            Owner::External | Owner::Container { .. } => None,
+        }
+    }
+
     /// The data directory of a throwaway cluster.
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn cluster_dir(&self) -> Option<&std::path::Path> {
-        match &self.owner {
-            Owner::Cluster(cluster) => Some(cluster.dir()),
-            Owner::External | Owner::Container { .. } => None,
-        }
+        self.cluster().map(Cluster::dir)
     }
 }
 
@@ -144,7 +154,7 @@ pub(crate) async fn acquire(sources: Sources) -> Arc<Server> {
 
 async fn start_owned(sources: Sources, tried: &mut Vec<String>) -> Option<Server> {
     match Cluster::start().await {
-        Ok(cluster) => return Some(Server { url: cluster.url(), owner: Owner::Cluster(cluster) }),
+        Ok(cluster) => return Some(Server::of_cluster(cluster)),
         Err(e) => tried.push(format!("throwaway cluster: {e}")),
     }
     if sources == Sources::All {

@@ -119,3 +119,42 @@ async fn a_throwaway_cluster_starts_answers_and_is_stopped_after_the_last_drop()
     probe.connect_timeout(std::time::Duration::from_secs(2));
     assert!(server::connect(&probe).await.is_err(), "the cluster still answers on port {port}");
 }
+
+/// A test's own cluster crashes and comes back on its port with everything committed, and
+/// commits durably; it is deleted with the last of it and its `TestDb`s.
+#[tokio::test]
+async fn an_owned_cluster_restarts_on_its_port_and_keeps_what_was_committed() {
+    let cluster = OwnedCluster::start().await;
+    let db = cluster.test_db().await;
+    let dir = db.server.cluster_dir().expect("a throwaway cluster").to_owned();
+    let port = db.config().get_ports()[0];
+    assert_eq!(cluster.config().get_ports(), &[port]);
+
+    let client = db.connect().await;
+    let durable: String = client.query_one("SHOW synchronous_commit", &[]).await.expect("SHOW").get(0);
+    assert_eq!(durable, "on", "an acknowledged commit must survive the restart");
+    let table = db.namespace().table("kept");
+    client
+        .batch_execute(&format!("CREATE TABLE {table} (id int); INSERT INTO {table} VALUES (7)"))
+        .await
+        .expect("committed before the crash");
+
+    cluster.stop_immediately().await;
+    assert!(client.simple_query("SELECT 1").await.is_err(), "a session survived the immediate stop");
+    cluster.start_again().await;
+
+    let client = db.connect().await;
+    assert_eq!(db.config().get_ports(), &[port]);
+    let kept: i32 = client.query_one(&format!("SELECT id FROM {table}"), &[]).await.expect("row").get(0);
+    assert_eq!(kept, 7);
+
+    cluster.restart_immediately().await;
+    let client = db.connect().await;
+    client.simple_query("SELECT 1").await.expect("answers after restart_immediately");
+
+    drop(client);
+    drop(cluster);
+    assert!(dir.exists(), "the cluster went away while a TestDb on it lived");
+    drop(db);
+    assert!(!dir.exists(), "{} was not deleted", dir.display());
+}
