@@ -410,3 +410,54 @@ async fn two_cleaners_never_overlap_a_pass_even_past_lease_expiry_ldr_2() {
     let lease = LeaseStatements::new(db.namespace()).current(&client, LEASE_JOB).await.unwrap().unwrap();
     assert_eq!((lease.owner.as_str(), lease.term), ("a", 1), "nobody took the lease over during A's pass");
 }
+
+/// RES-1, RES-2: a cleaner whose very first step meets a stopped server (its pooled
+/// connection died with it) does not end: its passes fail and back off, and once the server
+/// is back it checks the schema and cleans, with no restart. On a cluster of the test's own.
+#[tokio::test]
+async fn a_first_pass_that_meets_a_stopped_server_is_retried_until_it_returns_res_1() {
+    let cluster = relayer_test_support::OwnedCluster::start().await;
+    let db = cluster.test_db().await;
+    let mut client = db.connect().await;
+    migrate(&mut client, db.namespace()).await.unwrap();
+    insert_dead(&client, &db, 1, 5, "40 days").await;
+    let (pool, _) = pool(&db, "cleaner", 1).await;
+    let cleanup = Cleanup::new(pool, db.namespace().clone(), options(10), lease("a"));
+    let mut events = cleanup.subscribe();
+
+    cluster.stop_immediately().await;
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(cleanup.run(shutdown.clone()));
+    assert!(matches!(next_outcome(&mut events).await, WorkerEvent::PassFailed { consecutive: 1, .. }));
+    assert!(!task.is_finished(), "the worker ended instead of retrying");
+    cluster.start_again().await;
+
+    let mut deleted = 0;
+    while deleted < 5 {
+        deleted += next_led(&mut events).await.dead_deleted;
+    }
+    shutdown.cancel();
+    within(task).await.unwrap();
+}
+
+/// OPT-3, RET-2: the longest retention the options accept is one PostgreSQL can compute
+/// (`now() - retention` stays inside its timestamp range): a pass with it deletes nothing
+/// and does not fail. Anything longer is refused when the options are built, naming the field.
+#[tokio::test]
+async fn the_longest_accepted_retention_runs_and_a_longer_one_is_refused_opt_3() {
+    let (db, mut client) = setup().await;
+    insert_dead(&client, &db, 1, 3, "400 days").await;
+    insert_inbox(&client, &db, 3, "400 days").await;
+    let longest = Retention::After(relayer_core::options::MAX_RETENTION);
+    let options = CleanupOptions::builder().dead_retention(longest).inbox_retention(longest).build().unwrap();
+    let (pool, _) = pool(&db, "cleaner", 1).await;
+    let cleanup = Cleanup::new(pool, db.namespace().clone(), options.clone(), lease("a"));
+    let report = cleanup.run_once(&mut client).await.unwrap();
+    assert_eq!((report.dead_deleted, report.inbox_deleted), (0, 0));
+
+    let longer = Retention::After(relayer_core::options::MAX_RETENTION + Duration::from_secs(1));
+    let error = options.to_builder().inbox_retention(longer).build().unwrap_err();
+    assert_eq!(error.field(), "cleanup.inbox_retention");
+    let error = toml::from_str::<CleanupOptions>("dead_retention = \"1000000d\"").unwrap_err().to_string();
+    assert!(error.contains("cleanup.dead_retention: 1000000d is longer than the maximum"), "{error}");
+}

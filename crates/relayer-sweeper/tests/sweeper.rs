@@ -612,3 +612,31 @@ async fn a_backlog_drains_at_the_pace_of_passes_not_of_intervals_swp_6() {
     assert_eq!((ids.len(), transport.accepted().len()), (ROWS, ROWS), "each row sent exactly once");
     assert_eq!(transport.calls.load(Ordering::SeqCst), 200, "one page of 100 per pass");
 }
+
+/// RES-1, RES-2: a sweeper whose very first step meets a stopped server (its pooled
+/// connection died with it) does not end: its passes fail and back off, and once the server
+/// is back it checks the schema and sweeps, with no restart. On a cluster of the test's own.
+#[tokio::test]
+async fn a_first_pass_that_meets_a_stopped_server_is_retried_until_it_returns_res_1() {
+    let cluster = relayer_test_support::OwnedCluster::start().await;
+    let db = cluster.test_db().await;
+    let mut client = db.connect().await;
+    relayer_postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    writer(&db).enqueue(&client, &[message("orders", 0)]).await.unwrap();
+    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let (pool, _) = pool(&db, "sweeper", 1).await;
+    let sweeper = sweeper(pool, &db, options(10), transport.clone(), lease("a", Duration::from_secs(30)));
+    let mut events = sweeper.subscribe();
+
+    cluster.stop_immediately().await;
+    let (shutdown, task) = spawn(sweeper);
+    assert!(matches!(next_outcome(&mut events).await, WorkerEvent::PassFailed { consecutive: 1, .. }));
+    assert!(!task.is_finished(), "the worker ended instead of retrying");
+    cluster.start_again().await;
+
+    next_led(&mut events).await;
+    let client = db.connect().await;
+    eventually("the row is swept", || async { count(&client, &db, "outbox").await == 0 }).await;
+    stop(shutdown, task).await;
+    assert_eq!(transport.accepted().len(), 1);
+}
