@@ -152,10 +152,12 @@ impl Cleanup {
             .await;
     }
 
-    /// Runs one pass on `client`: takes or renews the lease (lease leadership), deletes
-    /// expired rows until the backlog is gone or the pass budget is spent, and renews the
-    /// lease. With [`Leadership::Advisory`] the caller must hold the lock (as [`run`](Self::run)
-    /// does).
+    /// Runs one pass on `client`: takes or renews the lease (lease leadership;
+    /// [`CleanupReport::led`] is `false` when another instance holds it), then deletes
+    /// expired rows in short batches until the backlog is gone or the pass budget is spent,
+    /// each batch locking, checking and renewing the lease (see the [crate docs](crate)).
+    /// With [`Leadership::Advisory`] the caller must hold the lock (as [`run`](Self::run)
+    /// does). The schema is not checked here: a missing table is a storage error.
     pub async fn run_once(&self, client: &mut PgClient) -> Result<CleanupReport, CleanupError> {
         self.pass.clean(client, &CancellationToken::new()).await
     }
