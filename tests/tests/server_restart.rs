@@ -203,7 +203,6 @@ async fn start_hosts(db: &TestDb) -> Workers {
                 .recovery_delay(Duration::from_secs(1))
                 .sweep_interval(ms(200))
                 .lease_duration(Duration::from_secs(2))
-                .claim_duration(Duration::from_secs(2))
                 .max_backoff(Duration::from_secs(1))
                 .build()
                 .unwrap(),

@@ -3,10 +3,11 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use relayer_core::store::{DeleteExpired, HoldLease, Lease};
+use relayer_core::store::{DeleteExpired, HoldLease, UnderLease};
 use relayer_core::{CleanupOptions, Namespace, RetentionTable};
 use relayer_postgres::retention::RetentionStatements;
 use relayer_postgres::{LeaseStatements, PgClient, PgPool, PgStore, Prepared, StorageError, verify_schema};
@@ -21,6 +22,11 @@ pub const LEASE_JOB: &str = "cleanup";
 
 /// Test signals kept for slow subscribers.
 const EVENT_CAPACITY: usize = 256;
+
+/// How often a batch is tried again when a contender's probe holds the lease row at that
+/// instant (a probe lasts a round trip), and how long it waits before each retry.
+const BUSY_RETRIES: u32 = 5;
+const BUSY_PAUSE: Duration = Duration::from_millis(10);
 
 /// The retention cleanup worker of one namespace (§8).
 pub struct Cleanup {
@@ -46,8 +52,9 @@ pub struct CleanupReport {
     /// The pass stopped before the backlog was gone: its time budget was spent or the host
     /// is shutting down. The next pass carries on.
     pub stopped_early: bool,
-    /// The lease could not be renewed at the end: another instance took over during the
-    /// pass (its later batches were fenced off).
+    /// The lease was no longer this instance's at a batch (it lapsed while the process
+    /// stalled, and another instance took it over): that batch deleted nothing and the
+    /// pass ended there (LDR-6).
     pub lease_lost: bool,
 }
 
@@ -79,12 +86,13 @@ impl fmt::Display for CleanupReport {
     }
 }
 
-/// Why cleanup could not start, or why a pass failed.
+/// Why a cleanup pass failed. A running cleaner logs it and retries with backoff (RES-1).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CleanupError {
-    /// The namespace's schema is missing or too old: nothing was started (NS-3, OPT-5).
-    #[error("retention cleanup cannot start: {0}")]
+    /// The namespace's schema is missing or too old (NS-3): the worker's first pass checks
+    /// it, and retries with backoff until it is there (OPT-5 refuses it at the host's start).
+    #[error("retention cleanup cannot work on this namespace: {0}")]
     Schema(StorageError),
     /// A statement failed or the connection broke.
     #[error(transparent)]
@@ -109,6 +117,7 @@ impl Cleanup {
             namespace,
             options,
             leadership,
+            schema_verified: AtomicBool::new(false),
         };
         Cleanup { pass: Arc::new(pass), events }
     }
@@ -124,31 +133,31 @@ impl Cleanup {
         self.events.subscribe()
     }
 
-    /// Checks the schema, then runs a pass at once and one every `cleanup_interval` until
-    /// `shutdown` is cancelled; failed passes are logged and retried with backoff (RES-1,
-    /// RES-2). On shutdown the lease is released so another instance takes over at once.
+    /// Runs a pass at once and one every `cleanup_interval` until `shutdown` is cancelled;
+    /// failed passes are logged and retried with backoff (RES-1, RES-2). On shutdown the
+    /// lease is released so another instance takes over at once.
     ///
-    /// Returns an error only when it cannot start: the schema is missing or too old, or no
-    /// connection can be had to check it.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), CleanupError> {
+    /// The first pass begins by checking the namespace's schema; a missing or old schema
+    /// and an unreachable database are failed passes like any other, retried with backoff
+    /// until they are fixed, so a database that is down or being migrated when the worker
+    /// starts never ends it (refusing a missing schema up front is the host's `start`,
+    /// OPT-5).
+    pub async fn run(self, shutdown: CancellationToken) {
         let pass = self.pass;
-        {
-            let conn = pass.pool.get().await.map_err(CleanupError::Pool)?;
-            verify_schema(&**conn, &pass.namespace).await.map_err(CleanupError::Schema)?;
-        }
         let backoff = pass.options.pass_backoff();
         let leadership = pass.leadership.clone();
         PassLoop::with_shared_pass(WorkerKind::Cleanup, pass, backoff, leadership)
             .events_to(self.events)
             .run(shutdown)
             .await;
-        Ok(())
     }
 
-    /// Runs one pass on `client`: takes or renews the lease (lease leadership), deletes
-    /// expired rows until the backlog is gone or the pass budget is spent, and renews the
-    /// lease. With [`Leadership::Advisory`] the caller must hold the lock (as [`run`](Self::run)
-    /// does).
+    /// Runs one pass on `client`: takes or renews the lease (lease leadership;
+    /// [`CleanupReport::led`] is `false` when another instance holds it), then deletes
+    /// expired rows in short batches until the backlog is gone or the pass budget is spent,
+    /// each batch locking, checking and renewing the lease (see the [crate docs](crate)).
+    /// With [`Leadership::Advisory`] the caller must hold the lock (as [`run`](Self::run)
+    /// does). The schema is not checked here: a missing table is a storage error.
     pub async fn run_once(&self, client: &mut PgClient) -> Result<CleanupReport, CleanupError> {
         self.pass.clean(client, &CancellationToken::new()).await
     }
@@ -171,6 +180,8 @@ struct CleanupPass {
     leadership: Leadership,
     retention: RetentionStatements,
     leases: LeaseStatements,
+    /// Set once the loop's schema check passed; a failed check is a failed pass, retried.
+    schema_verified: AtomicBool,
 }
 
 impl CleanupPass {
@@ -182,8 +193,9 @@ impl CleanupPass {
         let mut report = CleanupReport::default();
         let lease = match &self.leadership {
             Leadership::Lease { job, owner, lease_duration } => {
-                // A short transaction: the batches that follow are their own transactions,
-                // kept safe by the lease fence rather than by this row lock.
+                // A short transaction that takes the lease (or finds another leader); the
+                // batches that follow are their own short transactions, each locking,
+                // checking and renewing the lease itself (LDR-2, LDR-6).
                 let (connection, statements) = client.split();
                 let tx = connection
                     .transaction()
@@ -208,8 +220,17 @@ impl CleanupPass {
         // The budget is local elapsed time, never compared with a database timestamp (NS-4).
         let deadline = Instant::now().checked_add(self.options.pass_budget());
         let batch_size = self.options.batch_size();
-        // Outside any transaction: each batch commits on its own, fenced by the lease.
+        let under_lease = match (&lease, &self.leadership) {
+            (Some(lease), Leadership::Lease { lease_duration, .. }) => {
+                Some(UnderLease { lease, lease_duration: *lease_duration })
+            }
+            _ => None,
+        };
+        // Outside any transaction: each batch commits on its own; under a lease it locks the
+        // lease row, is fenced by the term and renews the lease, so the lease is held while
+        // a batch runs and live between batches, and the last batch's renewal ends the pass.
         let retention_store = PgStore::new(&*client, &self.retention);
+        let mut busy = 0;
         'tables: for table in RetentionTable::ALL {
             // RET-1, RET-3: the outbox, and any table kept `infinite`, has no retention.
             let Some(retention) = self.options.retention(table).duration() else { continue };
@@ -218,8 +239,27 @@ impl CleanupPass {
                     report.stopped_early = true;
                     break 'tables;
                 }
-                let deleted = self.delete_batch(&retention_store, table, retention, lease.as_ref()).await?;
+                let batch = retention_store.delete_expired(table, retention, batch_size, under_lease).await?;
                 report.batches = report.batches.saturating_add(1);
+                let Some(deleted) = batch else {
+                    // Not held: lost, or its row locked by a contender's probe at that instant.
+                    let Some(lease) = &lease else { break 'tables };
+                    if !self.leases.holds(&*client, lease).await? {
+                        report.lease_lost = true;
+                        tracing::warn!(target: "relayer::cleanup", namespace = %self.namespace, job = %lease.job,
+                            term = lease.term, "the cleanup lease was lost during the pass; another instance leads");
+                        break 'tables;
+                    }
+                    busy += 1;
+                    if busy > BUSY_RETRIES {
+                        // The lease is still live; the next pass carries on.
+                        report.stopped_early = true;
+                        break 'tables;
+                    }
+                    tokio::time::sleep(BUSY_PAUSE).await;
+                    continue;
+                };
+                busy = 0;
                 match table {
                     RetentionTable::Dead => report.dead_deleted += deleted,
                     RetentionTable::Inbox => report.inbox_deleted += deleted,
@@ -231,40 +271,11 @@ impl CleanupPass {
             }
         }
 
-        if let (Some(lease), Leadership::Lease { lease_duration, .. }) = (&lease, &self.leadership) {
-            // Expiry restarts when the pass completes (LDR-2).
-            if PgStore::new(&*client, &self.leases).renew(lease, *lease_duration).await?.is_none() {
-                // Not renewed: either another instance took the lease, or a contender was
-                // probing the row at that instant (the renewal skips a locked row rather than
-                // wait). Only a changed owner or term is a loss.
-                let current = self.leases.current(&*client, &lease.job).await?;
-                if current.is_some_and(|now| now.owner == lease.owner && now.term == lease.term) {
-                    tracing::debug!(target: "relayer::cleanup", namespace = %self.namespace, job = %lease.job,
-                        "the lease row was busy; its renewal waits for the next pass");
-                } else {
-                    report.lease_lost = true;
-                    tracing::warn!(target: "relayer::cleanup", namespace = %self.namespace, job = %lease.job,
-                        term = lease.term, "the cleanup lease was lost during the pass; another instance leads");
-                }
-            }
-        }
         if report.dead_deleted > 0 || report.inbox_deleted > 0 {
             tracing::info!(target: "relayer::cleanup", namespace = %self.namespace, dead = report.dead_deleted,
                 inbox = report.inbox_deleted, batches = report.batches, "deleted expired rows");
         }
         Ok(report)
-    }
-
-    /// One short transaction deleting at most `batch_size` expired rows of `table`, fenced
-    /// by `lease` when leadership is a lease. Cleanup needs nothing else of the store.
-    async fn delete_batch<S: DeleteExpired>(
-        &self,
-        store: &S,
-        table: RetentionTable,
-        retention: Duration,
-        lease: Option<&Lease>,
-    ) -> Result<u64, S::Error> {
-        store.delete_expired(table, retention, self.options.batch_size(), lease).await
     }
 }
 
@@ -279,6 +290,10 @@ impl Pass for CleanupPass {
     ) -> Result<PassOutcome<CleanupReport>, CleanupError> {
         // One connection for the whole pass, and no second one while holding it (LIF-2).
         let mut conn = self.pool.get().await.map_err(CleanupError::Pool)?;
+        if !self.schema_verified.load(Ordering::Acquire) {
+            verify_schema(&**conn, &self.namespace).await.map_err(CleanupError::Schema)?;
+            self.schema_verified.store(true, Ordering::Release);
+        }
         let report = self.clean(&mut conn, shutdown).await?;
         Ok(if report.led { PassOutcome::Led(report) } else { PassOutcome::NotLeader })
     }

@@ -5,14 +5,31 @@
 //! One replica at a time cleans a namespace, under its own leadership (RET-4): by default
 //! the lease job [`LEASE_JOB`] (`cleanup`), separate from the sweeper's. Every
 //! `cleanup_interval` a pass borrows one pooled connection (LIF-2: a pool of size 1 works),
-//! takes or renews the lease in a short transaction, then deletes expired rows in batches:
-//! dead rows whose `failed_at` is older than `dead_retention`, then inbox rows whose
-//! `processed_at` is older than `inbox_retention` (RET-2). Each batch is one short
-//! transaction of at most `batch_size` rows picked with `FOR UPDATE SKIP LOCKED`, so
-//! replicas never wait for each other, and it is fenced by the lease's term (LDR-6): a
-//! leader deposed in the middle of its pass deletes nothing more. A table is done when a
-//! batch comes back short; the pass stops early when its `pass_budget` is spent or the host
-//! shuts down, and the next pass carries on. The pass ends by renewing the lease.
+//! takes the lease in a short transaction (or finds another leader and skips its turn),
+//! then deletes expired rows in batches: dead rows whose `failed_at` is older than
+//! `dead_retention`, then inbox rows whose `processed_at` is older than `inbox_retention`
+//! (RET-2). Each batch is one short transaction of at most `batch_size` rows picked with
+//! `FOR UPDATE SKIP LOCKED`, so replicas never wait for each other and no batch holds an old
+//! snapshot back from vacuum. A table is done when a batch comes back short; the pass stops
+//! early when its `pass_budget` is spent or the host shuts down, and the next pass carries
+//! on.
+//!
+//! **The lease is held through the pass (LDR-2, LDR-6).** A pass of many short
+//! transactions cannot keep one row lock, so each batch carries the lease itself: in its
+//! one statement it locks the lease row (`SKIP LOCKED`: never waiting), deletes only while
+//! the lease is still this instance's, at the same term, and unexpired, and renews it from
+//! the end of the batch. While a batch runs, a contender finds the lease row locked and
+//! skips its turn — even if the lease expired meanwhile; between batches the lease was just
+//! renewed, so it is live and ours. Passes of two replicas therefore never overlap, and a
+//! leader deposed while it stalled deletes nothing more: its next batch finds the lease
+//! gone, and the pass ends (`lease_lost`). A contender's probe that holds the row at the
+//! instant a batch starts makes the batch a no-op, tried again shortly. The last batch's
+//! renewal is the pass's; `lease_duration` must exceed `cleanup_interval` (checked when the
+//! options are built), so an idle leader renews on its next pass before its lease lapses.
+//!
+//! The first pass of a loop checks the schema; an unreachable database or a missing schema
+//! is a failed pass like any other, retried with backoff (RES-1, RES-2), so a cleaner
+//! started while the database is down or being migrated carries on once it is back.
 //!
 //! A retention of `infinite` ([`Retention::Keep`](relayer_core::Retention::Keep)) leaves
 //! its table alone (RET-3). The outbox is never touched (RET-1): accepted rows are deleted by
@@ -26,7 +43,7 @@
 //! (`infinite`) if audits or investigations need them.
 //!
 //! ```no_run
-//! # async fn example(pool: relayer_postgres::PgPool) -> Result<(), relayer_cleanup::CleanupError> {
+//! # async fn example(pool: relayer_postgres::PgPool) {
 //! use relayer_cleanup::{Cleanup, LEASE_JOB};
 //! use relayer_core::{CleanupOptions, Namespace};
 //! use relayer_worker::Leadership;
@@ -36,7 +53,7 @@
 //! let leadership = Leadership::lease(LEASE_JOB, "host-a/4242/1f3c", options.lease_duration());
 //! let cleanup = Cleanup::new(pool, Namespace::default(), options, leadership);
 //! let shutdown = CancellationToken::new();
-//! cleanup.run(shutdown).await // returns once `shutdown` is cancelled
+//! cleanup.run(shutdown).await; // returns once `shutdown` is cancelled
 //! # }
 //! ```
 #![deny(missing_docs)]

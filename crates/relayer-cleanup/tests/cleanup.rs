@@ -242,7 +242,7 @@ async fn two_cleaners_never_delete_a_row_twice_and_do_not_block_each_other_ret_2
     }
     shutdown.cancel();
     for task in tasks {
-        within(task).await.unwrap().unwrap();
+        within(task).await.unwrap();
     }
     let (led_a, led_b) = (outcomes[..3].iter().all(|led| *led), outcomes[3..].iter().all(|led| *led));
     assert!(led_a != led_b, "exactly one of them leads while its lease is live: {outcomes:?}");
@@ -264,7 +264,7 @@ async fn a_pool_of_one_connection_is_enough_lif_2() {
     let report = next_led(&mut events).await;
     assert_eq!((report.dead_deleted, report.inbox_deleted, report.term), (30, 30, Some(1)));
     shutdown.cancel();
-    within(task).await.unwrap().unwrap();
+    within(task).await.unwrap();
 }
 
 /// RES-1, RES-2: the cleaner's connection is killed by the server; the next pass fails, is
@@ -297,7 +297,7 @@ async fn a_killed_connection_is_logged_backed_off_and_recovered_res_1() {
     }
     assert_eq!(count(&client, &db, "dead").await, 0);
     shutdown.cancel();
-    within(task).await.unwrap().unwrap();
+    within(task).await.unwrap();
 }
 
 /// LIF-1, LDR-2: graceful shutdown releases the lease, so another instance leads at once
@@ -316,7 +316,7 @@ async fn graceful_shutdown_releases_the_lease_lif_1() {
     assert!(!second.run_once(&mut client).await.unwrap().led, "the lease is live");
     shutdown.cancel();
     shutdown.cancel();
-    within(task).await.unwrap().unwrap();
+    within(task).await.unwrap();
     assert_eq!(events.recv().await.unwrap(), WorkerEvent::Stopped);
 
     let report = second.run_once(&mut client).await.unwrap();
@@ -325,16 +325,139 @@ async fn graceful_shutdown_releases_the_lease_lif_1() {
     assert_eq!((lease.owner.as_str(), lease.term), ("b", 2));
 }
 
-/// NS-3, OPT-5: without the schema, cleanup fails at start with a clear error and runs no pass.
+/// RES-1, NS-3: a cleaner started on a namespace whose schema is not there yet (a database
+/// being migrated) fails its passes, saying why, and backs off; once the schema appears it
+/// cleans, with no restart.
 #[tokio::test]
-async fn a_missing_schema_fails_at_start_and_starts_nothing_opt_5() {
-    let db = TestDb::new().await;
+async fn a_missing_schema_is_a_failed_pass_retried_until_it_is_migrated_res_1() {
+    let db = TestDb::new().await; // not migrated yet
+    let (pool, _) = pool(&db, "cleaner", 1).await;
+    let cleanup = Cleanup::new(pool.clone(), db.namespace().clone(), options(10), lease("a"));
+    let error = cleanup.run_once(&mut pool.get_owned().await.unwrap()).await.unwrap_err();
+    assert!(matches!(error, CleanupError::Storage(_)), "{error:?}");
+    let mut events = cleanup.subscribe();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(cleanup.run(shutdown.clone()));
+    for consecutive in 1..=2 {
+        let WorkerEvent::PassFailed { consecutive: failed, .. } = next_outcome(&mut events).await else {
+            panic!("a pass without its schema succeeded");
+        };
+        assert_eq!(failed, consecutive);
+    }
+    assert!(!task.is_finished(), "the worker ended instead of retrying");
+
+    let mut client = db.connect().await;
+    migrate(&mut client, db.namespace()).await.unwrap();
+    insert_dead(&client, &db, 1, 5, "40 days").await;
+    let mut deleted = 0;
+    while deleted < 5 {
+        deleted += next_led(&mut events).await.dead_deleted;
+    }
+    shutdown.cancel();
+    within(task).await.unwrap();
+}
+
+/// LDR-2, LDR-6: two cleaners never overlap a pass, even when a batch outlives the lease.
+/// Cleaner A's batch is held in flight (each deleted row waits for an advisory lock the
+/// test holds) until A's one-second lease has expired on the database clock; B then finds
+/// the lease row locked by that batch and skips its turn, never waiting. Once A goes on,
+/// each of its batches renews the lease, and the lease is still A's, at its first term, when
+/// its pass ends: nobody took it over in between.
+#[tokio::test]
+async fn two_cleaners_never_overlap_a_pass_even_past_lease_expiry_ldr_2() {
+    let (db, client) = setup().await;
+    insert_dead(&client, &db, 1, 30, "40 days").await;
+    let key = i64::from_be_bytes(Uuid::new_v4().as_bytes()[..8].try_into().unwrap());
+    let (schema, dead) = (db.schema(), db.namespace().table("dead"));
+    client
+        .batch_execute(&format!(
+            "CREATE FUNCTION \"{schema}\".gate() RETURNS trigger LANGUAGE plpgsql AS \
+               $$ BEGIN PERFORM pg_advisory_xact_lock_shared({key}); RETURN OLD; END $$; \
+             CREATE TRIGGER gate BEFORE DELETE ON {dead} FOR EACH ROW EXECUTE FUNCTION \"{schema}\".gate()"
+        ))
+        .await
+        .unwrap();
+    let gate = db.connect().await;
+    gate.execute("SELECT pg_advisory_lock($1)", &[&key]).await.unwrap();
+
+    let one_second = |owner| Leadership::lease(LEASE_JOB, owner, Duration::from_secs(1));
+    let (pool_a, application_a) = pool(&db, "cleaner_a", 1).await;
+    let (pool_b, _) = pool(&db, "cleaner_b", 1).await;
+    let a = Cleanup::new(pool_a.clone(), db.namespace().clone(), options(10), one_second("a"));
+    let b = Cleanup::new(pool_b.clone(), db.namespace().clone(), options(10), one_second("b"));
+    let mut conn_a = pool_a.get_owned().await.unwrap();
+    let pass_a = tokio::spawn(async move { a.run_once(&mut conn_a).await });
+    let waiting = format!(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity s USING (pid) \
+                        WHERE s.application_name = $1 AND l.locktype = 'advisory' AND NOT l.granted) \
+            AND (SELECT expires_at < clock_timestamp() FROM {} WHERE job = $2)",
+        db.namespace().table("leases")
+    );
+    relayer_test_support::eventually("A's batch waits at the gate past its lease's expiry", || async {
+        client.query_one(&waiting, &[&application_a, &LEASE_JOB]).await.unwrap().get(0)
+    })
+    .await;
+
+    let mut conn_b = pool_b.get_owned().await.unwrap();
+    let report_b = within(b.run_once(&mut conn_b)).await.unwrap();
+    assert!(!report_b.led, "B led while A's batch ran: {report_b:?}");
+    assert_eq!(count(&client, &db, "dead").await, 30, "nothing deleted yet");
+
+    gate.execute("SELECT pg_advisory_unlock($1)", &[&key]).await.unwrap();
+    let report_a = within(pass_a).await.unwrap().unwrap();
+    assert_eq!((report_a.led, report_a.term, report_a.lease_lost), (true, Some(1), false), "{report_a:?}");
+    assert_eq!((report_a.dead_deleted, report_a.batches), (30, 3 + 1 + 1), "dead 10, 10, 10, 0; inbox 0");
+    let lease = LeaseStatements::new(db.namespace()).current(&client, LEASE_JOB).await.unwrap().unwrap();
+    assert_eq!((lease.owner.as_str(), lease.term), ("a", 1), "nobody took the lease over during A's pass");
+}
+
+/// RES-1, RES-2: a cleaner whose very first step meets a stopped server (its pooled
+/// connection died with it) does not end: its passes fail and back off, and once the server
+/// is back it checks the schema and cleans, with no restart. On a cluster of the test's own.
+#[tokio::test]
+async fn a_first_pass_that_meets_a_stopped_server_is_retried_until_it_returns_res_1() {
+    let cluster = relayer_test_support::OwnedCluster::start().await;
+    let db = cluster.test_db().await;
+    let mut client = db.connect().await;
+    migrate(&mut client, db.namespace()).await.unwrap();
+    insert_dead(&client, &db, 1, 5, "40 days").await;
     let (pool, _) = pool(&db, "cleaner", 1).await;
     let cleanup = Cleanup::new(pool, db.namespace().clone(), options(10), lease("a"));
     let mut events = cleanup.subscribe();
-    let error = cleanup.run(CancellationToken::new()).await.unwrap_err();
-    assert!(matches!(error, CleanupError::Schema(_)), "{error:?}");
-    let message = error.to_string();
-    assert!(message.contains("cannot start") && message.contains("schema not found"), "{message}");
-    assert!(matches!(events.try_recv(), Err(broadcast::error::TryRecvError::Closed)), "no pass ran");
+
+    cluster.stop_immediately().await;
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(cleanup.run(shutdown.clone()));
+    assert!(matches!(next_outcome(&mut events).await, WorkerEvent::PassFailed { consecutive: 1, .. }));
+    assert!(!task.is_finished(), "the worker ended instead of retrying");
+    cluster.start_again().await;
+
+    let mut deleted = 0;
+    while deleted < 5 {
+        deleted += next_led(&mut events).await.dead_deleted;
+    }
+    shutdown.cancel();
+    within(task).await.unwrap();
+}
+
+/// OPT-3, RET-2: the longest retention the options accept is one PostgreSQL can compute
+/// (`now() - retention` stays inside its timestamp range): a pass with it deletes nothing
+/// and does not fail. Anything longer is refused when the options are built, naming the field.
+#[tokio::test]
+async fn the_longest_accepted_retention_runs_and_a_longer_one_is_refused_opt_3() {
+    let (db, mut client) = setup().await;
+    insert_dead(&client, &db, 1, 3, "400 days").await;
+    insert_inbox(&client, &db, 3, "400 days").await;
+    let longest = Retention::After(relayer_core::options::MAX_RETENTION);
+    let options = CleanupOptions::builder().dead_retention(longest).inbox_retention(longest).build().unwrap();
+    let (pool, _) = pool(&db, "cleaner", 1).await;
+    let cleanup = Cleanup::new(pool, db.namespace().clone(), options.clone(), lease("a"));
+    let report = cleanup.run_once(&mut client).await.unwrap();
+    assert_eq!((report.dead_deleted, report.inbox_deleted), (0, 0));
+
+    let longer = Retention::After(relayer_core::options::MAX_RETENTION + Duration::from_secs(1));
+    let error = options.to_builder().inbox_retention(longer).build().unwrap_err();
+    assert_eq!(error.field(), "cleanup.inbox_retention");
+    let error = toml::from_str::<CleanupOptions>("dead_retention = \"1000000d\"").unwrap_err().to_string();
+    assert!(error.contains("cleanup.dead_retention: 1000000d is longer than the maximum"), "{error}");
 }

@@ -522,16 +522,16 @@ worker_options! {
         /// 0s..=49d.
         #[serde(with = "crate::duration::human")]
         recovery_delay: Duration = 30 * SECOND;
-        /// Time between passes, which also bounds how often a row is retried (SWP-6).
-        /// Default 5s; positive, at most 49d.
+        /// Time between passes, which also bounds how often a row is retried (SWP-6); a
+        /// pass that found a full page is followed at once. Default 5s; positive, and
+        /// shorter than `lease_duration` (so under 1h).
         #[serde(with = "crate::duration::human")]
         sweep_interval: Duration = 5 * SECOND;
-        /// How long the sweep lease lasts without renewal (LDR-2). Default 30s; 1s..=1h.
+        /// How long the sweep lease lasts after a pass renewed it (LDR-2). Default 30s;
+        /// 1s..=1h, and longer than `sweep_interval` so an idle leader renews in time. (No
+        /// claim duration: the sweeper's claims are its pass transaction's row locks.)
         #[serde(with = "crate::duration::human")]
         lease_duration: Duration = 30 * SECOND;
-        /// How long the sweeper's claims hold their rows (DSP-1). Default 30s; 1s..=1h.
-        #[serde(with = "crate::duration::human")]
-        claim_duration: Duration = 30 * SECOND;
         /// Longest wait between failed passes (RES-2). Default 60s; positive, at most 49d.
         #[serde(with = "crate::duration::human")]
         max_backoff: Duration = 60 * SECOND;
@@ -545,8 +545,14 @@ impl SweeperOptionsBuilder {
         check_delay(field("recovery_delay"), self.recovery_delay)?;
         check_interval(field("sweep_interval"), self.sweep_interval)?;
         check_lease(field("lease_duration"), self.lease_duration)?;
-        check_lease(field("claim_duration"), self.claim_duration)?;
-        check_interval(field("max_backoff"), self.max_backoff)
+        check_interval(field("max_backoff"), self.max_backoff)?;
+        // LDR-2: the lease outlives the wait between passes, or it lapses between them.
+        check_greater(
+            field("lease_duration"),
+            self.lease_duration,
+            field("sweep_interval"),
+            self.sweep_interval,
+        )
     }
 }
 
@@ -562,7 +568,8 @@ worker_options! {
     CleanupOptions built by CleanupOptionsBuilder in section "cleanup" {
         /// Most rows one delete statement removes (RET-2). Default 100; 1..=10000.
         batch_size: u32 = 100;
-        /// Time between passes (RET-4). Default 1m; positive, at most 49d.
+        /// Time between passes (RET-4). Default 1m; positive, and shorter than
+        /// `lease_duration` (so under 1h).
         #[serde(with = "crate::duration::human")]
         cleanup_interval: Duration = MINUTE;
         /// How long dead rows are kept after `failed_at` (RET-2). Default 30d; positive
@@ -572,9 +579,11 @@ worker_options! {
         /// redelivery window, since it bounds deduplication (RET-5). Default 7d; positive
         /// and at most 36500d, or `infinite`.
         inbox_retention: Retention = Retention::After(7 * DAY);
-        /// How long the cleanup lease lasts without renewal (LDR-2). Default 30s; 1s..=1h.
+        /// How long the cleanup lease lasts after a pass's batch renewed it (LDR-2).
+        /// Default 2m; 1s..=1h, and longer than `cleanup_interval` so an idle leader renews
+        /// in time.
         #[serde(with = "crate::duration::human")]
-        lease_duration: Duration = 30 * SECOND;
+        lease_duration: Duration = 2 * MINUTE;
         /// Time after which a pass stops starting new batches (RET-2). Default 10s;
         /// positive, at most 49d.
         #[serde(with = "crate::duration::human")]
@@ -594,7 +603,14 @@ impl CleanupOptionsBuilder {
         check_retention(field("inbox_retention"), self.inbox_retention)?;
         check_lease(field("lease_duration"), self.lease_duration)?;
         check_interval(field("pass_budget"), self.pass_budget)?;
-        check_interval(field("max_backoff"), self.max_backoff)
+        check_interval(field("max_backoff"), self.max_backoff)?;
+        // LDR-2: the lease outlives the wait between passes, or it lapses between them.
+        check_greater(
+            field("lease_duration"),
+            self.lease_duration,
+            field("cleanup_interval"),
+            self.cleanup_interval,
+        )
     }
 }
 
@@ -671,7 +687,7 @@ mod tests {
         assert_eq!(sweeper.batch_size(), 100);
         assert_eq!(sweeper.recovery_delay(), secs(30));
         assert_eq!(sweeper.sweep_interval(), secs(5));
-        assert_eq!((sweeper.lease_duration(), sweeper.claim_duration()), (secs(30), secs(30)));
+        assert_eq!(sweeper.lease_duration(), secs(30));
         assert_eq!(sweeper.max_backoff(), secs(60));
 
         let cleanup = CleanupOptions::builder().build().unwrap();
@@ -679,7 +695,8 @@ mod tests {
         assert_eq!(cleanup.cleanup_interval(), secs(60));
         assert_eq!(cleanup.dead_retention(), Retention::After(30 * DAY));
         assert_eq!(cleanup.inbox_retention(), Retention::After(7 * DAY));
-        assert_eq!((cleanup.lease_duration(), cleanup.pass_budget()), (secs(30), secs(10)));
+        // Not the reference's 30s: the lease must outlive the 1m between passes (LDR-2).
+        assert_eq!((cleanup.lease_duration(), cleanup.pass_budget()), (secs(120), secs(10)));
 
         let dead_letter = DeadLetterOptions::builder().build().unwrap();
         assert_eq!(dead_letter, DeadLetterOptions::default());
@@ -689,7 +706,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_field_and_the_value_opt_3() {
-        let cases: [(Result<(), OptionsError>, &str); 12] = [
+        let cases: [(Result<(), OptionsError>, &str); 15] = [
             (
                 SweeperOptions::builder().batch_size(0).build().map(drop),
                 "sweeper.batch_size: 0 is out of range (1..=10000)",
@@ -711,8 +728,24 @@ mod tests {
                 "sweeper.lease_duration: 999ms is out of range (1s..=1h)",
             ),
             (
-                SweeperOptions::builder().claim_duration(secs(3_601)).build().map(drop),
-                "sweeper.claim_duration: 1h1s is out of range (1s..=1h)",
+                SweeperOptions::builder().sweep_interval(secs(30)).build().map(drop),
+                "sweeper.lease_duration: 30s must be greater than sweep_interval (30s)",
+            ),
+            (
+                CleanupOptions::builder().lease_duration(secs(30)).build().map(drop),
+                "cleanup.lease_duration: 30s must be greater than cleanup_interval (1m)",
+            ),
+            (
+                CleanupOptions::builder()
+                    .dead_retention(Retention::After(MAX_RETENTION + SECOND))
+                    .build()
+                    .map(drop),
+                "cleanup.dead_retention: 36500d1s is longer than the maximum (36500d); use \"infinite\" to keep rows forever",
+            ),
+            (
+                CleanupOptions::builder().inbox_retention(Retention::After(Duration::MAX)).build().map(drop),
+                "cleanup.inbox_retention: 213503982334601d7h15s999ms999us999ns is longer than the maximum (36500d); \
+                 use \"infinite\" to keep rows forever",
             ),
             (
                 DispatcherOptions::builder().retry_base(secs(600)).build().map(drop),
@@ -751,9 +784,8 @@ mod tests {
         SweeperOptions::builder()
             .batch_size(1)
             .recovery_delay(Duration::ZERO)
-            .sweep_interval(MAX_INTERVAL)
+            .sweep_interval(Duration::from_nanos(1))
             .lease_duration(MIN_LEASE)
-            .claim_duration(MAX_LEASE)
             .max_backoff(Duration::from_nanos(1))
             .build()
             .unwrap();
@@ -767,6 +799,18 @@ mod tests {
         CleanupOptions::builder()
             .dead_retention(Retention::Keep)
             .inbox_retention(Retention::Keep)
+            .build()
+            .unwrap();
+        CleanupOptions::builder()
+            .dead_retention(Retention::After(MAX_RETENTION))
+            .inbox_retention(Retention::After(Duration::from_nanos(1)))
+            .cleanup_interval(MAX_LEASE - Duration::from_nanos(1))
+            .lease_duration(MAX_LEASE)
+            .build()
+            .unwrap();
+        SweeperOptions::builder()
+            .sweep_interval(MAX_LEASE - SECOND)
+            .lease_duration(MAX_LEASE)
             .build()
             .unwrap();
     }
@@ -796,13 +840,14 @@ mod tests {
             r#"
             dead_retention = "infinite"
             inbox_retention = "14d"
-            cleanup_interval = "1h30m"
+            cleanup_interval = "45m"
+            lease_duration = "1h"
             "#,
         )
         .unwrap();
         assert_eq!(options.dead_retention(), Retention::Keep);
         assert_eq!(options.inbox_retention(), Retention::After(14 * DAY));
-        assert_eq!(options.cleanup_interval(), secs(5_400));
+        assert_eq!(options.cleanup_interval(), secs(2_700));
         assert_eq!(options.batch_size(), 100);
         assert_eq!(options.retention(RetentionTable::Outbox), Retention::Keep);
 
@@ -847,7 +892,7 @@ mod tests {
         let options = SweeperOptions::default();
         assert_eq!(
             options.canonical_settings(),
-            "batch_size=100;claim_duration=30s;lease_duration=30s;max_backoff=1m;recovery_delay=30s;sweep_interval=5s"
+            "batch_size=100;lease_duration=30s;max_backoff=1m;recovery_delay=30s;sweep_interval=5s"
         );
         assert_eq!(options.fingerprint().len(), 40);
         assert_eq!(options.fingerprint(), SweeperOptions::builder().build().unwrap().fingerprint());

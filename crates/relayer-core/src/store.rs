@@ -170,17 +170,31 @@ pub struct LockedPage {
 /// Retention deletes (RET-1..3): retention cleanup.
 #[async_trait]
 pub trait DeleteExpired: Store {
-    /// Deletes up to `limit` rows of `table` older than `retention`; returns how many.
-    /// Fewer than `limit` means the backlog is gone for now. With `fence`, deletes nothing
-    /// unless that lease is still its owner's, at the same term, and unexpired (LDR-6).
+    /// Deletes up to `limit` rows of `table` older than `retention`, as one short
+    /// transaction; returns how many. Fewer than `limit` means the backlog is gone for now.
     /// The outbox never expires by age (RET-1): for it this deletes nothing.
+    ///
+    /// Under a lease, the batch's transaction also locks the lease row, acts only while the
+    /// lease is still its holder's (same owner and term) and unexpired, and renews it for
+    /// the lease's duration (LDR-2, LDR-6). `None` then means it was not — taken over, or
+    /// lapsed, or its row held by a contender's probe at that instant — and nothing was
+    /// deleted or renewed. Without a lease the answer is always `Some`.
     async fn delete_expired(
         &self,
         table: RetentionTable,
         retention: Duration,
         limit: u32,
-        fence: Option<&Lease>,
-    ) -> Result<u64, Self::Error>;
+        lease: Option<UnderLease<'_>>,
+    ) -> Result<Option<u64>, Self::Error>;
+}
+
+/// A lease that a batch runs under and renews (LDR-2, LDR-6).
+#[derive(Clone, Copy, Debug)]
+pub struct UnderLease<'a> {
+    /// The lease as its holder took it: the batch acts only while owner and term still match.
+    pub lease: &'a Lease,
+    /// How long the lease lasts after the batch renewed it.
+    pub lease_duration: Duration,
 }
 
 /// Leadership leases (LDR-2, LDR-6): the sweeper's and cleanup's leaders.

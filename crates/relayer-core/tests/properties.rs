@@ -14,7 +14,7 @@ use relayer_core::eligibility::{
     dead_row_expired, dispatch_claimable, inbox_row_expired, is_poison, recovery_eligible, retention_cutoff,
 };
 use relayer_core::namespace::{MAX_IDENTIFIER_LEN, MAX_PREFIX_LEN};
-use relayer_core::options::{MAX_BATCH_SIZE, MAX_INTERVAL, MAX_LEASE, MIN_LEASE};
+use relayer_core::options::{MAX_BATCH_SIZE, MAX_INTERVAL, MAX_LEASE, MAX_RETENTION, MIN_LEASE};
 use relayer_core::{
     BreakerState, CircuitBreaker, CleanupOptions, DeadLetterDecision, DeadLetterOptions, DeadLetterPolicy,
     DeadLetterRow, DispatcherOptions, ErrorClass, IdentifierKind, KeysetCursor, Namespace, OutboxRow,
@@ -529,13 +529,19 @@ prop_compose! {
     }
 }
 
+/// A lease and an interval shorter than it (LDR-2: the lease outlives the wait).
+fn lease_and_interval() -> impl Strategy<Value = (Duration, Duration)> {
+    lease().prop_flat_map(|lease| {
+        let millis = u64::try_from(lease.as_millis()).unwrap();
+        (Just(lease), (1..millis).prop_map(Duration::from_millis))
+    })
+}
+
 prop_compose! {
     fn sweeper_options()(
         batch in batch_size(),
         delay in prop_oneof![Just(Duration::ZERO), interval()],
-        sweep in interval(),
-        lease in lease(),
-        claim in lease(),
+        (lease, sweep) in lease_and_interval(),
         max_backoff in interval(),
     ) -> SweeperOptions {
         SweeperOptions::builder()
@@ -543,7 +549,6 @@ prop_compose! {
             .recovery_delay(delay)
             .sweep_interval(sweep)
             .lease_duration(lease)
-            .claim_duration(claim)
             .max_backoff(max_backoff)
             .build()
             .unwrap()
@@ -553,10 +558,9 @@ prop_compose! {
 prop_compose! {
     fn cleanup_options()(
         batch in batch_size(),
-        every in interval(),
+        (lease, every) in lease_and_interval(),
         dead in retention(),
         inbox in retention(),
-        lease in lease(),
         budget in interval(),
         max_backoff in interval(),
     ) -> CleanupOptions {
@@ -606,7 +610,11 @@ fn out_of_range(field: &'static str) -> BoxedStrategy<Value> {
         ]
         .boxed(),
         "recovery_delay" => too_long.boxed(),
-        "dead_retention" | "inbox_retention" => Just(json!("0s")).boxed(),
+        "dead_retention" | "inbox_retention" => prop_oneof![
+            Just(json!("0s")),
+            (MAX_RETENTION.as_secs() / 86_400 + 1..=100_000_000).prop_map(|days| json!(format!("{days}d"))),
+        ]
+        .boxed(),
         "max_attempts" | "breaker_threshold" => Just(json!(0)).boxed(),
         "max_body_bytes" => {
             prop_oneof![Just(json!(0)), ((1u64 << 30) + 1..=1 << 40).prop_map(|n| json!(n))].boxed()
@@ -639,17 +647,7 @@ const FIELDS: &[(&str, &[&str])] = &[
             "linger",
         ],
     ),
-    (
-        "sweeper",
-        &[
-            "batch_size",
-            "recovery_delay",
-            "sweep_interval",
-            "lease_duration",
-            "claim_duration",
-            "max_backoff",
-        ],
-    ),
+    ("sweeper", &["batch_size", "recovery_delay", "sweep_interval", "lease_duration", "max_backoff"]),
     (
         "cleanup",
         &[
@@ -745,6 +743,24 @@ proptest! {
         .unwrap_err()
         .to_string();
         prop_assert!(toml_error.contains(&format!("unknown field `{key}`")), "{}", toml_error);
+    }
+
+    /// LDR-2: a lease that does not outlive the wait between passes lapses between them; such
+    /// options are refused naming the lease and the interval, whatever the values.
+    #[test]
+    fn a_lease_must_outlive_the_interval_between_passes_ldr_2(
+        lease in lease(),
+        every in prop_oneof![interval(), lease()],
+    ) {
+        let sweeper = SweeperOptions::builder().lease_duration(lease).sweep_interval(every).build();
+        let cleanup = CleanupOptions::builder().lease_duration(lease).cleanup_interval(every).build();
+        if every < lease {
+            prop_assert!(sweeper.is_ok() && cleanup.is_ok());
+        } else {
+            let (sweeper, cleanup) = (sweeper.unwrap_err().to_string(), cleanup.unwrap_err().to_string());
+            prop_assert!(sweeper.starts_with("sweeper.lease_duration: ") && sweeper.contains("sweep_interval"), "{}", sweeper);
+            prop_assert!(cleanup.starts_with("cleanup.lease_duration: ") && cleanup.contains("cleanup_interval"), "{}", cleanup);
+        }
     }
 
     #[test]

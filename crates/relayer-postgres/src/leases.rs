@@ -14,10 +14,14 @@
 //! commits; [`LeaseStatements::release`] ends a lease at graceful shutdown so another
 //! instance takes over at once instead of after expiry.
 //!
-//! Statements a leader issues outside the lease-holding transaction (cleanup's batches are
-//! their own short transactions) carry the [`fence_clause`]: they act only while the lease
-//! still has the same owner and term and has not expired, so a deposed leader that wakes
-//! up late changes nothing.
+//! A leader whose pass is many short transactions (cleanup's batches) cannot keep one row
+//! lock for the pass: each of its batches locks the lease row, acts only while the lease
+//! still has the same owner and term and has not expired, and renews it, in one statement
+//! ([`RetentionStatements`](crate::retention::RetentionStatements)' `*_leased`). A deposed
+//! leader that wakes up late therefore changes nothing, and no contender can take the lease
+//! while a batch runs (its row is locked) or between batches (it was just renewed).
+//! [`fence_clause`] is that condition for other statements; [`LeaseStatements::holds`]
+//! evaluates it on its own.
 //!
 //! Every statement reads the row through the primary key `leases_pkey (job)`.
 
@@ -41,6 +45,7 @@ pub struct LeaseStatements {
     namespace: Namespace,
     lock_and_take: String,
     row_exists: String,
+    holds: String,
     insert_first: String,
     renew: String,
     release: String,
@@ -74,6 +79,7 @@ impl LeaseStatements {
             ),
             // A plain (MVCC) read never waits: it tells "absent" from "locked by a running pass".
             row_exists: format!("SELECT EXISTS (SELECT 1 FROM {leases} WHERE job = $1)"),
+            holds: format!("SELECT {}", fence_clause(namespace, 1)),
             // A unique-index conflict with an uncommitted insert would wait for that transaction;
             // the transaction-scoped advisory lock lets only one first inserter try at a time, and
             // the others return at once as "not leader".
@@ -231,6 +237,16 @@ impl LeaseStatements {
             .await
             .map_err(|e| StorageError::database(format!("releasing lease {job:?} for {owner:?}"), e))?;
         Ok(released > 0)
+    }
+
+    /// Whether `lease` is still its owner's, at its term, and unexpired on the database
+    /// clock. A plain read: it never waits, and tells a lease another session's statement
+    /// holds locked at this instant (still ours) from one that was lost.
+    pub async fn holds(&self, client: &impl Executor, lease: &Lease) -> Result<bool, StorageError> {
+        let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 3] =
+            [(&lease.job, Type::TEXT), (&lease.owner, Type::TEXT), (&lease.term, Type::INT8)];
+        let context = || format!("checking lease {:?} of {:?} (term {})", lease.job, lease.owner, lease.term);
+        Ok(one_row(client, &self.holds, &params, &context()).await?.get(0))
     }
 
     /// The current lease of `job`, if any row exists (for status and tests). A plain read:
@@ -410,32 +426,78 @@ mod tests {
         assert_eq!(taken.term, 2);
     }
 
-    /// LDR-6: statements fenced by an old term change nothing.
+    /// LDR-6: a batch run under an old lease (another owner, or an old term) deletes nothing
+    /// and renews nothing; the holder's batches delete and renew.
     #[tokio::test]
-    async fn a_deposed_leaders_fenced_delete_deletes_nothing_ldr_6() {
+    async fn a_deposed_leaders_leased_batch_deletes_nothing_ldr_6() {
         let (db, mut client, leases) = setup().await;
         let retention = RetentionStatements::new(db.namespace());
-        let dead = db.namespace().table("dead");
-        client
-            .batch_execute(&format!(
-                "INSERT INTO {dead} (seq, message_id, transport, destination, body, created_at, failed_at, attempts) \
-                 SELECT n, gen_random_uuid(), 'queue', 'orders', '\\x00', now() - interval '60 days', \
-                        now() - interval '40 days', 1 FROM generate_series(1, 10) AS n"
-            ))
-            .await
-            .unwrap();
+        insert_expired_dead(&client, &db, 10).await;
         let deposed = acquire(&mut client, &leases, "a", SHORT).await.unwrap();
         let leader = acquire_after_expiry(&mut client, &leases, "b").await;
         assert_eq!(leader.term, 2);
 
         let month = Duration::from_secs(30 * 86_400);
-        assert_eq!(retention.delete_expired_dead_fenced(&client, month, 100, &deposed).await.unwrap(), 0);
+        let batch = |lease: &Lease, limit| {
+            let (retention, client, lease) = (&retention, &client, lease.clone());
+            async move { retention.delete_expired_dead_leased(client, month, limit, &lease, LONG).await.unwrap() }
+        };
+        assert_eq!(batch(&deposed, 100).await, None);
         let stale_term = Lease { term: 1, ..leader.clone() };
-        assert_eq!(retention.delete_expired_dead_fenced(&client, month, 100, &stale_term).await.unwrap(), 0);
-        let remaining: i64 =
-            client.query_one(&format!("SELECT count(*) FROM {dead}"), &[]).await.unwrap().get(0);
-        assert_eq!(remaining, 10);
-        assert_eq!(retention.delete_expired_dead_fenced(&client, month, 4, &leader).await.unwrap(), 4);
-        assert_eq!(retention.delete_expired_dead_fenced(&client, month, 100, &leader).await.unwrap(), 6);
+        assert_eq!(batch(&stale_term, 100).await, None);
+        assert!(
+            !leases.holds(&client, &deposed).await.unwrap()
+                && !leases.holds(&client, &stale_term).await.unwrap()
+        );
+        assert_eq!(count_dead(&client, &db).await, 10);
+        let before = leases.current(&client, "cleanup").await.unwrap().unwrap();
+        assert_eq!(batch(&leader, 4).await, Some(4));
+        assert_eq!(batch(&leader, 100).await, Some(6));
+        assert_eq!(batch(&leader, 100).await, Some(0), "an empty batch still renews");
+        let after = leases.current(&client, "cleanup").await.unwrap().unwrap();
+        assert!(after.expires_at > before.expires_at, "the batches renewed the lease");
+        assert_eq!((after.owner.as_str(), after.term), ("b", 2));
+        assert!(leases.holds(&client, &leader).await.unwrap());
+    }
+
+    /// LDR-2: a batch whose lease row another session holds locked at that instant (a
+    /// contender probing it) neither waits nor deletes; `holds` says the lease is still ours.
+    #[tokio::test]
+    async fn a_leased_batch_never_waits_for_a_locked_lease_row_ldr_2() {
+        let (db, mut client, leases) = setup().await;
+        let retention = RetentionStatements::new(db.namespace());
+        insert_expired_dead(&client, &db, 3).await;
+        let lease = acquire(&mut client, &leases, "a", LONG).await.unwrap();
+        let mut prober = db.connect().await;
+        let probe = prober.transaction().await.unwrap();
+        assert_eq!(leases.acquire(&probe, "cleanup", "b", LONG).await.unwrap(), None);
+        let month = Duration::from_secs(30 * 86_400);
+        let busy = within(retention.delete_expired_dead_leased(&client, month, 100, &lease, LONG)).await;
+        assert_eq!(busy.unwrap(), None);
+        assert!(leases.holds(&client, &lease).await.unwrap(), "still ours: the row was only busy");
+        probe.rollback().await.unwrap();
+        let done = retention.delete_expired_dead_leased(&client, month, 100, &lease, LONG).await.unwrap();
+        assert_eq!(done, Some(3));
+        assert_eq!(count_dead(&client, &db).await, 0);
+    }
+
+    async fn insert_expired_dead(client: &Client, db: &TestDb, rows: i64) {
+        let dead = db.namespace().table("dead");
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO {dead} (seq, message_id, transport, destination, body, created_at, failed_at, attempts) \
+                     SELECT n, gen_random_uuid(), 'queue', 'orders', '\\x00', now() - interval '60 days', \
+                            now() - interval '40 days', 1 FROM generate_series(1, $1::int8) AS n"
+                ),
+                &[&rows],
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn count_dead(client: &Client, db: &TestDb) -> i64 {
+        let dead = db.namespace().table("dead");
+        client.query_one(&format!("SELECT count(*) FROM {dead}"), &[]).await.unwrap().get(0)
     }
 }

@@ -9,9 +9,15 @@
 //! Outbox rows are never deleted here: accepted rows go at once in fenced deletes, and
 //! pending, parked and scheduled rows never expire by age (RET-1).
 //!
-//! A cleanup leader runs each batch as its own short transaction, outside the transaction
-//! that took its lease, so the `*_fenced` variants add the lease fence (LDR-6): a leader
-//! deposed since it took the lease deletes nothing.
+//! A cleanup leader runs each batch as its own short transaction, so the lease cannot be
+//! held by one transaction for the whole pass. The `*_leased` variants therefore carry the
+//! lease in the batch itself (LDR-2, LDR-6): one statement locks the lease row (`FOR UPDATE
+//! SKIP LOCKED`, never waiting), deletes only while the lease is still the caller's (same
+//! owner and term) and unexpired, and renews it from the end of the batch
+//! (`clock_timestamp()`). While a batch runs, a contender finds the lease row locked and
+//! skips its turn, even if the lease has lapsed meanwhile; between batches the lease was
+//! just renewed, so it is live and the caller's. A leader deposed since its last batch
+//! deletes nothing more.
 
 use std::time::Duration;
 
@@ -19,8 +25,8 @@ use relayer_core::Namespace;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::StorageError;
-use crate::exec::Executor;
-use crate::leases::{Lease, fence_clause};
+use crate::exec::{Executor, one_row};
+use crate::leases::Lease;
 use crate::recovery::micros;
 
 /// The retention statements rendered for one namespace.
@@ -28,17 +34,15 @@ use crate::recovery::micros;
 pub struct RetentionStatements {
     delete_dead: String,
     delete_inbox: String,
-    delete_dead_fenced: String,
-    delete_inbox_fenced: String,
+    delete_dead_leased: String,
+    delete_inbox_leased: String,
 }
 
 impl RetentionStatements {
     /// Renders the statements for `namespace`.
     pub fn new(namespace: &Namespace) -> Self {
-        let (dead, inbox) = (namespace.table("dead"), namespace.table("inbox"));
-        // The fence sits in the batch's subquery, before any row is locked; being uncorrelated,
-        // the planner evaluates it once, and a false fence scans nothing.
-        let fence = fence_clause(namespace, 3);
+        let (dead, inbox, leases) =
+            (namespace.table("dead"), namespace.table("inbox"), namespace.table("leases"));
         // dead_failed_at_idx
         let dead_batch = |fence: &str| {
             format!(
@@ -57,12 +61,31 @@ impl RetentionStatements {
                    ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
             )
         };
-        let fenced = format!(" AND {fence}");
+        // The lease row through leases_pkey, locked first; the fence in the batch's subquery
+        // is uncorrelated, so the planner evaluates it once and a false fence scans nothing.
+        // The renewal waits for the delete (it reads its count), so the expiry restarts at
+        // the end of the batch.
+        let leased = |delete: String| {
+            format!(
+                "WITH held AS MATERIALIZED ( \
+                   SELECT job FROM {leases} \
+                   WHERE job = $3 AND owner = $4 AND term = $5 AND expires_at > now() \
+                   FOR UPDATE SKIP LOCKED), \
+                 deleted AS ({delete} RETURNING 1), \
+                 renewed AS ( \
+                   UPDATE {leases} SET renewed_at = clock_timestamp(), \
+                     expires_at = clock_timestamp() + ($6::int8 * interval '1 microsecond') \
+                   WHERE job = (SELECT job FROM held) AND (SELECT count(*) FROM deleted) >= 0 \
+                   RETURNING 1) \
+                 SELECT (SELECT count(*) FROM deleted), EXISTS (SELECT 1 FROM renewed)"
+            )
+        };
+        let fence = " AND EXISTS (SELECT 1 FROM held)";
         RetentionStatements {
             delete_dead: dead_batch(""),
             delete_inbox: inbox_batch(""),
-            delete_dead_fenced: dead_batch(&fenced),
-            delete_inbox_fenced: inbox_batch(&fenced),
+            delete_dead_leased: leased(dead_batch(fence)),
+            delete_inbox_leased: leased(inbox_batch(fence)),
         }
     }
 
@@ -74,7 +97,7 @@ impl RetentionStatements {
         retention: Duration,
         limit: u32,
     ) -> Result<u64, StorageError> {
-        batch(client, &self.delete_dead, "deleting expired dead rows", retention, limit, None).await
+        batch(client, &self.delete_dead, "deleting expired dead rows", retention, limit).await
     }
 
     /// Deletes up to `limit` inbox rows processed more than `retention` ago; returns how
@@ -85,53 +108,75 @@ impl RetentionStatements {
         retention: Duration,
         limit: u32,
     ) -> Result<u64, StorageError> {
-        batch(client, &self.delete_inbox, "deleting expired inbox rows", retention, limit, None).await
+        batch(client, &self.delete_inbox, "deleting expired inbox rows", retention, limit).await
     }
 
-    /// Like [`delete_expired_dead`](Self::delete_expired_dead), fenced by `lease`: deletes
-    /// nothing unless `lease` is still its owner's, at the same term, and unexpired.
-    pub async fn delete_expired_dead_fenced(
+    /// Like [`delete_expired_dead`](Self::delete_expired_dead), under `lease`: locks the lease
+    /// row, deletes only while `lease` is still its owner's, at the same term, and unexpired,
+    /// and renews it for `lease_duration`, all in one statement (one transaction when
+    /// `client` is not in one). `None`: the lease was not the caller's, or its row was locked
+    /// by another session at that instant ([`LeaseStatements::holds`](crate::LeaseStatements::holds)
+    /// tells which); nothing was deleted or renewed.
+    pub async fn delete_expired_dead_leased(
         &self,
         client: &impl Executor,
         retention: Duration,
         limit: u32,
         lease: &Lease,
-    ) -> Result<u64, StorageError> {
-        let what = "deleting expired dead rows";
-        batch(client, &self.delete_dead_fenced, what, retention, limit, Some(lease)).await
+        lease_duration: Duration,
+    ) -> Result<Option<u64>, StorageError> {
+        let what = "deleting expired dead rows under the cleanup lease";
+        leased_batch(client, &self.delete_dead_leased, what, retention, limit, lease, lease_duration).await
     }
 
-    /// Like [`delete_expired_inbox`](Self::delete_expired_inbox), fenced by `lease`.
-    pub async fn delete_expired_inbox_fenced(
+    /// Like [`delete_expired_inbox`](Self::delete_expired_inbox), under `lease`, as
+    /// [`delete_expired_dead_leased`](Self::delete_expired_dead_leased).
+    pub async fn delete_expired_inbox_leased(
         &self,
         client: &impl Executor,
         retention: Duration,
         limit: u32,
         lease: &Lease,
-    ) -> Result<u64, StorageError> {
-        let what = "deleting expired inbox rows";
-        batch(client, &self.delete_inbox_fenced, what, retention, limit, Some(lease)).await
+        lease_duration: Duration,
+    ) -> Result<Option<u64>, StorageError> {
+        let what = "deleting expired inbox rows under the cleanup lease";
+        leased_batch(client, &self.delete_inbox_leased, what, retention, limit, lease, lease_duration).await
     }
 }
 
-/// Runs one batch delete; `lease` binds the fence's parameters of a fenced statement.
+/// Runs one unfenced batch delete.
 async fn batch(
     client: &impl Executor,
     statement: &str,
     what: &'static str,
     retention: Duration,
     limit: u32,
-    lease: Option<&Lease>,
 ) -> Result<u64, StorageError> {
     let (retention, limit) = (micros(retention), i64::from(limit));
-    let mut params: Vec<(&(dyn ToSql + Sync), Type)> = vec![(&retention, Type::INT8), (&limit, Type::INT8)];
-    if let Some(lease) = lease {
-        // The fence's job, owner and term (fence_params' order).
-        params.extend([
-            (&lease.job as _, Type::TEXT),
-            (&lease.owner as _, Type::TEXT),
-            (&lease.term as _, Type::INT8),
-        ]);
-    }
+    let params: [(&(dyn ToSql + Sync), Type); 2] = [(&retention, Type::INT8), (&limit, Type::INT8)];
     client.affected(statement, &params).await.map_err(|e| StorageError::database(what, e))
+}
+
+/// Runs one batch delete under a lease; `None` when the lease was not held.
+async fn leased_batch(
+    client: &impl Executor,
+    statement: &str,
+    what: &'static str,
+    retention: Duration,
+    limit: u32,
+    lease: &Lease,
+    lease_duration: Duration,
+) -> Result<Option<u64>, StorageError> {
+    let (retention, limit, duration) = (micros(retention), i64::from(limit), micros(lease_duration));
+    let params: [(&(dyn ToSql + Sync), Type); 6] = [
+        (&retention, Type::INT8),
+        (&limit, Type::INT8),
+        (&lease.job, Type::TEXT),
+        (&lease.owner, Type::TEXT),
+        (&lease.term, Type::INT8),
+        (&duration, Type::INT8),
+    ];
+    let row = one_row(client, statement, &params, what).await?;
+    let (deleted, renewed): (i64, bool) = (row.get(0), row.get(1));
+    Ok(renewed.then(|| u64::try_from(deleted).unwrap_or(0)))
 }

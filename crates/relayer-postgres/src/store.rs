@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use relayer_core::RetentionTable;
 use relayer_core::store::{
     ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeleteExpired, HoldLease, Lease,
-    LockOutbox, LockedPage, PageRequest, ScanRecovery, Store, StoreError,
+    LockOutbox, LockedPage, PageRequest, ScanRecovery, Store, StoreError, UnderLease,
 };
 use uuid::Uuid;
 
@@ -124,20 +124,24 @@ impl<C: Executor> DeleteExpired for PgStore<'_, C, RetentionStatements> {
         table: RetentionTable,
         retention: Duration,
         limit: u32,
-        fence: Option<&Lease>,
-    ) -> Result<u64, StorageError> {
+        lease: Option<UnderLease<'_>>,
+    ) -> Result<Option<u64>, StorageError> {
         let (statements, client) = (self.statements, self.client);
-        match (table, fence) {
-            (RetentionTable::Dead, Some(lease)) => {
-                statements.delete_expired_dead_fenced(client, retention, limit, lease).await
+        match (table, lease) {
+            (RetentionTable::Dead, Some(UnderLease { lease, lease_duration })) => {
+                statements.delete_expired_dead_leased(client, retention, limit, lease, lease_duration).await
             }
-            (RetentionTable::Dead, None) => statements.delete_expired_dead(client, retention, limit).await,
-            (RetentionTable::Inbox, Some(lease)) => {
-                statements.delete_expired_inbox_fenced(client, retention, limit, lease).await
+            (RetentionTable::Dead, None) => {
+                statements.delete_expired_dead(client, retention, limit).await.map(Some)
             }
-            (RetentionTable::Inbox, None) => statements.delete_expired_inbox(client, retention, limit).await,
+            (RetentionTable::Inbox, Some(UnderLease { lease, lease_duration })) => {
+                statements.delete_expired_inbox_leased(client, retention, limit, lease, lease_duration).await
+            }
+            (RetentionTable::Inbox, None) => {
+                statements.delete_expired_inbox(client, retention, limit).await.map(Some)
+            }
             // The outbox never expires by age (RET-1).
-            (RetentionTable::Outbox, _) => Ok(0),
+            (RetentionTable::Outbox, _) => Ok(Some(0)),
         }
     }
 }

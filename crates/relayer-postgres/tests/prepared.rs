@@ -170,7 +170,8 @@ async fn generic_plans_made_on_an_empty_outbox_stay_bounded() {
 
 /// The rest of the statements a worker prepares, planned generic on empty tables: the
 /// claim by seq, the five-part completion (retry, defer, bury), the locked completion, the
-/// lane claim and a retention batch each stay bounded and exact once the tables fill.
+/// lane claim and the retention batches (plain and under the cleanup lease) each stay
+/// bounded and exact once the tables fill.
 #[tokio::test]
 async fn every_other_worker_statement_stays_bounded_under_a_generic_plan() {
     let (db, mut client) = setup().await;
@@ -186,6 +187,21 @@ async fn every_other_worker_statement_stays_bounded_under_a_generic_plan() {
     assert_eq!(outbox.complete(&client, token, &mixed).await.unwrap().fenced_out, 2);
     assert!(lanes.claim(&client, token, CLAIM, 3, "", 12).await.unwrap().lanes.is_empty());
     assert_eq!(retention.delete_expired_dead(&client, Duration::from_secs(60), 5).await.unwrap(), 0);
+    // Cleanup's batch under its lease, planned on an empty dead table too.
+    let cleanup_lease = {
+        let (connection, statements) = client.split();
+        let tx = connection.transaction().await.unwrap();
+        let lease = LeaseStatements::new(db.namespace())
+            .acquire(&Prepared::new(&tx, statements), "cleanup", "a", CLAIM)
+            .await
+            .unwrap()
+            .unwrap();
+        tx.commit().await.unwrap();
+        lease
+    };
+    let minute = Duration::from_secs(60);
+    let leased = retention.delete_expired_dead_leased(&client, minute, 5, &cleanup_lease, CLAIM).await;
+    assert_eq!(leased.unwrap(), Some(0));
 
     let writer = OutboxWriter::new(db.namespace(), ["queue"]);
     let written = writer.enqueue(&client, &messages(300)).await.unwrap();
@@ -235,8 +251,10 @@ async fn every_other_worker_statement_stays_bounded_under_a_generic_plan() {
         ))
         .await
         .unwrap();
-    assert_eq!(retention.delete_expired_dead(&client, Duration::from_secs(60), 1).await.unwrap(), 1);
-    assert_eq!(retention.delete_expired_dead(&client, Duration::from_secs(60), 5).await.unwrap(), 1);
+    // Two dead rows: each batch statement takes exactly what its limit allows.
+    let leased = retention.delete_expired_dead_leased(&client, minute, 1, &cleanup_lease, CLAIM).await;
+    assert_eq!(leased.unwrap(), Some(1));
+    assert_eq!(retention.delete_expired_dead(&client, minute, 5).await.unwrap(), 1);
 }
 
 /// The sweeper sends its page read in the same round trip as its lease acquisition: the

@@ -1,15 +1,15 @@
-//! Why the sweeper could not start, or why a pass failed.
+//! Why a sweeper pass failed.
 
 use relayer_postgres::StorageError;
 
-/// Why the sweeper could not start, or why a pass failed. A running sweeper logs a failed
-/// pass with its cause chain and retries with backoff (RES-1); the pass's claims and
-/// completions were rolled back.
+/// Why a sweeper pass failed. A running sweeper logs a failed pass with its cause chain and
+/// retries with backoff (RES-1); the pass's claims and completions were rolled back.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SweepError {
-    /// The namespace's schema is missing or too old: nothing was started (NS-3, OPT-5).
-    #[error("recovery sweeper cannot start: {0}")]
+    /// The namespace's schema is missing or too old (NS-3): the worker's first pass checks
+    /// it, and retries with backoff until it is there (OPT-5 refuses it at the host's start).
+    #[error("recovery sweeper cannot work on this namespace: {0}")]
     Schema(StorageError),
     /// A statement failed or the connection broke.
     #[error(transparent)]
@@ -32,7 +32,8 @@ pub enum SweepError {
 }
 
 impl SweepError {
-    /// Whether a later attempt may succeed (everything but a missing or old schema).
+    /// Whether a later attempt may succeed without anyone acting: everything but a missing
+    /// or old schema (which the running worker still retries, in case it is being migrated).
     pub fn is_transient(&self) -> bool {
         match self {
             SweepError::Schema(_) => false,

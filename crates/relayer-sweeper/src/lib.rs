@@ -49,15 +49,23 @@
 //! transport that accepted a message before a crash sees it again with the same id
 //! (DSP-7). Transports that deduplicate by message id absorb this.
 //!
-//! The cursor moves one page per pass, so a large backlog takes several passes (SWP-6), and
-//! after an empty or short page it wraps and captures a new boundary. Newer traffic
+//! The cursor moves one page per pass, and after an empty or short page it wraps and
+//! captures a new boundary. Newer traffic
 //! therefore cannot starve older rows that failed, became due or lost their claim, and a
 //! failing destination cannot hide the rows after it. Lane rows are never read, claimed or
 //! sent (LAN-4): the lane dispatcher owns them.
 //!
 //! Passes run in a [`PassLoop`](relayer_worker::PassLoop): the first at once, then one
 //! every `sweep_interval`; a failed or panicking pass is logged and retried with backoff up
-//! to `max_backoff` (RES-1..3). Shutdown lets the pass in flight finish (a pass that sees
+//! to `max_backoff` (RES-1..3). **A pass that found a full page is followed at once by the
+//! next** (SWP-6): each is still one page in one transaction committed with its lease
+//! renewal, so a backlog left by a crashed dispatcher drains at the database's pace rather
+//! than `batch_size` rows per `sweep_interval`. It cannot hammer a failing destination:
+//! a failed row is released with its retry delay and is not eligible before it, and rows
+//! deferred by an open circuit breaker likewise. The first pass of a loop checks the
+//! schema; an unreachable database or a missing schema is a failed pass like any other,
+//! retried with backoff, so a worker started while the database is down or being migrated
+//! carries on once it is back. Shutdown lets the pass in flight finish (a pass that sees
 //! the shutdown before sending sends nothing), then releases the lease so another replica
 //! leads at once. After a crash the lease expires on the database clock and another
 //! replica continues (LIF-3).
@@ -69,17 +77,19 @@
 //! given to the send path: give the sweeper the same options as the dispatchers, so a row
 //! is judged alike whoever sends it.
 //!
-//! Choose `lease_duration` longer than a pass takes: the renewal counts from the start of
-//! the pass's transaction (the database's `now()`), so a pass longer than the lease hands
-//! leadership to whichever replica asks first after it commits. Choose `claim_duration` as
-//! for the dispatcher; the sweeper's claims never outlive its transaction.
+//! The renewal is the pass's last statement and counts from that instant on the database
+//! clock (`clock_timestamp()`, not the transaction's start, `now()`), so a leader's lease
+//! runs `lease_duration` past the end of each of its passes, however long the pass took.
+//! `lease_duration` must exceed `sweep_interval` (checked when the options are built), so
+//! an idle leader renews on its next pass before its lease lapses (LDR-2). The sweeper has
+//! no claim duration: its claims are the row locks of its pass transaction, which last
+//! exactly as long as the pass.
 //!
 //! Passes are traced under the target `relayer::sweeper`: a span per pass with the counts
 //! of [`SweepReport`] (scanned, claimed, sent, failed, dead, skipped) and its duration.
 //!
 //! ```no_run
-//! # async fn example(pool: relayer_postgres::PgPool, transports: std::sync::Arc<relayer_core::TransportRegistry>)
-//! #     -> Result<(), relayer_sweeper::SweepError> {
+//! # async fn example(pool: relayer_postgres::PgPool, transports: std::sync::Arc<relayer_core::TransportRegistry>) {
 //! use relayer_core::{DispatcherOptions, Namespace, SweeperOptions};
 //! use relayer_dispatcher::SendPath;
 //! use relayer_sweeper::Sweeper;
@@ -91,7 +101,7 @@
 //! let leadership = Sweeper::lease_leadership(&options);
 //! let sweeper = Sweeper::new(pool, Namespace::default(), options, send, leadership);
 //! let shutdown = CancellationToken::new();
-//! sweeper.run(shutdown).await // returns once `shutdown` is cancelled
+//! sweeper.run(shutdown).await; // returns once `shutdown` is cancelled
 //! # }
 //! ```
 #![deny(missing_docs)]

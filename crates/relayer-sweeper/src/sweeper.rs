@@ -2,13 +2,16 @@
 //! `sweep_interval`, each [`Sweeper::run_once`] on one pooled connection.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
 
 use relayer_core::{KeysetCursor, Namespace, SweeperOptions};
 use relayer_dispatcher::SendPath;
 use relayer_postgres::recovery::RecoveryStatements;
 use relayer_postgres::{LeaseStatements, OutboxStatements, PgClient, PgPool, verify_schema};
-use relayer_worker::{Leadership, PassLoop, WorkerEvent, WorkerKind};
+use relayer_worker::{Leadership, Pass, PassLoop, PassOutcome, WorkerEvent, WorkerKind};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -78,27 +81,26 @@ impl Sweeper {
         self.events.subscribe()
     }
 
-    /// Checks the schema, then runs a pass at once and one every `sweep_interval` until
-    /// `shutdown` is cancelled; failed passes are logged and retried with backoff (RES-1..3).
-    /// On shutdown the pass in flight finishes and the lease is released, so another
-    /// instance takes over at once (LIF-1).
+    /// Runs a pass at once and then one every `sweep_interval` until `shutdown` is
+    /// cancelled; a pass that found a full page is followed at once by the next, so a
+    /// backlog drains at the database's pace (SWP-6). Failed passes are logged and retried
+    /// with backoff (RES-1..3). On shutdown the pass in flight finishes and the lease is
+    /// released, so another instance takes over at once (LIF-1).
     ///
-    /// Returns an error only when it cannot start: the schema is missing or too old, or no
-    /// connection can be had to check it (OPT-5). Transports cannot be checked up front: a
-    /// row naming one this sweeper lacks is a failed send (see the [crate docs](crate)).
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), SweepError> {
-        let pass = self.pass;
-        {
-            let conn = pass.pool.get().await.map_err(SweepError::Pool)?;
-            verify_schema(&**conn, &pass.namespace).await.map_err(SweepError::Schema)?;
-        }
-        let backoff = pass.options.pass_backoff();
-        let leadership = pass.leadership.clone();
-        PassLoop::with_shared_pass(WorkerKind::Sweeper, pass, backoff, leadership)
+    /// The first pass begins by checking the namespace's schema; a missing or old schema
+    /// and an unreachable database are failed passes like any other, retried with backoff
+    /// until they are fixed, so a database that is down or being migrated when the worker
+    /// starts never ends it (refusing a missing schema up front is the host's `start`,
+    /// OPT-5). Transports cannot be checked up front: a row naming one this sweeper lacks
+    /// is a failed send (see the [crate docs](crate)).
+    pub async fn run(self, shutdown: CancellationToken) {
+        let backoff = self.pass.options.pass_backoff();
+        let leadership = self.pass.leadership.clone();
+        let looped = LoopPass { pass: self.pass, schema_verified: AtomicBool::new(false) };
+        PassLoop::new(WorkerKind::Sweeper, looped, backoff, leadership)
             .events_to(self.events)
             .run(shutdown)
             .await;
-        Ok(())
     }
 
     /// Runs one pass on `client`, in one transaction: takes or renews the lease (lease
@@ -111,6 +113,41 @@ impl Sweeper {
     /// are replayed by a later pass (at least once).
     pub async fn run_once(&self, client: &mut PgClient) -> Result<SweepReport, SweepError> {
         self.pass.sweep(client, &CancellationToken::new()).await
+    }
+}
+
+/// The pass as the loop runs it: the schema checked before the first pass that reaches the
+/// database, and a full page followed at once by the next.
+struct LoopPass {
+    pass: Arc<SweepPass>,
+    /// Set once a check passed; a failed check is a failed pass, retried with backoff.
+    schema_verified: AtomicBool,
+}
+
+#[async_trait]
+impl Pass for LoopPass {
+    type Report = SweepReport;
+    type Error = SweepError;
+
+    async fn run_pass(&self, shutdown: &CancellationToken) -> Result<PassOutcome<SweepReport>, SweepError> {
+        if !self.schema_verified.load(Ordering::Acquire) {
+            // Its own short borrow: the pass below takes the one connection it works on (LIF-2).
+            let conn = self.pass.pool.get().await.map_err(SweepError::Pool)?;
+            verify_schema(&**conn, &self.pass.namespace).await.map_err(SweepError::Schema)?;
+            self.schema_verified.store(true, Ordering::Release);
+        }
+        self.pass.run_pass(shutdown).await
+    }
+
+    async fn stopped(&self) {
+        self.pass.stopped().await;
+    }
+
+    /// SWP-6: a full page means more eligible rows may wait behind it. Rows that failed
+    /// are released with a retry delay and are not eligible again before it, so this never
+    /// hammers a failing destination.
+    fn run_again_at_once(&self, report: &SweepReport) -> bool {
+        report.scanned >= u64::from(self.pass.options.batch_size())
     }
 }
 

@@ -19,7 +19,7 @@ use common::{
 use relayer_core::{MessageId, NewMessage, Timestamp};
 use relayer_dispatcher::Dispatcher;
 use relayer_postgres::{LeaseStatements, OutboxWriter};
-use relayer_sweeper::{LEASE_JOB, SweepError};
+use relayer_sweeper::LEASE_JOB;
 use relayer_test_support::TestDb;
 use relayer_worker::{Leadership, PassOutcome, WorkerEvent};
 use tokio_util::sync::CancellationToken;
@@ -29,17 +29,15 @@ fn writer(db: &TestDb) -> OutboxWriter {
 }
 
 /// Spawns `sweeper.run` and returns its shutdown token and task.
-fn spawn(
-    sweeper: relayer_sweeper::Sweeper,
-) -> (CancellationToken, tokio::task::JoinHandle<Result<(), SweepError>>) {
+fn spawn(sweeper: relayer_sweeper::Sweeper) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(sweeper.run(shutdown.clone()));
     (shutdown, task)
 }
 
-async fn stop(shutdown: CancellationToken, task: tokio::task::JoinHandle<Result<(), SweepError>>) {
+async fn stop(shutdown: CancellationToken, task: tokio::task::JoinHandle<()>) {
     shutdown.cancel();
-    within(task).await.unwrap().unwrap();
+    within(task).await.unwrap();
 }
 
 /// SWP-4, SWP-5, DSP-3: rows whose commit-triggered dispatch failed are recovered by the
@@ -498,17 +496,34 @@ async fn the_first_pass_creates_the_lease_and_sweeps_in_that_same_pass_ldr_2() {
     assert_eq!(count(&client, &db, "outbox").await, 1, "left for the leader");
 }
 
-/// NS-3, OPT-5: a sweeper on a namespace without the schema refuses to start, saying why.
+/// RES-1, NS-3: a sweeper started on a namespace whose schema is not there yet (a database
+/// being migrated) fails its passes with an error saying why and backs off; once the schema
+/// appears it sweeps, with no restart.
 #[tokio::test]
-async fn a_missing_schema_stops_the_sweeper_at_start_opt_5() {
-    let db = TestDb::new().await; // not migrated
+async fn a_missing_schema_is_a_failed_pass_retried_until_it_is_migrated_res_1() {
+    let db = TestDb::new().await; // not migrated yet
+    let mut client = db.connect().await;
     let transport = Arc::new(TestTransport::new(Sink::default()));
     let (pool, _) = pool(&db, "sweeper", 1).await;
-    let sweeper = sweeper(pool, &db, options(10), transport, Leadership::EveryInstance);
-    let error = within(sweeper.run(CancellationToken::new())).await.unwrap_err();
-    assert!(matches!(error, SweepError::Schema(_)), "{error:?}");
-    assert!(!error.is_transient());
-    assert!(error.to_string().contains("cannot start"), "{error}");
+    let sweeper = sweeper(pool, &db, options(10), transport.clone(), Leadership::EveryInstance);
+    let mut events = sweeper.subscribe();
+    let (shutdown, task) = spawn(sweeper);
+    for consecutive in 1..=2 {
+        let WorkerEvent::PassFailed { consecutive: failed, .. } = next_outcome(&mut events).await else {
+            panic!("a pass without its schema succeeded");
+        };
+        assert_eq!(failed, consecutive);
+    }
+    assert!(!task.is_finished(), "the worker ended instead of retrying");
+
+    relayer_postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    writer(&db).enqueue(&client, &[message("orders", 0)]).await.unwrap();
+    eventually("the row is swept once the schema is there", || async {
+        count(&client, &db, "outbox").await == 0
+    })
+    .await;
+    stop(shutdown, task).await;
+    assert_eq!(transport.accepted().len(), 1);
 }
 
 /// LDR-3, LDR-5: under an advisory lock, one of two sweepers leads and every row is sent once.
@@ -569,4 +584,62 @@ async fn rows_a_concurrent_dispatcher_holds_are_skipped_swp_4() {
     let sent: BTreeSet<MessageId> = transport.accepted().iter().map(|(_, envelope)| envelope.id).collect();
     assert_eq!(sent, written[2..].iter().map(|w| w.id).collect());
     assert_eq!(count(&client, &db, "outbox").await, 2, "the held rows are left to their holder");
+}
+
+/// SWP-6: a backlog left with no dispatcher running drains through the running loop at the
+/// pace of passes, not of intervals. 20,000 eligible rows, pages of 100, and ten minutes
+/// between passes: only passes that follow a full page at once can drain it before the
+/// test's patience runs out (at one page per interval it would take 33 hours). Each page is
+/// one send call, so the calls count the passes that found work.
+#[tokio::test]
+async fn a_backlog_drains_at_the_pace_of_passes_not_of_intervals_swp_6() {
+    const ROWS: usize = 20_000;
+    const BATCH: u32 = 100;
+    let db = database().await;
+    let client = db.connect().await;
+    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let messages: Vec<_> = (0..ROWS).map(|n| message("orders", n)).collect();
+    for chunk in messages.chunks(1_000) {
+        writer(&db).enqueue(&client, chunk).await.unwrap();
+    }
+
+    let (pool, _) = pool(&db, "sweeper", 1).await;
+    let minutes =
+        options(BATCH).sweep_interval(Duration::from_secs(600)).lease_duration(Duration::from_secs(1_200));
+    let sweeper = sweeper(pool, &db, minutes, transport.clone(), lease("a", Duration::from_secs(1_200)));
+    let (shutdown, task) = spawn(sweeper);
+    eventually("the backlog is drained", || async { count(&client, &db, "outbox").await == 0 }).await;
+    stop(shutdown, task).await;
+
+    let ids: BTreeSet<MessageId> = transport.accepted().iter().map(|(_, envelope)| envelope.id).collect();
+    assert_eq!((ids.len(), transport.accepted().len()), (ROWS, ROWS), "each row sent exactly once");
+    assert_eq!(transport.calls.load(Ordering::SeqCst), 200, "one page of 100 per pass");
+}
+
+/// RES-1, RES-2: a sweeper whose very first step meets a stopped server (its pooled
+/// connection died with it) does not end: its passes fail and back off, and once the server
+/// is back it checks the schema and sweeps, with no restart. On a cluster of the test's own.
+#[tokio::test]
+async fn a_first_pass_that_meets_a_stopped_server_is_retried_until_it_returns_res_1() {
+    let cluster = relayer_test_support::OwnedCluster::start().await;
+    let db = cluster.test_db().await;
+    let mut client = db.connect().await;
+    relayer_postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    writer(&db).enqueue(&client, &[message("orders", 0)]).await.unwrap();
+    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let (pool, _) = pool(&db, "sweeper", 1).await;
+    let sweeper = sweeper(pool, &db, options(10), transport.clone(), lease("a", Duration::from_secs(30)));
+    let mut events = sweeper.subscribe();
+
+    cluster.stop_immediately().await;
+    let (shutdown, task) = spawn(sweeper);
+    assert!(matches!(next_outcome(&mut events).await, WorkerEvent::PassFailed { consecutive: 1, .. }));
+    assert!(!task.is_finished(), "the worker ended instead of retrying");
+    cluster.start_again().await;
+
+    next_led(&mut events).await;
+    let client = db.connect().await;
+    eventually("the row is swept", || async { count(&client, &db, "outbox").await == 0 }).await;
+    stop(shutdown, task).await;
+    assert_eq!(transport.accepted().len(), 1);
 }

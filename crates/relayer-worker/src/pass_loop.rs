@@ -36,6 +36,15 @@ pub trait Pass: Send + Sync + 'static {
     /// Called once when the loop stops, after its last pass: release what the pass holds
     /// across passes (a lease). Failures should be logged, not returned: shutdown goes on.
     async fn stopped(&self) {}
+
+    /// Whether the led pass that reported `report` left work the next pass can do right
+    /// away (it found a full page): the loop then starts that pass at once instead of
+    /// waiting its interval, so a backlog drains at the database's pace (SWP-6). Shutdown
+    /// is still honoured between the two. Never true by default.
+    fn run_again_at_once(&self, report: &Self::Report) -> bool {
+        let _ = report;
+        false
+    }
 }
 
 /// What a pass that did not fail did.
@@ -251,8 +260,10 @@ impl<P: Pass> PassLoop<P> {
                             span.record("outcome", "not leader");
                         }
                     }
+                    let again =
+                        matches!(&outcome, PassOutcome::Led(report) if self.pass.run_again_at_once(report));
                     let _ = self.events.send(WorkerEvent::PassSucceeded(outcome));
-                    self.backoff.wait_after(0)
+                    if again { Duration::ZERO } else { self.backoff.wait_after(0) }
                 }
                 Err(failure) => {
                     consecutive_failures = consecutive_failures.saturating_add(1);

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)] // In test helpers too, a failed unwrap is a failed test.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -279,4 +279,51 @@ async fn an_advisory_leader_checks_its_lock_before_each_pass_and_drops_it_on_err
     assert_eq!(lock.state.lock().unwrap().generation, 2);
     leader_handle.shutdown().await;
     assert_eq!(lock.state.lock().unwrap().holder, None, "shutdown releases the lock");
+}
+
+/// A pass working off a backlog of pages: each led pass takes one and reports how many are
+/// left, and asks to run again at once while some are.
+struct Backlog {
+    pages: AtomicU64,
+    starts: Mutex<Vec<Instant>>,
+}
+
+#[async_trait]
+impl Pass for Backlog {
+    type Report = u64;
+    type Error = PassError;
+
+    async fn run_pass(&self, _shutdown: &CancellationToken) -> Result<PassOutcome<u64>, PassError> {
+        self.starts.lock().unwrap().push(Instant::now());
+        let left = self.pages.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        Ok(PassOutcome::Led(left.map_or(0, |before| before - 1)))
+    }
+
+    fn run_again_at_once(&self, left: &u64) -> bool {
+        *left > 0
+    }
+}
+
+/// SWP-6: a pass that left work for the next one is followed at once; once the backlog is
+/// gone the loop is back on its interval, and shutdown still stops it between passes.
+#[tokio::test(start_paused = true)]
+async fn a_pass_that_left_work_is_followed_at_once_then_the_interval_resumes_swp_6() {
+    let pass = Arc::new(Backlog { pages: AtomicU64::new(4), starts: Mutex::new(Vec::new()) });
+    let pass_loop = PassLoop::with_shared_pass(
+        WorkerKind::Sweeper,
+        Arc::clone(&pass),
+        backoff(),
+        Leadership::EveryInstance,
+    );
+    let mut events = pass_loop.subscribe();
+    let mut handle = pass_loop.spawn(CancellationToken::new());
+    for left in [3, 2, 1, 0, 0] {
+        assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(left)));
+    }
+    handle.shutdown().await;
+    let starts = pass.starts.lock().unwrap().clone();
+    let waits: Vec<Duration> = starts.windows(2).map(|pair| pair[1] - pair[0]).collect();
+    // Four pages: the passes that took the first three run back to back; the one that took
+    // the last page found nothing left and waits the interval.
+    assert_eq!(waits[..4], [Duration::ZERO, Duration::ZERO, Duration::ZERO, INTERVAL]);
 }

@@ -235,26 +235,14 @@ impl RelayerHost {
         #[cfg(feature = "sweeper")]
         if let Some(sweeper) = sweeper {
             let token = shutdown.child_token();
-            tasks.push((
-                "sweeper",
-                tokio::spawn(async move {
-                    if let Err(error) = sweeper.run(token).await {
-                        tracing::error!(target: TARGET, error = %relayer_core::error_chain(&error), "the recovery sweeper stopped");
-                    }
-                }),
-            ));
+            // It never ends before shutdown: a database that is down or lost its schema
+            // fails passes, retried with backoff (RES-1).
+            tasks.push(("sweeper", tokio::spawn(sweeper.run(token))));
         }
         #[cfg(feature = "cleanup")]
         if let Some(cleanup) = cleanup {
             let token = shutdown.child_token();
-            tasks.push((
-                "cleanup",
-                tokio::spawn(async move {
-                    if let Err(error) = cleanup.run(token).await {
-                        tracing::error!(target: TARGET, error = %relayer_core::error_chain(&error), "retention cleanup stopped");
-                    }
-                }),
-            ));
+            tasks.push(("cleanup", tokio::spawn(cleanup.run(token))));
         }
         if !worker_settings.is_empty() {
             let refresh = refresh_fingerprints(

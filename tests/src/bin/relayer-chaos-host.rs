@@ -60,7 +60,6 @@ async fn run() -> Result<(), String> {
         .recovery_delay(Duration::ZERO)
         .sweep_interval(ms(200))
         .lease_duration(Duration::from_secs(1))
-        .claim_duration(Duration::from_secs(1))
         .max_backoff(Duration::from_secs(1))
         .build()
         .map_err(|e| e.to_string())?;

@@ -158,13 +158,12 @@ pub(crate) async fn run(args: &Args) -> CliResult {
         CHILD_CLAIM.as_secs()
     );
 
-    println!("[5/7] recover: a host running only the recovery sweeper (recovery_delay 1s, claim 2s)");
+    println!("[5/7] recover: a host running only the recovery sweeper (recovery_delay 1s)");
     let recovering_host = Relayer::builder(config.clone(), ns.clone())
         .queue_transport()
         .sweeper(
             SweeperOptions::builder()
                 .recovery_delay(Duration::from_secs(1))
-                .claim_duration(Duration::from_secs(2))
                 .sweep_interval(TICK)
                 .lease_duration(Duration::from_secs(5))
                 .batch_size(200)
