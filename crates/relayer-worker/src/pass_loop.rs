@@ -33,6 +33,14 @@ pub trait Pass: Send + Sync + 'static {
     /// the host stops: a long pass may return early at a safe point.
     async fn run_pass(&self, shutdown: &CancellationToken) -> Result<PassOutcome<Self::Report>, Self::Error>;
 
+    /// Whether the pass that reported `report` left work that should be done at once
+    /// (e.g. it found a full batch): the next pass then starts without waiting. A pass
+    /// that moved nothing must answer `false`, or the loop would spin. Default: never.
+    fn again_at_once(&self, report: &Self::Report) -> bool {
+        let _ = report;
+        false
+    }
+
     /// Called once when the loop stops, after its last pass: release what the pass holds
     /// across passes (a lease). Failures should be logged, not returned: shutdown goes on.
     async fn stopped(&self) {}
@@ -155,6 +163,7 @@ pub struct PassLoop<P: Pass> {
     backoff: PassBackoff,
     leadership: Leadership,
     wake: Option<Arc<Notify>>,
+    linger: Duration,
     events: broadcast::Sender<WorkerEvent<P::Report>>,
 }
 
@@ -188,7 +197,7 @@ impl<P: Pass> PassLoop<P> {
         leadership: Leadership,
     ) -> Self {
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
-        PassLoop { kind, pass, backoff, leadership, wake: None, events }
+        PassLoop { kind, pass, backoff, leadership, wake: None, linger: Duration::ZERO, events }
     }
 
     /// Starts the next pass early when `wake` is notified after a pass began. Wake-ups
@@ -196,6 +205,13 @@ impl<P: Pass> PassLoop<P> {
     /// the wake-ups that came during it).
     pub fn wake_on(mut self, wake: Arc<Notify>) -> Self {
         self.wake = Some(wake);
+        self
+    }
+
+    /// After a wake-up, waits `linger` before the pass, so the wake-ups of that moment
+    /// (commits, say) are served by one pass. A timer-started pass does not linger.
+    pub fn linger_after_wake(mut self, linger: Duration) -> Self {
+        self.linger = linger;
         self
     }
 
@@ -251,7 +267,13 @@ impl<P: Pass> PassLoop<P> {
                             span.record("outcome", "not leader");
                         }
                     }
+                    let again = matches!(&outcome, PassOutcome::Led(report) if self.pass.again_at_once(report));
                     let _ = self.events.send(WorkerEvent::PassSucceeded(outcome));
+                    if again {
+                        // More work is waiting: go on at once (shutdown still checked first).
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
                     self.backoff.wait_after(0)
                 }
                 Err(failure) => {
@@ -272,11 +294,18 @@ impl<P: Pass> PassLoop<P> {
                 }
             };
             let wake = self.wake.as_deref().filter(|_| consecutive_failures == 0);
-            tokio::select! {
+            let was_woken = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(wait) => {}
-                () = woken(wake) => {}
+                () = tokio::time::sleep(wait) => false,
+                () = woken(wake) => true,
+            };
+            if was_woken && !self.linger.is_zero() {
+                tokio::select! {
+                    biased;
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(self.linger) => {}
+                }
             }
         }
         release(kind, guard.take()).await;

@@ -280,3 +280,68 @@ async fn an_advisory_leader_checks_its_lock_before_each_pass_and_drops_it_on_err
     leader_handle.shutdown().await;
     assert_eq!(lock.state.lock().unwrap().holder, None, "shutdown releases the lock");
 }
+
+/// A backlog drained `BATCH` rows per pass: the report is the rows moved.
+struct Backlog {
+    remaining: AtomicU32,
+    starts: Mutex<Vec<Instant>>,
+}
+
+const BATCH: u32 = 10;
+
+#[async_trait]
+impl Pass for Backlog {
+    type Report = u64;
+    type Error = PassError;
+
+    async fn run_pass(&self, _shutdown: &CancellationToken) -> Result<PassOutcome<u64>, PassError> {
+        self.starts.lock().unwrap().push(Instant::now());
+        let left = self.remaining.load(Ordering::SeqCst);
+        let moved = left.min(BATCH);
+        self.remaining.store(left - moved, Ordering::SeqCst);
+        Ok(PassOutcome::Led(u64::from(moved)))
+    }
+
+    fn again_at_once(&self, moved: &u64) -> bool {
+        *moved == u64::from(BATCH)
+    }
+}
+
+/// RES-3, SWP-6: a pass that found a full batch is followed at once; a pass that moved
+/// less (nothing included) waits the interval, so the loop never spins on an empty batch.
+#[tokio::test(start_paused = true)]
+async fn a_full_batch_is_followed_at_once_and_a_pass_that_moved_nothing_waits_res_3() {
+    let pass = Arc::new(Backlog { remaining: AtomicU32::new(25), starts: Mutex::new(Vec::new()) });
+    let pass_loop =
+        PassLoop::with_shared_pass(WorkerKind::Dispatcher, Arc::clone(&pass), backoff(), Leadership::EveryInstance);
+    let mut events = pass_loop.subscribe();
+    let mut handle = pass_loop.spawn(CancellationToken::new());
+    for moved in [10, 10, 5, 0] {
+        assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(moved)));
+    }
+    handle.shutdown().await;
+    let starts = pass.starts.lock().unwrap();
+    let waits: Vec<Duration> = starts.windows(2).map(|pair| pair[1] - pair[0]).collect();
+    assert_eq!(waits, [Duration::ZERO, Duration::ZERO, INTERVAL]);
+}
+
+/// A woken loop lingers before its pass, so a burst of wake-ups is served by one pass.
+#[tokio::test(start_paused = true)]
+async fn a_woken_loop_lingers_before_its_pass() {
+    let pass = Scripted::new(&[]);
+    let wake = Arc::new(Notify::new());
+    let linger = Duration::from_millis(3);
+    let pass_loop = PassLoop::with_shared_pass(WorkerKind::Dispatcher, Arc::clone(&pass), backoff(), Leadership::EveryInstance)
+        .wake_on(Arc::clone(&wake))
+        .linger_after_wake(linger);
+    let mut events = pass_loop.subscribe();
+    let mut handle = pass_loop.spawn(CancellationToken::new());
+    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(1)));
+    let woken_at = Instant::now();
+    wake.notify_one();
+    wake.notify_one();
+    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(2)));
+    handle.shutdown().await;
+    assert_eq!(pass.starts.lock().unwrap()[1] - woken_at, linger);
+    assert_eq!(pass.passes(), 2, "the two wake-ups were served by one pass");
+}
