@@ -330,6 +330,7 @@ pub(crate) fn decode_claimed(row: &tokio_postgres::Row, at: usize) -> Result<Cla
 pub struct OutboxStatements {
     claim_due: String,
     claim_seqs: String,
+    hold_back: String,
     complete: String,
     delete_accepted: String,
     complete_locked: String,
@@ -353,6 +354,20 @@ impl OutboxStatements {
                          (SELECT t, d FROM unnest($4::text[], $5::text[]) AS tripped(t, d)) \
                    ORDER BY visible_at LIMIT $3 FOR UPDATE SKIP LOCKED)) \
                  RETURNING {CLAIMED_COLUMNS}"
+            ),
+            // Index: outbox_due_idx, once per breaker trip (DSP-6): the tripped destination's
+            // due rows move past its cool-down, to the far end of the due index, so later
+            // claims never step over them (a filter in the claim would heap-fetch every one
+            // of them in every claim). Rows another claim holds are skipped, not waited for.
+            hold_back: format!(
+                "WITH held AS ( \
+                   UPDATE {outbox} SET visible_at = now() + $3::int8 * interval '1 microsecond' \
+                   WHERE seq = ANY(ARRAY( \
+                     SELECT seq FROM {outbox} \
+                     WHERE lane IS NULL AND visible_at <= now() AND transport = $1 AND destination = $2 \
+                     FOR UPDATE SKIP LOCKED)) \
+                   RETURNING 1) \
+                 SELECT count(*) FROM held"
             ),
             // Index: outbox_pkey (seq = ANY($3)). Commit-triggered dispatch of known rows.
             claim_seqs: format!(
@@ -407,6 +422,29 @@ impl OutboxStatements {
             .await
             .map_err(|e| StorageError::database("claiming due outbox rows", e))?;
         decode_sorted(&rows)
+    }
+
+    /// Holds back the due unordered rows of a destination whose circuit breaker just
+    /// tripped, for `cool_down` (DSP-6): they are not due again until its breaker lets a
+    /// probe through, so claims in the meantime never read them. Attempts are not counted.
+    /// Returns how many rows were held back.
+    pub async fn hold_back(
+        &self,
+        client: &impl Executor,
+        transport: &str,
+        destination: &str,
+        cool_down: Duration,
+    ) -> Result<u64, StorageError> {
+        let cool_down_us = micros(cool_down);
+        let rows = client
+            .rows(
+                &self.hold_back,
+                &[(&transport, Type::TEXT), (&destination, Type::TEXT), (&cool_down_us, Type::INT8)],
+            )
+            .await
+            .map_err(|e| StorageError::database("holding back a tripped destination's rows", e))?;
+        let held: i64 = rows.first().map_or(0, |row| row.get(0));
+        Ok(u64::try_from(held).unwrap_or(0))
     }
 
     /// Claims those of `seqs` that are unordered, due and free, for `claim`: the

@@ -258,10 +258,10 @@ async fn lanes_have_one_owner_and_advance_head_by_head() {
     let lanes = LaneStatements::new(db.namespace());
     let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
     assert_eq!(
-        lanes.claim(&client, a, CLAIM, 10, "", 40).await.unwrap().lanes,
+        lanes.claim(&client, a, CLAIM, 10, "", 40, &[]).await.unwrap().lanes,
         vec!["a".to_owned(), "b".to_owned()]
     );
-    assert!(lanes.claim(&client, b, CLAIM, 10, "", 40).await.unwrap().lanes.is_empty(), "lanes are held");
+    assert!(lanes.claim(&client, b, CLAIM, 10, "", 40, &[]).await.unwrap().lanes.is_empty(), "lanes are held");
     assert_eq!(lanes.head(&client, "a", b, CLAIM).await.unwrap(), LaneHead::Lost);
 
     let LaneHead::Due(head) = lanes.head(&client, "a", a, CLAIM).await.unwrap() else { panic!("head due") };
@@ -275,7 +275,7 @@ async fn lanes_have_one_owner_and_advance_head_by_head() {
     lanes.release_claim(&client, "a", a).await.unwrap();
     lanes.release_claim(&client, "b", a).await.unwrap();
     // b is free again; a is empty and forgotten.
-    assert_eq!(lanes.claim(&client, b, CLAIM, 10, "", 40).await.unwrap().lanes, vec!["b".to_owned()]);
+    assert_eq!(lanes.claim(&client, b, CLAIM, 10, "", 40, &[]).await.unwrap().lanes, vec!["b".to_owned()]);
     assert_eq!(count(&client, &db, "lanes").await, 1);
 }
 
@@ -288,7 +288,7 @@ async fn parked_lanes_block_until_released_or_skipped_with_an_audit_record() {
     let written = writer(&db).enqueue(&client, &batch).await.unwrap();
     let lanes = LaneStatements::new(db.namespace());
     let token = Uuid::new_v4();
-    assert_eq!(lanes.claim(&client, token, CLAIM, 10, "", 40).await.unwrap().lanes.len(), 1);
+    assert_eq!(lanes.claim(&client, token, CLAIM, 10, "", 40, &[]).await.unwrap().lanes.len(), 1);
     assert!(
         lanes
             .fail_head(
@@ -324,7 +324,7 @@ async fn parked_lanes_block_until_released_or_skipped_with_an_audit_record() {
     assert!(!lanes.release_lane(&client, "a", "alice").await.unwrap(), "not parked any more");
     let token = Uuid::new_v4();
     assert_eq!(
-        lanes.claim(&client, token, CLAIM, 10, "", 40).await.unwrap().lanes.len(),
+        lanes.claim(&client, token, CLAIM, 10, "", 40, &[]).await.unwrap().lanes.len(),
         1,
         "released head is due at once"
     );
@@ -339,7 +339,7 @@ async fn parked_lanes_block_until_released_or_skipped_with_an_audit_record() {
     assert_eq!(lanes.skip_lane_head(&client, "a", "bob").await.unwrap(), None);
     assert_eq!(count(&client, &db, "dead").await, 1);
     let token = Uuid::new_v4();
-    assert_eq!(lanes.claim(&client, token, CLAIM, 10, "", 40).await.unwrap().lanes.len(), 1);
+    assert_eq!(lanes.claim(&client, token, CLAIM, 10, "", 40, &[]).await.unwrap().lanes.len(), 1);
     let LaneHead::Due(head) = lanes.head(&client, "a", token, CLAIM).await.unwrap() else {
         panic!("head due")
     };

@@ -29,6 +29,8 @@ pub struct SweepReport {
     pub deferred: u64,
     /// Transport panics caught (counted in `failed`).
     pub panics: u64,
+    /// Batches abandoned at their send deadline (TRN-5; their messages counted in `failed`).
+    pub timed_out: u64,
     /// The page ended the cursor's traversal: the next pass captures a new boundary.
     pub wrapped: bool,
     /// Shutdown began before the page was sent: nothing was claimed or sent.
@@ -44,6 +46,9 @@ impl fmt::Display for SweepReport {
         )?;
         if self.deferred > 0 {
             write!(f, " deferred={}", self.deferred)?;
+        }
+        if self.timed_out > 0 {
+            write!(f, " timed_out={}", self.timed_out)?;
         }
         if let Some(term) = self.term {
             write!(f, " term={term}")?;

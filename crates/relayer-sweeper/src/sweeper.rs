@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use relayer_core::{KeysetCursor, Namespace, SweeperOptions};
-use relayer_dispatcher::SendPath;
+use relayer_delivery::SendPath;
 use relayer_postgres::recovery::RecoveryStatements;
 use relayer_postgres::{LeaseStatements, OutboxStatements, PgClient, PgPool, verify_schema};
 use relayer_worker::{Leadership, PassLoop, WorkerEvent, WorkerKind};

@@ -11,7 +11,7 @@ use relayer_core::{
     DispatcherOptions, Envelope, NewMessage, SendOutcome, SweeperOptions, SweeperOptionsBuilder, Transport,
     TransportError, TransportRegistry, async_trait,
 };
-use relayer_dispatcher::SendPath;
+use relayer_delivery::SendPath;
 use relayer_postgres::{PgPool, connect_pool};
 use relayer_sweeper::{LEASE_JOB, SweepReport, Sweeper};
 use relayer_test_support::TestDb;
