@@ -356,7 +356,8 @@ impl OutboxStatements {
                  RETURNING {CLAIMED_COLUMNS}"
             ),
             // Index: outbox_due_idx, once per breaker trip (DSP-6): the tripped destination's
-            // due rows move past its cool-down, to the far end of the due index, so later
+            // rows due before its cool-down ends (retries just released included) move to its
+            // end, past every row other destinations have due, so later
             // claims never step over them (a filter in the claim would heap-fetch every one
             // of them in every claim). Rows another claim holds are skipped, not waited for.
             hold_back: format!(
@@ -364,7 +365,8 @@ impl OutboxStatements {
                    UPDATE {outbox} SET visible_at = now() + $3::int8 * interval '1 microsecond' \
                    WHERE seq = ANY(ARRAY( \
                      SELECT seq FROM {outbox} \
-                     WHERE lane IS NULL AND visible_at <= now() AND transport = $1 AND destination = $2 \
+                     WHERE lane IS NULL AND transport = $1 AND destination = $2 \
+                       AND visible_at < now() + $3::int8 * interval '1 microsecond' \
                      FOR UPDATE SKIP LOCKED)) \
                    RETURNING 1) \
                  SELECT count(*) FROM held"
@@ -424,9 +426,10 @@ impl OutboxStatements {
         decode_sorted(&rows)
     }
 
-    /// Holds back the due unordered rows of a destination whose circuit breaker just
-    /// tripped, for `cool_down` (DSP-6): they are not due again until its breaker lets a
-    /// probe through, so claims in the meantime never read them. Attempts are not counted.
+    /// Holds back the unordered rows of a destination whose circuit breaker just tripped
+    /// that would be due within `cool_down` (DSP-6): none is due again before its breaker
+    /// lets a probe through, so claims in the meantime never read them. Attempts are not
+    /// counted.
     /// Returns how many rows were held back.
     pub async fn hold_back(
         &self,

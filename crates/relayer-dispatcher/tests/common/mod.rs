@@ -11,7 +11,7 @@ use relayer_core::{
     DispatcherOptions, DispatcherOptionsBuilder, Envelope, SendOutcome, Transport, TransportError,
     TransportRegistry, async_trait,
 };
-use relayer_dispatcher::Dispatcher;
+use relayer_dispatcher::{Dispatcher, asynchronous_commit};
 use relayer_test_support::TestDb;
 pub(crate) use relayer_test_support::eventually;
 
@@ -139,15 +139,10 @@ pub(crate) async fn dispatcher(
     pool_size: u32,
 ) -> Dispatcher {
     let registry = TransportRegistry::new().with(transport).unwrap();
-    Dispatcher::new(
-        options.build().unwrap(),
-        db.namespace().clone(),
-        Arc::new(registry),
-        db.config(),
-        pool_size,
-    )
-    .await
-    .unwrap()
+    let pool = relayer_postgres::connect_pool(asynchronous_commit(db.config()), pool_size).await.unwrap();
+    Dispatcher::new(pool, db.namespace().clone(), options.build().unwrap(), Arc::new(registry))
+        .unwrap()
+        .listening(db.config())
 }
 
 pub(crate) async fn count(client: &tokio_postgres::Client, db: &TestDb, table: &str) -> i64 {
