@@ -39,7 +39,7 @@ use relayer_core::{
     DispatcherOptions, Envelope, Namespace, NewMessage, SendOutcome, Transport, TransportError,
     TransportRegistry, async_trait,
 };
-use relayer_dispatcher::Dispatcher;
+use relayer_dispatcher::{Dispatcher, asynchronous_commit};
 use relayer_postgres::{OutboxWriter, PgPool, connect_pool, migrate};
 use relayer_queue::PgQueueTransport;
 use tokio_postgres::NoTls;
@@ -422,14 +422,10 @@ async fn relayer_run(
         accepted: Arc::clone(&accepted),
     };
     let registry = Arc::new(TransportRegistry::new().with(Arc::new(transport))?);
-    let dispatcher = Dispatcher::new(
-        DispatcherOptions::default(),
-        scratch.namespace.clone(),
-        registry,
-        scratch.config.clone(),
-        4,
-    )
-    .await?;
+    let dispatch_pool = connect_pool(asynchronous_commit(scratch.config.clone()), 4).await?;
+    let dispatcher =
+        Dispatcher::new(dispatch_pool, scratch.namespace.clone(), DispatcherOptions::default(), registry)?
+            .listening(scratch.config.clone());
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn({
         let (dispatcher, shutdown) = (dispatcher.clone(), shutdown.clone());
@@ -479,7 +475,7 @@ async fn relayer_run(
     }
     let elapsed = started.elapsed().as_secs_f64();
     shutdown.cancel();
-    worker.await?;
+    worker.await??;
     let committed = committed_at.lock().unwrap_or_else(PoisonError::into_inner);
     let sent = sent_at.lock().unwrap_or_else(PoisonError::into_inner);
     let mut latencies_ms: Vec<f64> = committed

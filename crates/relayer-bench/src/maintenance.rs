@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use relayer_cleanup::{Cleanup, CleanupReport, LEASE_JOB as CLEANUP_JOB};
 use relayer_core::{CleanupOptions, DispatcherOptions, SweeperOptions, TransportRegistry};
-use relayer_dispatcher::SendPath;
+use relayer_delivery::SendPath;
 use relayer_postgres::{PgClient, connect_pool};
 use relayer_queue::PgQueueTransport;
 use relayer_sweeper::{LEASE_JOB as SWEEPER_JOB, SweepReport, Sweeper};

@@ -21,7 +21,8 @@ use relayer_core::{
     DispatcherOptions, Envelope, Namespace, NewMessage, SendOutcome, SweeperOptions, Transport,
     TransportError, TransportRegistry, Uuid, async_trait,
 };
-use relayer_dispatcher::{Dispatcher, SendPath};
+use relayer_delivery::SendPath;
+use relayer_dispatcher::{Dispatcher, asynchronous_commit};
 use relayer_postgres::{OutboxWriter, PgPool, connect_pool};
 use relayer_sweeper::Sweeper;
 use relayer_test_support::TestDb;
@@ -85,10 +86,11 @@ fn crash_child() {
             .max_backoff(Duration::from_millis(500))
             .build()
             .unwrap();
+        let dispatch_pool = connect_pool(asynchronous_commit(config.clone()), 2).await.unwrap();
         let dispatcher =
-            Dispatcher::new(dispatch_options.clone(), namespace.clone(), transports.clone(), config.clone(), 2)
-                .await
-                .unwrap();
+            Dispatcher::new(dispatch_pool, namespace.clone(), dispatch_options.clone(), transports.clone())
+                .unwrap()
+                .listening(config.clone());
         let sweeper_options = SweeperOptions::builder()
             .batch_size(50)
             .recovery_delay(Duration::ZERO)
@@ -107,7 +109,8 @@ fn crash_child() {
             leadership,
         );
         let shutdown = CancellationToken::new();
-        let (_, swept) = tokio::join!(dispatcher.run(shutdown.clone()), sweeper.run(shutdown));
+        let (dispatched, swept) = tokio::join!(dispatcher.run(shutdown.clone()), sweeper.run(shutdown));
+        dispatched.unwrap();
         swept.unwrap();
     });
 }
