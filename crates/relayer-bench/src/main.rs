@@ -14,7 +14,11 @@
 //!   instant its commit returned, a wrapping transport the instant the queue insert
 //!   returned; p50 and p99 of the difference.
 //!
-//! The last line is `RESULT dispatch_ratio=<relayer/raw> p50_ms=<x> p99_ms=<x>`.
+//! - **claim buffers** of one 100-row claim on a large outbox, without and then with a
+//!   tripped destination's 100,000 due rows (see [`tripped`]).
+//!
+//! The last line is `RESULT dispatch_ratio=<relayer/raw> p50_ms=<x> p99_ms=<x>
+//! claim_buffers=<n> tripped_claim_buffers=<n>`.
 //!
 //! `explain` fills a 1M-row outbox and prints `EXPLAIN (ANALYZE, BUFFERS)` of every hot
 //! statement, captured with `auto_explain` exactly as relayer issues them.
@@ -29,6 +33,7 @@
 
 mod explain;
 mod maintenance;
+mod tripped;
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -174,8 +179,13 @@ async fn dispatch_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
         percentile(&notified.latencies_ms, 0.50),
         percentile(&notified.latencies_ms, 0.99)
     );
+    println!("  claim buffers, without and with a tripped destination's backlog:");
+    let (claim_buffers, tripped_claim_buffers) = tripped::claim_buffers(scratch, quick).await?;
     let ratio = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    println!("RESULT dispatch_ratio={ratio:.2} p50_ms={p50:.2} p99_ms={p99:.2}");
+    println!(
+        "RESULT dispatch_ratio={ratio:.2} p50_ms={p50:.2} p99_ms={p99:.2} \
+         claim_buffers={claim_buffers} tripped_claim_buffers={tripped_claim_buffers}"
+    );
     Ok(())
 }
 

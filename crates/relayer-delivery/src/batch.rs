@@ -56,7 +56,8 @@ pub(crate) async fn send_batch(
                 .unwrap_or_else(|| "a non-string payload".to_owned());
             tracing::error!(target: TARGET, transport = transport.name(), destination, panic = %what,
                 "transport panicked; counted as a failed send");
-            let error = TransportError::transient(format!("transport {:?} panicked: {what}", transport.name()));
+            let error =
+                TransportError::transient(format!("transport {:?} panicked: {what}", transport.name()));
             (all_failed(error), BatchEnd { panicked: true, timed_out: false })
         }
     }

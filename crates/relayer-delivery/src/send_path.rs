@@ -145,7 +145,12 @@ impl SendPath {
         let Some(found) = self.transports.get(transport) else {
             let error = missing_transport(transport);
             let decision = retry_or_bury(&self.policy, envelope.attempts, error.class());
-            return HeadOutcome::Failed { error: bounded(error.chain()), decision, panicked: false, timed_out: false };
+            return HeadOutcome::Failed {
+                error: bounded(error.chain()),
+                decision,
+                panicked: false,
+                timed_out: false,
+            };
         };
         if !self.breakers.allows(&key) {
             return HeadOutcome::Tripped;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use relayer_core::breaker::DEFAULT_TRACKED_DESTINATIONS;
 use relayer_core::{
-    ClaimedMessage, DispatcherOptions, Envelope, MessageId, SendOutcome, Timestamp, Transport, TransportError,
-    TransportRegistry, async_trait,
+    ClaimedMessage, DispatcherOptions, Envelope, MessageId, SendOutcome, Timestamp, Transport,
+    TransportError, TransportRegistry, async_trait,
 };
 use relayer_delivery::SendPath;
 use tokio::time::Instant;
@@ -124,7 +124,8 @@ async fn a_tripped_destination_is_reported_once_and_its_later_rows_are_held_back
 
 #[tokio::test]
 async fn a_hundred_thousand_distinct_failing_destinations_keep_the_breakers_bounded_dsp_6() {
-    let options = DispatcherOptions::builder().breaker_threshold(NonZeroU32::new(1).unwrap()).build().unwrap();
+    let options =
+        DispatcherOptions::builder().breaker_threshold(NonZeroU32::new(1).unwrap()).build().unwrap();
     let send = path(Scripted { name: "down", hang: false, fail: true, limit: 100 }, options);
     for start in (0..100_000).step_by(1_000) {
         let rows = (start..start + 1_000).map(|n| claimed(n, "down", &format!("d-{n}"))).collect();
@@ -138,7 +139,8 @@ async fn a_hundred_thousand_distinct_failing_destinations_keep_the_breakers_boun
 
 #[tokio::test]
 async fn a_missing_transport_is_a_transient_failure_decided_like_any_other_dsp_3() {
-    let send = path(Scripted { name: "ok", hang: false, fail: false, limit: 10 }, DispatcherOptions::default());
+    let send =
+        path(Scripted { name: "ok", hang: false, fail: false, limit: 10 }, DispatcherOptions::default());
     let tally = send.send(vec![claimed(1, "ok", "a"), claimed(2, "gone", "a")], far()).await;
     assert_eq!((tally.accepted, tally.failed), (1, 1));
     let columns = tally.completion.columns();

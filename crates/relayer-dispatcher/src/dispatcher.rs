@@ -156,18 +156,28 @@ impl Dispatcher {
         let unordered = Arc::new(UnorderedPass(Arc::clone(shared)));
         let loops = (0..shared.options.concurrency())
             .map(|_| {
-                PassLoop::with_shared_pass(WorkerKind::Dispatcher, Arc::clone(&unordered), backoff, Leadership::EveryInstance)
-                    .wake_on(Arc::clone(&shared.wake.unordered))
-                    .linger_after_wake(linger)
-                    .events_to(self.events.clone())
-                    .run(shutdown.clone())
+                PassLoop::with_shared_pass(
+                    WorkerKind::Dispatcher,
+                    Arc::clone(&unordered),
+                    backoff,
+                    Leadership::EveryInstance,
+                )
+                .wake_on(Arc::clone(&shared.wake.unordered))
+                .linger_after_wake(linger)
+                .events_to(self.events.clone())
+                .run(shutdown.clone())
             })
             .collect::<Vec<_>>();
-        let lanes = PassLoop::new(WorkerKind::Dispatcher, LanePass(Arc::clone(shared)), backoff, Leadership::EveryInstance)
-            .wake_on(Arc::clone(&shared.wake.lanes))
-            .linger_after_wake(linger)
-            .events_to(self.events.clone())
-            .run(shutdown.clone());
+        let lanes = PassLoop::new(
+            WorkerKind::Dispatcher,
+            LanePass(Arc::clone(shared)),
+            backoff,
+            Leadership::EveryInstance,
+        )
+        .wake_on(Arc::clone(&shared.wake.lanes))
+        .linger_after_wake(linger)
+        .events_to(self.events.clone())
+        .run(shutdown.clone());
         futures_util::future::join(futures_util::future::join_all(loops), lanes).await;
         if let Some(listener) = listener
             && let Err(error) = listener.await
@@ -184,9 +194,15 @@ impl Dispatcher {
         let mut failures = 0u32;
         loop {
             let checked = match self.shared.pool.get().await {
-                Ok(connection) => verify_schema(&**connection, &self.shared.namespace).await.map_err(|error| {
-                    if error.is_transient() { DispatchError::Storage(error) } else { DispatchError::Schema(error) }
-                }),
+                Ok(connection) => {
+                    verify_schema(&**connection, &self.shared.namespace).await.map_err(|error| {
+                        if error.is_transient() {
+                            DispatchError::Storage(error)
+                        } else {
+                            DispatchError::Schema(error)
+                        }
+                    })
+                }
                 Err(error) => Err(DispatchError::pool(&error)),
             };
             match checked {
@@ -231,7 +247,11 @@ impl Dispatcher {
         let connection = self.shared.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
         let seqs: Vec<i64> = written.iter().map(|w| w.seq).collect();
         let token = Uuid::new_v4();
-        let claimed = self.shared.outbox.claim_seqs(&*connection, token, self.shared.options.claim_duration(), &seqs).await?;
+        let claimed = self
+            .shared
+            .outbox
+            .claim_seqs(&*connection, token, self.shared.options.claim_duration(), &seqs)
+            .await?;
         let has_lane_rows = claimed.len() < seqs.len();
         let report = self.shared.send_and_complete(&*connection, token, claimed).await?;
         if has_lane_rows {

@@ -38,15 +38,19 @@ impl Shared {
         // (parked, scheduled, backing off, tripped) must not make a pass O(lanes).
         let visit_cap = limit.saturating_mul(LANE_VISITS_PER_CLAIM);
         let tripped = self.send.breakers().tripped();
-        let claim =
-            self.lanes.claim(client, token, self.options.claim_duration(), limit, &after, visit_cap, &tripped).await?;
+        let claim = self
+            .lanes
+            .claim(client, token, self.options.claim_duration(), limit, &after, visit_cap, &tripped)
+            .await?;
         *self.lane_cursor.lock().unwrap_or_else(PoisonError::into_inner) = claim.resume_after;
         let mut report = PassReport { lanes: claim.lanes.len() as u64, ..PassReport::default() };
         if claim.lanes.is_empty() {
             return Ok(report);
         }
-        let results =
-            futures_util::future::join_all(claim.lanes.iter().map(|lane| self.work_lane(client, token, lane))).await;
+        let results = futures_util::future::join_all(
+            claim.lanes.iter().map(|lane| self.work_lane(client, token, lane)),
+        )
+        .await;
         // The first storage error is returned after every lane stopped (lanes left claimed
         // expire by their deadline, LAN-3).
         let mut first_error = None;
@@ -65,7 +69,12 @@ impl Shared {
     }
 
     /// Works the owned `lane` until it stops for this pass, then gives up the claim.
-    async fn work_lane(&self, client: &impl Executor, token: Uuid, lane: &str) -> Result<PassReport, StorageError> {
+    async fn work_lane(
+        &self,
+        client: &impl Executor,
+        token: Uuid,
+        lane: &str,
+    ) -> Result<PassReport, StorageError> {
         let mut tally = PassReport::default();
         let claim = self.options.claim_duration();
         let mut keep_claim = false;
@@ -124,7 +133,10 @@ impl Pass for LanePass {
     type Report = PassReport;
     type Error = DispatchError;
 
-    async fn run_pass(&self, _shutdown: &CancellationToken) -> Result<PassOutcome<PassReport>, DispatchError> {
+    async fn run_pass(
+        &self,
+        _shutdown: &CancellationToken,
+    ) -> Result<PassOutcome<PassReport>, DispatchError> {
         let connection = self.0.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
         Ok(PassOutcome::Led(self.0.lane_pass(&*connection).await?))
     }

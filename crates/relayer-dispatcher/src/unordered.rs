@@ -22,8 +22,9 @@ impl Shared {
         let token = Uuid::new_v4();
         let tripped = self.send.breakers().tripped();
         let outbox = PgStore::new(client, &self.outbox);
-        let claimed =
-            outbox.claim_due(token, self.options.claim_duration(), self.options.batch_size(), &tripped).await?;
+        let claimed = outbox
+            .claim_due(token, self.options.claim_duration(), self.options.batch_size(), &tripped)
+            .await?;
         self.send_and_complete(client, token, claimed).await
     }
 
@@ -56,8 +57,10 @@ impl Shared {
                 "claims expired before completion and were taken over; those rows are left to their new owner");
         }
         for (transport, destination) in &tally.tripped {
-            let held =
-                self.outbox.hold_back(client, transport, destination, self.send.breakers().cool_down()).await?;
+            let held = self
+                .outbox
+                .hold_back(client, transport, destination, self.send.breakers().cool_down())
+                .await?;
             report.held_back += held;
             tracing::warn!(target: TARGET, transport, destination, held_back = held,
                 cool_down = ?self.send.breakers().cool_down(),
@@ -75,7 +78,10 @@ impl Pass for UnorderedPass {
     type Report = PassReport;
     type Error = DispatchError;
 
-    async fn run_pass(&self, _shutdown: &CancellationToken) -> Result<PassOutcome<PassReport>, DispatchError> {
+    async fn run_pass(
+        &self,
+        _shutdown: &CancellationToken,
+    ) -> Result<PassOutcome<PassReport>, DispatchError> {
         let shared = &self.0;
         let connection = shared.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
         let report = shared.unordered_pass(&*connection).await?;

@@ -19,7 +19,11 @@ fn broken(n: usize) -> NewMessage {
     NewMessage::new("test", "broken", format!("bad-{n}").into_bytes())
 }
 
-async fn due_rows(client: &tokio_postgres::Client, db: &relayer_test_support::TestDb, destination: &str) -> i64 {
+async fn due_rows(
+    client: &tokio_postgres::Client,
+    db: &relayer_test_support::TestDb,
+    destination: &str,
+) -> i64 {
     let sql = format!(
         "SELECT count(*) FROM {} WHERE destination = $1 AND visible_at <= now()",
         db.namespace().table("outbox")
@@ -48,7 +52,10 @@ async fn a_tripped_destinations_due_rows_are_held_back_so_claims_never_read_them
     assert_eq!(report.held_back, 500, "every row of the destination due within the cool-down");
     assert_eq!(due_rows(&client, &db, "broken").await, 0, "nothing of it is due: claims never read it");
     let attempted: i64 = client
-        .query_one(&format!("SELECT count(*) FROM {} WHERE attempts > 0", db.namespace().table("outbox")), &[])
+        .query_one(
+            &format!("SELECT count(*) FROM {} WHERE attempts > 0", db.namespace().table("outbox")),
+            &[],
+        )
         .await
         .unwrap()
         .get(0);

@@ -10,9 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{Sink, TestTransport, count, database, dispatcher, eventually, options};
-use relayer_test_support::within;
 use relayer_core::{Delivery, NewMessage};
 use relayer_postgres::EnqueueError;
+use relayer_test_support::within;
 use tokio_util::sync::CancellationToken;
 
 fn message(n: usize) -> NewMessage {

@@ -261,7 +261,10 @@ async fn lanes_have_one_owner_and_advance_head_by_head() {
         lanes.claim(&client, a, CLAIM, 10, "", 40, &[]).await.unwrap().lanes,
         vec!["a".to_owned(), "b".to_owned()]
     );
-    assert!(lanes.claim(&client, b, CLAIM, 10, "", 40, &[]).await.unwrap().lanes.is_empty(), "lanes are held");
+    assert!(
+        lanes.claim(&client, b, CLAIM, 10, "", 40, &[]).await.unwrap().lanes.is_empty(),
+        "lanes are held"
+    );
     assert_eq!(lanes.head(&client, "a", b, CLAIM).await.unwrap(), LaneHead::Lost);
 
     let LaneHead::Due(head) = lanes.head(&client, "a", a, CLAIM).await.unwrap() else { panic!("head due") };

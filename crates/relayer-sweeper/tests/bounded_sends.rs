@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{Sink, TestTransport, count, database, eventually, lease, message, options, pool, sweeper, within};
+use common::{
+    Sink, TestTransport, count, database, eventually, lease, message, options, pool, sweeper, within,
+};
 use relayer_postgres::OutboxWriter;
 
 /// TRN-5, LDR-2: a transport that never answers cannot hold the sweeper's pass, its lease
@@ -25,7 +27,13 @@ async fn a_pass_whose_transport_never_answers_ends_within_its_lease_and_another_
     hung.gated.store(true, Ordering::SeqCst); // every send waits for a permit that never comes
     let lease_duration = Duration::from_secs(2);
     let (pool_a, _) = pool(&db, "a", 1).await;
-    let a = sweeper(pool_a.clone(), &db, options(10).lease_duration(lease_duration), hung, lease("a", lease_duration));
+    let a = sweeper(
+        pool_a.clone(),
+        &db,
+        options(10).lease_duration(lease_duration),
+        hung,
+        lease("a", lease_duration),
+    );
     let report = {
         let mut connection = pool_a.get().await.unwrap();
         within(a.run_once(&mut connection)).await.unwrap()
@@ -34,7 +42,10 @@ async fn a_pass_whose_transport_never_answers_ends_within_its_lease_and_another_
     assert_eq!((report.claimed, report.sent, report.failed, report.timed_out), (3, 0, 3, 1));
 
     let rows = client
-        .query(&format!("SELECT attempts, last_error FROM {} ORDER BY seq", db.namespace().table("outbox")), &[])
+        .query(
+            &format!("SELECT attempts, last_error FROM {} ORDER BY seq", db.namespace().table("outbox")),
+            &[],
+        )
         .await
         .unwrap();
     assert_eq!(rows.len(), 3, "nothing lost");
@@ -46,7 +57,13 @@ async fn a_pass_whose_transport_never_answers_ends_within_its_lease_and_another_
     let sink = Sink::default();
     let working = Arc::new(TestTransport::new(sink.clone()));
     let (pool_b, _) = pool(&db, "b", 1).await;
-    let b = sweeper(pool_b.clone(), &db, options(10).lease_duration(lease_duration), working, lease("b", lease_duration));
+    let b = sweeper(
+        pool_b.clone(),
+        &db,
+        options(10).lease_duration(lease_duration),
+        working,
+        lease("b", lease_duration),
+    );
     let (b, pool_b, client, db) = (&b, &pool_b, &client, &db);
     eventually("another instance leads and sends every row", move || async move {
         let mut connection = pool_b.get().await.unwrap();

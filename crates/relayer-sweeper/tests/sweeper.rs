@@ -55,10 +55,16 @@ async fn recovery_resends_rows_whose_direct_dispatch_failed_preserving_the_envel
     // sweeper's first sends.
     transport.fail_first_calls.store(3, Ordering::SeqCst);
     let dispatch_pool =
-        relayer_postgres::connect_pool(relayer_dispatcher::asynchronous_commit(db.config()), 1).await.unwrap();
-    let dispatcher =
-        Dispatcher::new(dispatch_pool, db.namespace().clone(), dispatch_options(), registry(transport.clone()))
+        relayer_postgres::connect_pool(relayer_dispatcher::asynchronous_commit(db.config()), 1)
+            .await
             .unwrap();
+    let dispatcher = Dispatcher::new(
+        dispatch_pool,
+        db.namespace().clone(),
+        dispatch_options(),
+        registry(transport.clone()),
+    )
+    .unwrap();
     let chosen_id = MessageId::new();
     let messages = vec![
         message("orders", 0).id(chosen_id).header("kind", "created").trace_context("00-trace-span-01"),

@@ -267,7 +267,8 @@ impl<P: Pass> PassLoop<P> {
                             span.record("outcome", "not leader");
                         }
                     }
-                    let again = matches!(&outcome, PassOutcome::Led(report) if self.pass.again_at_once(report));
+                    let again =
+                        matches!(&outcome, PassOutcome::Led(report) if self.pass.again_at_once(report));
                     let _ = self.events.send(WorkerEvent::PassSucceeded(outcome));
                     if again {
                         // More work is waiting: go on at once (shutdown still checked first).

@@ -312,8 +312,12 @@ impl Pass for Backlog {
 #[tokio::test(start_paused = true)]
 async fn a_full_batch_is_followed_at_once_and_a_pass_that_moved_nothing_waits_res_3() {
     let pass = Arc::new(Backlog { remaining: AtomicU32::new(25), starts: Mutex::new(Vec::new()) });
-    let pass_loop =
-        PassLoop::with_shared_pass(WorkerKind::Dispatcher, Arc::clone(&pass), backoff(), Leadership::EveryInstance);
+    let pass_loop = PassLoop::with_shared_pass(
+        WorkerKind::Dispatcher,
+        Arc::clone(&pass),
+        backoff(),
+        Leadership::EveryInstance,
+    );
     let mut events = pass_loop.subscribe();
     let mut handle = pass_loop.spawn(CancellationToken::new());
     for moved in [10, 10, 5, 0] {
@@ -331,9 +335,14 @@ async fn a_woken_loop_lingers_before_its_pass() {
     let pass = Scripted::new(&[]);
     let wake = Arc::new(Notify::new());
     let linger = Duration::from_millis(3);
-    let pass_loop = PassLoop::with_shared_pass(WorkerKind::Dispatcher, Arc::clone(&pass), backoff(), Leadership::EveryInstance)
-        .wake_on(Arc::clone(&wake))
-        .linger_after_wake(linger);
+    let pass_loop = PassLoop::with_shared_pass(
+        WorkerKind::Dispatcher,
+        Arc::clone(&pass),
+        backoff(),
+        Leadership::EveryInstance,
+    )
+    .wake_on(Arc::clone(&wake))
+    .linger_after_wake(linger);
     let mut events = pass_loop.subscribe();
     let mut handle = pass_loop.spawn(CancellationToken::new());
     assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(1)));

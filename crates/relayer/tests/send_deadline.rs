@@ -13,7 +13,8 @@ async fn a_send_timeout_that_does_not_fit_the_sweeper_lease_is_refused_at_start_
     let db = TestDb::new().await;
     let mut client = db.connect().await;
     relayer::postgres::migrate(&mut client, db.namespace()).await.unwrap();
-    let dispatcher = DispatcherOptions::builder().send_timeout(Some(Duration::from_secs(12))).build().unwrap();
+    let dispatcher =
+        DispatcherOptions::builder().send_timeout(Some(Duration::from_secs(12))).build().unwrap();
     let sweeper = SweeperOptions::builder().lease_duration(Duration::from_secs(20)).build().unwrap();
     let error = Relayer::builder(db.config(), db.namespace().clone())
         .queue_transport()
