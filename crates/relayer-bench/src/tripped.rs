@@ -2,12 +2,12 @@
 //!
 //! A large outbox (1% due rows of a healthy destination, the rest scheduled an hour ahead)
 //! is vacuumed, and one 100-row claim is measured (auto_explain, buffers) and rolled back:
-//! `claim_buffers`. Then 100,000 due rows of a failing destination are written, the
-//! dispatcher's trip statement holds them back (what a dispatcher runs once when that
-//! destination's breaker trips), the table is vacuumed, and the same claim — with the
-//! destination in its tripped list — is measured again: `tripped_claim_buffers`. The claim
-//! before vacuum (dead index entries the hold-back left) and the hold-back itself are
-//! printed too.
+//! `claim_buffers`. Then the same outbox is filled again behind 100,000 older due rows of a
+//! failing destination; the claim with that destination in its tripped list is printed
+//! (the filter alone), the dispatcher's trip statement holds the backlog back (what a
+//! dispatcher runs once when that destination's breaker trips), and after vacuum the same
+//! claim is measured again: `tripped_claim_buffers`. The claim before vacuum (dead index
+//! entries the hold-back left) and the hold-back itself are printed too.
 
 use std::time::Duration;
 
@@ -23,10 +23,58 @@ const BACKLOG: usize = 100_000;
 
 /// Returns (claim_buffers, tripped_claim_buffers).
 pub(crate) async fn claim_buffers(scratch: &Scratch, quick: bool) -> BenchResult<(u64, u64)> {
-    scratch.truncate().await?;
     let rows = if quick { 200_000 } else { 1_000_000 };
-    let writer = OutboxWriter::new(&scratch.namespace, ["queue"]);
     let filler = connect(&scratch.config).await?;
+    let outbox = OutboxStatements::new(&scratch.namespace);
+    let mut session = ExplainedSession::open(scratch).await?;
+    let down = vec![("queue".to_owned(), "down".to_owned())];
+
+    fill(scratch, &filler, rows, false).await?;
+    let _ = session.drain();
+    let claimed = claim_once(&mut session, &outbox, &[]).await?;
+    let without = measure(&format!("one {claimed}-row claim on {rows} rows"), &mut session);
+
+    // The same outbox, with the failing destination's backlog older than every healthy
+    // due row: the order a backlog builds up in, and the one a claim meets it in.
+    fill(scratch, &filler, rows, true).await?;
+    let _ = session.drain();
+    claim_once(&mut session, &outbox, &down).await?;
+    measure(
+        &format!("the same claim behind {BACKLOG} due rows of a tripped destination, filtered only"),
+        &mut session,
+    );
+    let held = outbox.hold_back(&*session.client, "queue", "down", Duration::from_secs(30)).await?;
+    let hold_back: u64 = session.drain().iter().map(|statement| statement.buffers).sum();
+    println!("  hold-back when the breaker trips (once per trip): {held} rows, {hold_back} buffers");
+    claim_once(&mut session, &outbox, &down).await?;
+    measure("the claim right after the hold-back, before vacuum", &mut session);
+    vacuum(&filler, scratch).await?;
+    let _ = session.drain();
+    let claimed = claim_once(&mut session, &outbox, &down).await?;
+    let with =
+        measure(&format!("one {claimed}-row claim with the held-back backlog, after vacuum"), &mut session);
+    Ok((without, with))
+}
+
+/// An empty outbox filled with `rows` rows, 1% of them due for a healthy destination and the
+/// rest scheduled an hour ahead — after, with `backlog`, [`BACKLOG`] due rows of the failing
+/// destination written first — then vacuumed.
+async fn fill(
+    scratch: &Scratch,
+    filler: &tokio_postgres::Client,
+    rows: usize,
+    backlog: bool,
+) -> BenchResult<()> {
+    scratch.truncate().await?;
+    let writer = OutboxWriter::new(&scratch.namespace, ["queue"]);
+    if backlog {
+        for start in (0..BACKLOG).step_by(5_000) {
+            let batch: Vec<NewMessage> = (start..start + 5_000)
+                .map(|i| NewMessage::new("queue", "down", format!("{{\"down\":{i}}}").into_bytes()))
+                .collect();
+            writer.enqueue(filler, &batch).await?;
+        }
+    }
     for start in (0..rows).step_by(5_000) {
         let batch: Vec<NewMessage> = (start..(start + 5_000).min(rows))
             .map(|i| {
@@ -38,54 +86,37 @@ pub(crate) async fn claim_buffers(scratch: &Scratch, quick: bool) -> BenchResult
                 }
             })
             .collect();
-        writer.enqueue(&filler, &batch).await?;
+        writer.enqueue(filler, &batch).await?;
     }
-    vacuum(&filler, scratch).await?;
-    let outbox = OutboxStatements::new(&scratch.namespace);
-    let mut session = ExplainedSession::open(scratch).await?;
-    let claim = Duration::from_secs(30);
-    let down = vec![("queue".to_owned(), "down".to_owned())];
-    let measure = |what: &str, session: &mut ExplainedSession| {
-        let claim_buffers: u64 =
-            session.drain().iter().filter(|s| s.query.contains("claim_token = $1")).map(|s| s.buffers).sum();
-        println!("  {what}: {claim_buffers} buffers");
-        claim_buffers
-    };
+    vacuum(filler, scratch).await
+}
 
-    let claim_once = async |session: &mut ExplainedSession,
-                            tripped: &[(String, String)]|
-           -> BenchResult<usize> {
-        session.client.batch_execute("BEGIN").await?;
-        let claimed = outbox.claim_due(&*session.client, Uuid::new_v4(), claim, 100, tripped).await?.len();
-        session.client.batch_execute("ROLLBACK").await?;
-        Ok(claimed)
-    };
-    let _ = session.drain();
-    let claimed = claim_once(&mut session, &[]).await?;
-    let without = measure(&format!("one {claimed}-row claim on {rows} rows"), &mut session);
+/// One 100-row claim, rolled back so the outbox stays as it was; returns the rows claimed.
+async fn claim_once(
+    session: &mut ExplainedSession,
+    outbox: &OutboxStatements,
+    tripped: &[(String, String)],
+) -> BenchResult<usize> {
+    session.client.batch_execute("BEGIN").await?;
+    let claimed = outbox
+        .claim_due(&*session.client, Uuid::new_v4(), Duration::from_secs(30), 100, tripped)
+        .await?
+        .len();
+    session.client.batch_execute("ROLLBACK").await?;
+    Ok(claimed)
+}
 
-    for start in (0..BACKLOG).step_by(5_000) {
-        let batch: Vec<NewMessage> = (start..start + 5_000)
-            .map(|i| NewMessage::new("queue", "down", format!("{{\"down\":{i}}}").into_bytes()))
-            .collect();
-        writer.enqueue(&filler, &batch).await?;
+/// The buffers of the claims `session` ran since the last drain, printed with their plans.
+fn measure(what: &str, session: &mut ExplainedSession) -> u64 {
+    let claims: Vec<_> = session
+        .drain()
+        .into_iter()
+        .filter(|statement| statement.query.contains("claim_token = $1"))
+        .collect();
+    let buffers: u64 = claims.iter().map(|statement| statement.buffers).sum();
+    println!("  {what}: {buffers} buffers");
+    for claim in &claims {
+        print!("{}", claim.plan);
     }
-    vacuum(&filler, scratch).await?;
-    let _ = session.drain();
-    claim_once(&mut session, &down).await?;
-    measure(
-        &format!("the same claim with {BACKLOG} due rows of a tripped destination, filtered (no hold-back)"),
-        &mut session,
-    );
-    let held = outbox.hold_back(&*session.client, "queue", "down", claim).await?;
-    let hold_back: u64 = session.drain().iter().map(|s| s.buffers).sum();
-    println!("  hold-back at the trip (once per trip): {held} rows, {hold_back} buffers");
-    claim_once(&mut session, &down).await?;
-    measure("the claim right after the hold-back, before vacuum", &mut session);
-    vacuum(&filler, scratch).await?;
-    let _ = session.drain();
-    let claimed = claim_once(&mut session, &down).await?;
-    let with =
-        measure(&format!("one {claimed}-row claim with the held-back backlog, after vacuum"), &mut session);
-    Ok((without, with))
+    buffers
 }

@@ -37,13 +37,6 @@ pub struct SendTally {
     pub tripped: Vec<Destination>,
 }
 
-impl SendTally {
-    /// Whether any message reached a transport's answer: accepted or failed.
-    pub fn attempted(&self) -> u64 {
-        self.accepted + self.failed
-    }
-}
-
 /// The fate of one lane head sent with [`SendPath::send_head`].
 #[derive(Debug)]
 #[non_exhaustive]

@@ -16,10 +16,9 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::error::DispatchError;
-use crate::lanes::LanePass;
 use crate::listen::listen;
+use crate::pass::{DispatchPass, Work};
 use crate::report::PassReport;
-use crate::unordered::UnorderedPass;
 use crate::wake::Wake;
 
 pub(crate) const TARGET: &str = "relayer::dispatcher";
@@ -153,31 +152,23 @@ impl Dispatcher {
         });
         let backoff = shared.options.pass_backoff();
         let linger = shared.options.linger();
-        let unordered = Arc::new(UnorderedPass(Arc::clone(shared)));
-        let loops = (0..shared.options.concurrency())
-            .map(|_| {
-                PassLoop::with_shared_pass(
-                    WorkerKind::Dispatcher,
-                    Arc::clone(&unordered),
-                    backoff,
-                    Leadership::EveryInstance,
-                )
-                .wake_on(Arc::clone(&shared.wake.unordered))
+        let pass_loop = |work: Work, pass: Arc<DispatchPass>| {
+            let wake = match work {
+                Work::Unordered => &shared.wake.unordered,
+                Work::Lanes => &shared.wake.lanes,
+            };
+            PassLoop::with_shared_pass(WorkerKind::Dispatcher, pass, backoff, Leadership::EveryInstance)
+                .wake_on(Arc::clone(wake))
                 .linger_after_wake(linger)
                 .events_to(self.events.clone())
                 .run(shutdown.clone())
-            })
-            .collect::<Vec<_>>();
-        let lanes = PassLoop::new(
-            WorkerKind::Dispatcher,
-            LanePass(Arc::clone(shared)),
-            backoff,
-            Leadership::EveryInstance,
-        )
-        .wake_on(Arc::clone(&shared.wake.lanes))
-        .linger_after_wake(linger)
-        .events_to(self.events.clone())
-        .run(shutdown.clone());
+        };
+        let unordered = Arc::new(DispatchPass { shared: Arc::clone(shared), work: Work::Unordered });
+        let loops: Vec<_> = (0..shared.options.concurrency())
+            .map(|_| pass_loop(Work::Unordered, Arc::clone(&unordered)))
+            .collect();
+        let lanes =
+            pass_loop(Work::Lanes, Arc::new(DispatchPass { shared: Arc::clone(shared), work: Work::Lanes }));
         futures_util::future::join(futures_util::future::join_all(loops), lanes).await;
         if let Some(listener) = listener
             && let Err(error) = listener.await

@@ -11,14 +11,11 @@
 //! open, or it has sent `batch_size` heads (so one busy lane cannot hold a pass forever);
 //! then its claim is released.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::PoisonError;
 
-use async_trait::async_trait;
 use relayer_core::FailureDecision;
 use relayer_delivery::HeadOutcome;
 use relayer_postgres::{Executor, HeadFailure, LaneHead, StorageError};
-use relayer_worker::{Pass, PassOutcome};
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::dispatcher::{Shared, TARGET};
@@ -122,29 +119,5 @@ impl Shared {
             self.lanes.release_claim(client, lane, token).await?;
         }
         Ok(tally)
-    }
-}
-
-/// The lane loop's work, run by a [`PassLoop`](relayer_worker::PassLoop).
-pub(crate) struct LanePass(pub(crate) Arc<Shared>);
-
-#[async_trait]
-impl Pass for LanePass {
-    type Report = PassReport;
-    type Error = DispatchError;
-
-    async fn run_pass(
-        &self,
-        _shutdown: &CancellationToken,
-    ) -> Result<PassOutcome<PassReport>, DispatchError> {
-        let connection = self.0.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
-        Ok(PassOutcome::Led(self.0.lane_pass(&*connection).await?))
-    }
-
-    /// A full batch of lanes that moved something: more lanes may be due. Lanes claimed
-    /// without moving (heads not due after all, a breaker that tripped mid-pass) never
-    /// restart the loop at once (a tight claim/release cycle otherwise).
-    fn again_at_once(&self, report: &PassReport) -> bool {
-        report.lanes >= u64::from(self.0.options.batch_size()) && report.moved_anything()
     }
 }

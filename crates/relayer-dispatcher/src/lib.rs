@@ -63,6 +63,7 @@ mod dispatcher;
 mod error;
 mod lanes;
 mod listen;
+mod pass;
 mod report;
 mod unordered;
 mod wake;

@@ -2,13 +2,8 @@
 //! through the [`SendPath`](relayer_delivery::SendPath), complete it in one statement
 //! fenced by the claim's token, and hold back the due rows of destinations that tripped.
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
 use relayer_core::store::{ClaimOutbox, ClaimedMessage, CompleteOutbox};
 use relayer_postgres::{Executor, PgStore};
-use relayer_worker::{Pass, PassOutcome};
-use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::dispatcher::{Shared, TARGET};
@@ -67,32 +62,5 @@ impl Shared {
                 "circuit breaker tripped; the destination's due rows wait out its cool-down");
         }
         Ok(report)
-    }
-}
-
-/// One unordered pass loop's work, run by a [`PassLoop`](relayer_worker::PassLoop).
-pub(crate) struct UnorderedPass(pub(crate) Arc<Shared>);
-
-#[async_trait]
-impl Pass for UnorderedPass {
-    type Report = PassReport;
-    type Error = DispatchError;
-
-    async fn run_pass(
-        &self,
-        _shutdown: &CancellationToken,
-    ) -> Result<PassOutcome<PassReport>, DispatchError> {
-        let shared = &self.0;
-        let connection = shared.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
-        let report = shared.unordered_pass(&*connection).await?;
-        if self.again_at_once(&report) {
-            // A backlog: bring in a sibling loop too.
-            shared.wake.unordered.notify_one();
-        }
-        Ok(PassOutcome::Led(report))
-    }
-
-    fn again_at_once(&self, report: &PassReport) -> bool {
-        report.claimed >= u64::from(self.0.options.batch_size()) && report.moved_anything()
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{Sink, TestTransport, count, database, dispatcher, eventually, options};
+use common::{Sink, TestTransport, count, database, dispatcher, eventually, options, passes_send};
 use relayer_core::{Delivery, NewMessage};
 use relayer_postgres::EnqueueError;
 use relayer_test_support::within;
@@ -300,6 +300,7 @@ async fn a_writers_notify_wakes_a_dispatcher_elsewhere_without_polling() {
     let transport = Arc::new(TestTransport::new("test"));
     let dispatcher =
         dispatcher(&db, options().poll_interval(Duration::from_secs(3600)), transport.clone(), 1).await;
+    let mut events = dispatcher.subscribe();
     let (shutdown, task) = spawn_run(&dispatcher);
     let mut writer_client = db.connect().await;
     let writer = relayer_postgres::OutboxWriter::new(db.namespace(), ["test"]);
@@ -307,8 +308,8 @@ async fn a_writers_notify_wakes_a_dispatcher_elsewhere_without_polling() {
         let tx = writer_client.transaction().await.unwrap();
         writer.enqueue(&tx, &[message(round)]).await.unwrap();
         tx.commit().await.unwrap();
-        eventually("the notified dispatcher delivers", || async { transport.accepted().len() == round + 1 })
-            .await;
+        passes_send(&mut events, 1).await; // the notified dispatcher delivers
+        assert_eq!(transport.accepted().len(), round + 1);
     }
     shutdown.cancel();
     task.await.unwrap();
@@ -322,6 +323,7 @@ async fn a_silent_writer_wakes_its_own_dispatcher_with_committed() {
     let transport = Arc::new(TestTransport::new("test"));
     let dispatcher =
         dispatcher(&db, options().poll_interval(Duration::from_secs(3600)), transport.clone(), 2).await;
+    let mut events = dispatcher.subscribe();
     let (shutdown, task) = spawn_run(&dispatcher);
     let mut writer_client = db.connect().await;
     let writer = dispatcher.writer().without_notify();
@@ -330,8 +332,8 @@ async fn a_silent_writer_wakes_its_own_dispatcher_with_committed() {
         writer.enqueue(&tx, &[message(round)]).await.unwrap();
         tx.commit().await.unwrap();
         dispatcher.committed();
-        eventually("the woken dispatcher delivers", || async { transport.accepted().len() == round + 1 })
-            .await;
+        passes_send(&mut events, 1).await; // the woken dispatcher delivers
+        assert_eq!(transport.accepted().len(), round + 1);
     }
     shutdown.cancel();
     task.await.unwrap();

@@ -31,6 +31,8 @@ pub struct SweepReport {
     pub panics: u64,
     /// Batches abandoned at their send deadline (TRN-5; their messages counted in `failed`).
     pub timed_out: u64,
+    /// Rows of destinations that tripped in this pass, held back for the cool-down (DSP-6).
+    pub held_back: u64,
     /// The page ended the cursor's traversal: the next pass captures a new boundary.
     pub wrapped: bool,
     /// Shutdown began before the page was sent: nothing was claimed or sent.
@@ -49,6 +51,9 @@ impl fmt::Display for SweepReport {
         }
         if self.timed_out > 0 {
             write!(f, " timed_out={}", self.timed_out)?;
+        }
+        if self.held_back > 0 {
+            write!(f, " held_back={}", self.held_back)?;
         }
         if let Some(term) = self.term {
             write!(f, " term={term}")?;

@@ -13,6 +13,7 @@ use relayer_core::{
 };
 use relayer_dispatcher::{Dispatcher, asynchronous_commit};
 use relayer_test_support::TestDb;
+#[allow(unused_imports)] // Not every test file waits on state.
 pub(crate) use relayer_test_support::eventually;
 
 /// What a transport accepted: (destination, envelope), in acceptance order. Shared by the
@@ -151,4 +152,29 @@ pub(crate) async fn count(client: &tokio_postgres::Client, db: &TestDb, table: &
         .await
         .unwrap()
         .get(0)
+}
+
+/// Waits (on the dispatcher's events, never polling) until its passes have sent `n` more
+/// messages.
+pub(crate) async fn passes_send(
+    events: &mut tokio::sync::broadcast::Receiver<
+        relayer_worker::WorkerEvent<relayer_dispatcher::PassReport>,
+    >,
+    n: u64,
+) {
+    relayer_test_support::within(async {
+        let mut sent = 0;
+        while sent < n {
+            match events.recv().await {
+                Ok(relayer_worker::WorkerEvent::PassSucceeded(relayer_worker::PassOutcome::Led(report))) => {
+                    sent += report.sent;
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    panic!("the dispatcher's events ended")
+                }
+            }
+        }
+    })
+    .await;
 }
