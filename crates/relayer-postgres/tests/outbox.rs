@@ -313,7 +313,7 @@ async fn parked_lanes_block_until_released_or_skipped_with_an_audit_record() {
     );
     assert_eq!(lanes.head(&client, "a", token, CLAIM).await.unwrap(), LaneHead::Lost, "parked");
     assert!(
-        lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, "", 40).await.unwrap().lanes.is_empty(),
+        lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, "", 40, &[]).await.unwrap().lanes.is_empty(),
         "parked lanes are not claimed"
     );
     let parked = lanes.parked_lanes(&client).await.unwrap();
@@ -482,13 +482,13 @@ async fn a_lane_claim_visits_at_most_its_cap_and_resumes_after_it() {
     writer(&db).enqueue(&client, &batch).await.unwrap();
     let lanes = LaneStatements::new(db.namespace());
 
-    let first = lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, "", 8).await.unwrap();
+    let first = lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, "", 8, &[]).await.unwrap();
     assert!(first.lanes.is_empty());
     assert_eq!(first.resume_after, "a07", "the walk stopped at its cap of 8 lanes");
     let mut after = first.resume_after;
     let mut claims = 1;
     let claimed = loop {
-        let claim = lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, &after, 8).await.unwrap();
+        let claim = lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, &after, 8, &[]).await.unwrap();
         claims += 1;
         if !claim.lanes.is_empty() {
             break claim;
