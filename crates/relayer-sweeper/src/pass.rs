@@ -189,20 +189,20 @@ impl SweepPass {
         let empty = Completion::default();
         let completion = sent.as_ref().map_or(&empty, |tally| &tally.completion);
         // Destinations that tripped in this pass: their rows due within the cool-down wait it
-        // out, so no claim or page reads them meanwhile (DSP-6). Sent between the completion
-        // (which released the failed rows) and the renewal, in the pass's transaction.
-        let hold_back = async {
+        // out, so no page or claim reads them meanwhile (DSP-6). After the completion, which
+        // released the failed rows, in the pass's transaction.
+        let complete_and_hold_back = async {
+            let written = outbox.complete_locked(completion).await?;
             let cool_down = self.send.breakers().cool_down();
             let mut held = 0;
             for (transport, destination) in sent.iter().flat_map(|tally| &tally.tripped) {
                 held += self.outbox.hold_back(&on_tx, transport, destination, cool_down).await?;
             }
-            Ok::<u64, SweepError>(held)
+            Ok::<_, SweepError>((written, held))
         };
-        let (written, held, renewed) =
-            tokio::join!(outbox.complete_locked(completion), hold_back, self.renew(&leases, lease.as_ref()));
-        let written = written?;
-        report.held_back = held?;
+        let (completed, renewed) = tokio::join!(complete_and_hold_back, self.renew(&leases, lease.as_ref()));
+        let (written, held) = completed?;
+        report.held_back = held;
         renewed?;
         if let Some(tally) = &sent {
             report.sent = tally.accepted;
