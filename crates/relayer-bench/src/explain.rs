@@ -111,7 +111,7 @@ async fn run_in(scratch: &Scratch, rows: usize) -> BenchResult<()> {
     recovery.lock_page(&client, &request).await?;
     client.batch_execute("ROLLBACK").await?;
     show("recovery page: boundary, 100 rows from the start, locked");
-    LaneStatements::new(ns).claim(&client, uuid::Uuid::new_v4(), claim, 100, "", 400).await?;
+    LaneStatements::new(ns).claim(&client, uuid::Uuid::new_v4(), claim, 100, "", 400, &[]).await?;
     show("lane claim, 100 lanes");
     Ok(())
 }

@@ -14,7 +14,11 @@
 //!   instant its commit returned, a wrapping transport the instant the queue insert
 //!   returned; p50 and p99 of the difference.
 //!
-//! The last line is `RESULT dispatch_ratio=<relayer/raw> p50_ms=<x> p99_ms=<x>`.
+//! - **claim buffers** of one 100-row claim on a large outbox, without and then with a
+//!   tripped destination's 100,000 due rows (see [`tripped`]).
+//!
+//! The last line is `RESULT dispatch_ratio=<relayer/raw> p50_ms=<x> p99_ms=<x>
+//! claim_buffers=<n> tripped_claim_buffers=<n>`.
 //!
 //! `explain` fills a 1M-row outbox and prints `EXPLAIN (ANALYZE, BUFFERS)` of every hot
 //! statement, captured with `auto_explain` exactly as relayer issues them.
@@ -29,6 +33,7 @@
 
 mod explain;
 mod maintenance;
+mod tripped;
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -39,7 +44,7 @@ use relayer_core::{
     DispatcherOptions, Envelope, Namespace, NewMessage, SendOutcome, Transport, TransportError,
     TransportRegistry, async_trait,
 };
-use relayer_dispatcher::Dispatcher;
+use relayer_dispatcher::{Dispatcher, asynchronous_commit};
 use relayer_postgres::{OutboxWriter, PgPool, connect_pool, migrate};
 use relayer_queue::PgQueueTransport;
 use tokio_postgres::NoTls;
@@ -174,8 +179,13 @@ async fn dispatch_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
         percentile(&notified.latencies_ms, 0.50),
         percentile(&notified.latencies_ms, 0.99)
     );
+    println!("  claim buffers, without and with a tripped destination's backlog:");
+    let (claim_buffers, tripped_claim_buffers) = tripped::claim_buffers(scratch, quick).await?;
     let ratio = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    println!("RESULT dispatch_ratio={ratio:.2} p50_ms={p50:.2} p99_ms={p99:.2}");
+    println!(
+        "RESULT dispatch_ratio={ratio:.2} p50_ms={p50:.2} p99_ms={p99:.2} \
+         claim_buffers={claim_buffers} tripped_claim_buffers={tripped_claim_buffers}"
+    );
     Ok(())
 }
 
@@ -422,14 +432,10 @@ async fn relayer_run(
         accepted: Arc::clone(&accepted),
     };
     let registry = Arc::new(TransportRegistry::new().with(Arc::new(transport))?);
-    let dispatcher = Dispatcher::new(
-        DispatcherOptions::default(),
-        scratch.namespace.clone(),
-        registry,
-        scratch.config.clone(),
-        4,
-    )
-    .await?;
+    let dispatch_pool = connect_pool(asynchronous_commit(scratch.config.clone()), 4).await?;
+    let dispatcher =
+        Dispatcher::new(dispatch_pool, scratch.namespace.clone(), DispatcherOptions::default(), registry)?
+            .listening(scratch.config.clone());
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn({
         let (dispatcher, shutdown) = (dispatcher.clone(), shutdown.clone());
@@ -479,7 +485,7 @@ async fn relayer_run(
     }
     let elapsed = started.elapsed().as_secs_f64();
     shutdown.cancel();
-    worker.await?;
+    worker.await??;
     let committed = committed_at.lock().unwrap_or_else(PoisonError::into_inner);
     let sent = sent_at.lock().unwrap_or_else(PoisonError::into_inner);
     let mut latencies_ms: Vec<f64> = committed

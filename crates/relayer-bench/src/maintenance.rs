@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use relayer_cleanup::{Cleanup, CleanupReport, LEASE_JOB as CLEANUP_JOB};
 use relayer_core::{CleanupOptions, DispatcherOptions, SweeperOptions, TransportRegistry};
-use relayer_dispatcher::SendPath;
+use relayer_delivery::SendPath;
 use relayer_postgres::{PgClient, connect_pool};
 use relayer_queue::PgQueueTransport;
 use relayer_sweeper::{LEASE_JOB as SWEEPER_JOB, SweepReport, Sweeper};
@@ -212,7 +212,7 @@ async fn passes_in(scratch: &Scratch, rows: i64) -> BenchResult<(u64, u64)> {
     Ok((idle_sweep_vacuumed.max(idle_sweep_churned), idle_cleanup_vacuumed.max(idle_cleanup_churned)))
 }
 
-async fn vacuum(client: &Client, scratch: &Scratch) -> BenchResult<()> {
+pub(crate) async fn vacuum(client: &Client, scratch: &Scratch) -> BenchResult<()> {
     for table in ["outbox", "dead", "inbox", "queue"] {
         // VACUUM cannot run inside the implicit transaction of a multi-statement batch.
         client.batch_execute(&format!("VACUUM ANALYZE {}", scratch.namespace.table(table))).await?;
@@ -221,20 +221,20 @@ async fn vacuum(client: &Client, scratch: &Scratch) -> BenchResult<()> {
 }
 
 /// A session whose every statement's plan, with buffers, arrives as a notice.
-struct ExplainedSession {
-    client: PgClient,
+pub(crate) struct ExplainedSession {
+    pub(crate) client: PgClient,
     plans: UnboundedReceiver<String>,
 }
 
 /// One executed statement, as auto_explain reported it.
-struct Explained {
-    query: String,
-    buffers: u64,
-    plan: String,
+pub(crate) struct Explained {
+    pub(crate) query: String,
+    pub(crate) buffers: u64,
+    pub(crate) plan: String,
 }
 
 impl ExplainedSession {
-    async fn open(scratch: &Scratch) -> BenchResult<Self> {
+    pub(crate) async fn open(scratch: &Scratch) -> BenchResult<Self> {
         let (client, mut connection) = scratch.config.connect(NoTls).await?;
         let (plans_tx, plans) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
@@ -255,7 +255,7 @@ impl ExplainedSession {
     }
 
     /// The statements reported since the last call.
-    fn drain(&mut self) -> Vec<Explained> {
+    pub(crate) fn drain(&mut self) -> Vec<Explained> {
         let mut explained = Vec::new();
         while let Ok(notice) = self.plans.try_recv() {
             let Some(json) = notice.find('{').map(|at| &notice[at..]) else { continue };

@@ -131,7 +131,7 @@ async fn cleanup_never_deletes_pending_scheduled_or_parked_outbox_rows_ret_1() {
     let written = writer.enqueue(&client, &messages).await.unwrap();
     let lanes = LaneStatements::new(db.namespace());
     let token = Uuid::new_v4();
-    lanes.claim(&client, token, Duration::from_secs(30), 10, "", 40).await.unwrap();
+    lanes.claim(&client, token, Duration::from_secs(30), 10, "", 40, &[]).await.unwrap();
     let parked = lanes
         .fail_head(&client, "customer-7", token, written[2].seq, HeadFailure::Park { error: "poison" })
         .await

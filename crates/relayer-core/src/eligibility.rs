@@ -10,16 +10,15 @@
 //! retention and never touches pending outbox rows (RET-1..3). Dead-letter policies
 //! redrive or expire dead letters of their own type (DLP-1..5). A row reaching
 //! `max_attempts`, or failing permanently, is poison (DSP-5); a destination that keeps
-//! failing is skipped for a while by its [`CircuitBreaker`] (DSP-6).
+//! failing is skipped for a while by its [`CircuitBreaker`](crate::CircuitBreaker) (DSP-6).
 
-use std::fmt;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use uuid::Uuid;
 
 use crate::duration::Retention;
-use crate::options::{Field, OptionsError, check_greater, check_nonzero, check_positive};
+use crate::options::{Field, OptionsError, check_greater};
 use crate::time::Timestamp;
 use crate::transport::ErrorClass;
 
@@ -270,137 +269,6 @@ pub enum DeadLetterDecision {
     GaveUp,
 }
 
-// ---------------------------------------------------------------------------------------
-// Circuit breaker
-// ---------------------------------------------------------------------------------------
-
-/// A per-destination circuit breaker (DSP-6): after `threshold` consecutive failed sends
-/// the destination is skipped for `cool_down`, then one attempt is let through; its
-/// success closes the breaker, its failure opens it again.
-///
-/// Keep one breaker per (transport, destination), cloned from the options' template. All
-/// instants are database time.
-///
-/// ```
-/// use std::time::Duration;
-/// use relayer_core::{CircuitBreaker, Timestamp};
-/// let mut breaker = CircuitBreaker::new(2, Duration::from_secs(30)).unwrap();
-/// let t0 = Timestamp::EPOCH;
-/// breaker.record_failure(t0);
-/// assert!(breaker.allows(t0));
-/// breaker.record_failure(t0);
-/// assert!(!breaker.allows(t0.saturating_add(Duration::from_secs(29))));
-/// assert!(breaker.allows(t0.saturating_add(Duration::from_secs(30))), "one probe");
-/// assert!(!breaker.allows(t0.saturating_add(Duration::from_secs(30))), "only one");
-/// breaker.record_success();
-/// assert!(breaker.allows(t0.saturating_add(Duration::from_secs(31))));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CircuitBreaker {
-    threshold: NonZeroU32,
-    cool_down: Duration,
-    state: BreakerState,
-}
-
-/// Where a [`CircuitBreaker`] stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BreakerState {
-    /// Sends flow; `consecutive_failures` is below the threshold.
-    Closed {
-        /// Failed sends since the last success.
-        consecutive_failures: u32,
-    },
-    /// Sends are skipped until `opened_at + cool_down`.
-    Open {
-        /// When the breaker tripped.
-        opened_at: Timestamp,
-    },
-    /// One probe is in flight since `probe_at`; others are skipped until it reports, or
-    /// until another cool-down passes without a report (a lost probe).
-    HalfOpen {
-        /// When the probe was let through.
-        probe_at: Timestamp,
-    },
-}
-
-impl fmt::Display for BreakerState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            BreakerState::Closed { .. } => "closed",
-            BreakerState::Open { .. } => "open",
-            BreakerState::HalfOpen { .. } => "half-open",
-        })
-    }
-}
-
-impl CircuitBreaker {
-    /// A closed breaker. `threshold` must be at least 1 and `cool_down` positive.
-    pub fn new(threshold: u32, cool_down: Duration) -> Result<Self, OptionsError> {
-        let threshold = check_nonzero(Field::bare("threshold"), threshold)?;
-        check_positive(Field::bare("cool_down"), cool_down)?;
-        Ok(Self::from_validated(threshold, cool_down))
-    }
-
-    /// For options whose fields were validated already.
-    pub(crate) const fn from_validated(threshold: NonZeroU32, cool_down: Duration) -> Self {
-        CircuitBreaker { threshold, cool_down, state: BreakerState::Closed { consecutive_failures: 0 } }
-    }
-
-    /// Consecutive failures that open the breaker.
-    pub const fn threshold(&self) -> u32 {
-        self.threshold.get()
-    }
-
-    /// How long an open breaker skips its destination.
-    pub const fn cool_down(&self) -> Duration {
-        self.cool_down
-    }
-
-    /// The current state, e.g. for metrics.
-    pub const fn state(&self) -> BreakerState {
-        self.state
-    }
-
-    /// Whether a send to the destination may be attempted at `now`. An open breaker whose
-    /// cool-down has passed lets exactly one attempt through and turns half-open; call
-    /// this once per send you are about to make.
-    pub fn allows(&mut self, now: Timestamp) -> bool {
-        match self.state {
-            BreakerState::Closed { .. } => true,
-            BreakerState::Open { opened_at: since } | BreakerState::HalfOpen { probe_at: since } => {
-                let due = now >= since.saturating_add(self.cool_down);
-                if due {
-                    self.state = BreakerState::HalfOpen { probe_at: now };
-                }
-                due
-            }
-        }
-    }
-
-    /// A send succeeded: the destination works, so the breaker closes.
-    pub fn record_success(&mut self) {
-        self.state = BreakerState::Closed { consecutive_failures: 0 };
-    }
-
-    /// A send failed at `now`: counts toward the threshold while closed, re-opens a
-    /// half-open breaker. A failure reported while open (a send that was already in flight)
-    /// leaves the cool-down as it is.
-    pub fn record_failure(&mut self, now: Timestamp) {
-        match self.state {
-            BreakerState::Closed { consecutive_failures } => {
-                let failures = consecutive_failures.saturating_add(1);
-                self.state = if failures >= self.threshold.get() {
-                    BreakerState::Open { opened_at: now }
-                } else {
-                    BreakerState::Closed { consecutive_failures: failures }
-                };
-            }
-            BreakerState::HalfOpen { .. } => self.state = BreakerState::Open { opened_at: now },
-            BreakerState::Open { .. } => {}
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -518,53 +386,5 @@ mod tests {
         let foreign = DeadLetterRow { original_topic: None, ..row(0, 0) };
         assert_eq!(redrive.decide(&foreign, Timestamp::MAX), Untouched);
         assert_eq!(expire.decide(&foreign, Timestamp::MAX), Untouched);
-    }
-
-    #[test]
-    fn breaker_opens_after_threshold_and_probes_once_dsp_6() {
-        let mut breaker = CircuitBreaker::new(3, secs(30)).unwrap();
-        for _ in 0..2 {
-            breaker.record_failure(at(0));
-            assert!(breaker.allows(at(0)));
-        }
-        breaker.record_success();
-        assert_eq!(breaker.state(), BreakerState::Closed { consecutive_failures: 0 });
-        for _ in 0..3 {
-            breaker.record_failure(at(10));
-        }
-        assert_eq!(breaker.state(), BreakerState::Open { opened_at: at(10) });
-        assert!(!breaker.allows(at(39)));
-        breaker.record_failure(at(39)); // a send that was in flight: no new cool-down
-        assert!(breaker.allows(at(40)));
-        assert_eq!(breaker.state(), BreakerState::HalfOpen { probe_at: at(40) });
-        assert!(!breaker.allows(at(41)));
-        breaker.record_failure(at(42));
-        assert_eq!(breaker.state(), BreakerState::Open { opened_at: at(42) });
-        assert!(!breaker.allows(at(71)));
-        assert!(breaker.allows(at(72)));
-        breaker.record_success();
-        assert!(breaker.allows(at(72)));
-        assert_eq!(breaker.state().to_string(), "closed");
-    }
-
-    #[test]
-    fn a_lost_probe_is_replaced_after_another_cool_down() {
-        let mut breaker = CircuitBreaker::new(1, secs(30)).unwrap();
-        breaker.record_failure(at(0));
-        assert!(breaker.allows(at(30)));
-        assert!(!breaker.allows(at(59)));
-        assert!(breaker.allows(at(60)));
-    }
-
-    #[test]
-    fn breaker_is_validated() {
-        assert_eq!(
-            CircuitBreaker::new(0, secs(1)).unwrap_err().to_string(),
-            "threshold: 0 must be at least 1"
-        );
-        assert_eq!(
-            CircuitBreaker::new(1, Duration::ZERO).unwrap_err().to_string(),
-            "cool_down: 0s must be positive"
-        );
     }
 }

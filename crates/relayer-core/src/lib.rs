@@ -1,5 +1,6 @@
 //! relayer's core: the message model, the transport, lock and store traits, and every
-//! piece of pure policy (backoff, keyset cursor, eligibility, options, identifiers).
+//! piece of pure policy (backoff, keyset cursor, eligibility, retry decisions, circuit
+//! breakers, options, identifiers).
 //!
 //! This crate does no I/O and depends on no database driver. Decisions take the
 //! database's `now` as an argument, so they can be tested — and reused in your own
@@ -7,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod backoff;
+pub mod breaker;
 pub mod cursor;
 pub mod duration;
 pub mod eligibility;
@@ -14,6 +16,7 @@ pub mod lock;
 pub mod message;
 pub mod namespace;
 pub mod options;
+pub mod retry;
 pub mod store;
 pub mod time;
 pub mod transport;
@@ -48,13 +51,14 @@ pub use uuid::Uuid;
 
 // Pure policy: backoff, cursor, durations, eligibility, options.
 pub use backoff::{PassBackoff, RetryBackoff};
+pub use breaker::{BreakerState, CircuitBreaker, CircuitBreakers};
 pub use cursor::{KeysetCursor, PageEnd, PassPlan, RecoveryPage, ScanWindow};
 pub use duration::{DurationError, HumanDuration, Retention};
 pub use eligibility::{
-    BreakerState, CircuitBreaker, DeadLetterAction, DeadLetterDecision, DeadLetterPolicy, DeadLetterRow,
-    OutboxRow, RetentionTable,
+    DeadLetterAction, DeadLetterDecision, DeadLetterPolicy, DeadLetterRow, OutboxRow, RetentionTable,
 };
 pub use options::{
     CleanupOptions, CleanupOptionsBuilder, DeadLetterOptions, DeadLetterOptionsBuilder, DispatcherOptions,
     DispatcherOptionsBuilder, OptionsError, SweeperOptions, SweeperOptionsBuilder,
 };
+pub use retry::{FailureDecision, RetryPolicy, retry_or_bury};

@@ -34,8 +34,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha1::{Digest, Sha1};
 
 use crate::backoff::{PassBackoff, RetryBackoff};
+use crate::breaker::CircuitBreaker;
 use crate::duration::{HumanDuration, Retention};
-use crate::eligibility::{CircuitBreaker, RetentionTable};
+use crate::eligibility::RetentionTable;
+use crate::retry::RetryPolicy;
 
 /// The largest batch any worker reads or deletes in one statement.
 pub const MAX_BATCH_SIZE: u32 = 10_000;
@@ -55,6 +57,9 @@ pub const MAX_LINGER: Duration = SECOND;
 
 /// The most unordered pass loops one dispatcher runs side by side.
 pub const MAX_CONCURRENCY: u32 = 64;
+
+/// The send deadline of a batch when `send_timeout` is not set (and the claim allows it).
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The largest body size limit that may be configured: 1 GiB, PostgreSQL's `bytea` limit.
 pub const MAX_BODY_BYTES_LIMIT: usize = 1 << 30;
@@ -155,6 +160,12 @@ impl SettingValue for Option<NonZeroU32> {
     }
 }
 
+impl SettingValue for Option<Duration> {
+    fn render(self) -> String {
+        self.map_or_else(|| "none".to_owned(), SettingValue::render)
+    }
+}
+
 impl SettingValue for Duration {
     fn render(self) -> String {
         HumanDuration(self).to_string()
@@ -242,6 +253,21 @@ pub(crate) fn check_not_above(
     Err(OptionsError::new(field, value, problem))
 }
 
+/// `value <= other / 2`; the message names the other field with its section, since it may
+/// belong to another worker's options.
+pub(crate) fn check_at_most_half(
+    field: Field,
+    value: Duration,
+    other_field: Field,
+    other: Duration,
+) -> Result<(), OptionsError> {
+    if value <= other / 2 {
+        return Ok(());
+    }
+    let problem = format!("must be at most half of {other_field} ({})", other.render());
+    Err(OptionsError::new(field, value, problem))
+}
+
 /// `value > other`; the message names the other field without its section.
 pub(crate) fn check_greater(
     field: Field,
@@ -254,6 +280,28 @@ pub(crate) fn check_greater(
     }
     let problem = format!("must be greater than {} ({})", other_field.name, other.render());
     Err(OptionsError::new(field, value, problem))
+}
+
+/// A serde adapter for an optional duration written as a human string, absent when `None`.
+mod human_option {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::duration::HumanDuration;
+
+    pub(super) fn serialize<S: Serializer>(
+        value: &Option<Duration>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        value.map(HumanDuration).serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<HumanDuration>::deserialize(deserializer)?.map(|duration| duration.0))
+    }
 }
 
 /// Serde adapters for `NonZeroU32` settings whose errors name the field, as the
@@ -476,6 +524,13 @@ worker_options! {
         /// on at once. Default 3ms; 0s..=1s.
         #[serde(with = "crate::duration::human")]
         linger: Duration = 3 * MILLISECOND;
+        /// Longest a transport's `send` of one batch may take; a send still running then
+        /// is abandoned and fails each message of its batch transiently (TRN-5). Default
+        /// none: 10s, or half of `claim_duration` when that is shorter. When set: positive,
+        /// at most half of `claim_duration` (and of the sweeper's `lease_duration`), so a
+        /// timed-out batch still completes within its claim.
+        #[serde(with = "human_option", skip_serializing_if = "Option::is_none")]
+        send_timeout: Option<Duration> = None;
     }
 }
 
@@ -492,7 +547,17 @@ impl DispatcherOptionsBuilder {
         check_interval(field("max_backoff"), self.max_backoff)?;
         check_range(field("max_body_bytes"), self.max_body_bytes, 1..=MAX_BODY_BYTES_LIMIT)?;
         check_range(field("concurrency"), self.concurrency, 1..=MAX_CONCURRENCY)?;
-        check_range(field("linger"), self.linger, Duration::ZERO..=MAX_LINGER)
+        check_range(field("linger"), self.linger, Duration::ZERO..=MAX_LINGER)?;
+        if let Some(send_timeout) = self.send_timeout {
+            check_positive(field("send_timeout"), send_timeout)?;
+            check_at_most_half(
+                field("send_timeout"),
+                send_timeout,
+                field("claim_duration"),
+                self.claim_duration,
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -510,6 +575,32 @@ impl DispatcherOptions {
     /// The polling schedule, backing off after failed polls.
     pub fn pass_backoff(&self) -> PassBackoff {
         PassBackoff::from_validated(self.poll_interval(), self.max_backoff())
+    }
+
+    /// The retry and poison policy: `max_attempts` and the retry backoff (DSP-3, DSP-5).
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy { max_attempts: self.max_attempts(), backoff: self.retry_backoff() }
+    }
+
+    /// Checks that a recovery sweeper sending with these options fits its lease: a batch's
+    /// `send_timeout` at most half of the sweeper's `lease_duration` (TRN-5), so a pass
+    /// whose sends time out still completes and renews within its lease.
+    /// A `send_timeout` left unset fits any lease: the sweeper bounds its sends by half its
+    /// lease anyway.
+    pub fn check_fits_sweeper(&self, sweeper: &SweeperOptions) -> Result<(), OptionsError> {
+        let Some(send_timeout) = self.send_timeout() else { return Ok(()) };
+        check_at_most_half(
+            Field::new(Self::SECTION, "send_timeout"),
+            send_timeout,
+            Field::new(SweeperOptions::SECTION, "lease_duration"),
+            sweeper.lease_duration(),
+        )
+    }
+
+    /// The deadline of one batch's send: `send_timeout`, or when unset 10s or half of
+    /// `claim_duration`, whichever is shorter (TRN-5).
+    pub fn effective_send_timeout(&self) -> Duration {
+        self.send_timeout().unwrap_or_else(|| DEFAULT_SEND_TIMEOUT.min(self.claim_duration() / 2))
     }
 }
 
@@ -681,6 +772,7 @@ mod tests {
         assert_eq!(dispatcher.breaker_cool_down(), secs(30));
         assert_eq!(dispatcher.poll_interval(), secs(1));
         assert_eq!(dispatcher.max_body_bytes(), 1_048_576);
+        assert_eq!((dispatcher.send_timeout(), dispatcher.effective_send_timeout()), (None, secs(10)));
 
         let sweeper = SweeperOptions::builder().build().unwrap();
         assert_eq!(sweeper, SweeperOptions::default());
@@ -911,5 +1003,29 @@ mod tests {
         assert_eq!(SweeperOptions::default().pass_backoff().wait_after(10), secs(60));
         assert_eq!(CleanupOptions::default().pass_backoff().wait_after(1), secs(60));
         assert_eq!(DeadLetterOptions::default().pass_backoff().wait_after(3), secs(900));
+    }
+
+    #[test]
+    fn send_timeout_must_fit_inside_the_claim_and_the_sweeper_lease_trn_5() {
+        let error = DispatcherOptions::builder().send_timeout(Some(secs(16))).build().unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "dispatcher.send_timeout: 16s must be at most half of dispatcher.claim_duration (30s)"
+        );
+        let error = DispatcherOptions::builder().send_timeout(Some(Duration::ZERO)).build().unwrap_err();
+        assert_eq!(error.field(), "dispatcher.send_timeout");
+        let short_claim = DispatcherOptions::builder().claim_duration(secs(2)).build().unwrap();
+        assert_eq!(short_claim.effective_send_timeout(), secs(1), "unset: half the claim");
+        assert_eq!(short_claim.check_fits_sweeper(&SweeperOptions::default()), Ok(()));
+        let fits = DispatcherOptions::builder().send_timeout(Some(secs(15))).build().unwrap();
+        assert_eq!(fits.effective_send_timeout(), secs(15));
+        let parsed: DispatcherOptions = toml::from_str("send_timeout = \"5s\"").unwrap();
+        assert_eq!(parsed.send_timeout(), Some(secs(5)));
+        assert_eq!(fits.check_fits_sweeper(&SweeperOptions::default()), Ok(()));
+        let short_lease = SweeperOptions::builder().lease_duration(secs(20)).build().unwrap();
+        assert_eq!(
+            fits.check_fits_sweeper(&short_lease).unwrap_err().to_string(),
+            "dispatcher.send_timeout: 15s must be at most half of sweeper.lease_duration (20s)"
+        );
     }
 }

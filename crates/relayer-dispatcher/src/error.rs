@@ -1,4 +1,5 @@
-//! The dispatcher's error: a setup problem found at start, or a storage failure of a pass.
+//! The dispatcher's error, grouped as the other workers' are: the setup, the schema, the
+//! pool, or a storage failure of a pass.
 
 use relayer_postgres::StorageError;
 
@@ -9,6 +10,9 @@ pub enum DispatchError {
     /// The setup is unusable (e.g. no transport registered); nothing was started (OPT-5).
     #[error("dispatcher setup: {0}")]
     Setup(String),
+    /// The namespace's schema is missing or too old: nothing was started (NS-3, OPT-5).
+    #[error("dispatcher cannot start: {0}")]
+    Schema(StorageError),
     /// No pooled connection could be had (the database is down or the pool exhausted).
     #[error("no pooled connection: {0}")]
     Pool(String),
@@ -25,7 +29,7 @@ impl DispatchError {
     /// Whether retrying later may succeed.
     pub fn is_transient(&self) -> bool {
         match self {
-            DispatchError::Setup(_) => false,
+            DispatchError::Setup(_) | DispatchError::Schema(_) => false,
             DispatchError::Pool(_) => true,
             DispatchError::Storage(error) => error.is_transient(),
         }

@@ -1,37 +1,46 @@
 //! relayer's dispatcher: moves committed outbox rows to their transports (§4, §5).
 //!
-//! The model. A [`Dispatcher`] runs passes. A pass takes one pooled connection and:
+//! The model. A [`Dispatcher`] runs passes, like every relayer worker, on relayer-worker's
+//! [`PassLoop`](relayer_worker::PassLoop): `concurrency` loops of unordered passes and one
+//! loop of lane passes. A pass borrows one pooled connection and:
 //!
 //! 1. claims up to `batch_size` due, unordered rows nobody holds (a conditional `UPDATE`
 //!    that commits on its own and stamps the pass's random token and a deadline,
 //!    DSP-1), leaving out destinations whose circuit breaker is open (DSP-6);
-//! 2. groups them by (transport, destination), splits each group by the transport's batch
-//!    limit (DSP-2), sends the groups concurrently, and maps every message's outcome —
-//!    a transport error, a wrong number of outcomes or a panic fails the whole batch;
+//! 2. sends them through the transport-generic [`SendPath`](relayer_delivery::SendPath)
+//!    (grouping by destination, batch limits, per-message outcomes, a deadline per batch
+//!    and for the whole send step so no send outlives the claim, TRN-5; DSP-2..6);
 //! 3. completes the batch in one statement fenced by the token: accepted rows deleted,
 //!    failed rows retried after the per-row backoff or, with `max_attempts`, moved to the
-//!    dead table (DSP-3, DSP-5), and rows that could not be decoded (or name a transport
-//!    missing from the registry) moved to the dead table with the reason (SPEC §15);
-//! 4. claims ordered lanes and sends each lane's head, one at a time per lane and lanes
-//!    side by side, parking a lane whose head is poison or cannot be decoded (LAN-1..5).
+//!    dead table ([`retry_or_bury`](relayer_core::retry_or_bury), DSP-3, DSP-5); and when
+//!    a destination's breaker tripped, holds back its other due rows for the cool-down in
+//!    one statement, so no later claim reads them; rows that could not be decoded (or name
+//!    a transport missing from the registry) move to the dead table with the reason (SPEC §15);
+//! 4. (lane passes) claims ordered lanes whose head goes to no tripped destination and
+//!    sends each lane's head, one at a time per lane and lanes side by side, parking a lane
+//!    whose head is poison or cannot be decoded (LAN-1..5, SPEC §15).
 //!
 //! Passes run when a notification arrives on the namespace's channel (the writer notifies
-//! in its own transaction, OUT-4), at once again while a pass finds a full batch, and every
-//! `poll_interval` otherwise. A failed pass is logged and retried with backoff (RES-1,
-//! RES-2); nothing a transport does — errors, panics, slowness — ends the task.
-//! The writing process may also call [`Dispatcher::dispatch_now`] after its commit to send
-//! the rows it just wrote without waiting for a pass.
+//! in its own transaction, OUT-4; see [`Dispatcher::listening`]), at once again while a
+//! pass finds a full batch and moves rows, and every `poll_interval` otherwise. A pass that
+//! moved nothing never triggers another at once, so an open breaker cannot make a loop
+//! spin. A failed pass is logged and retried with backoff (RES-1, RES-2); nothing a
+//! transport does — errors, panics, hangs — ends a loop. The writing process may also call
+//! [`Dispatcher::dispatch_now`] after its commit to send the rows it just wrote without
+//! waiting for a pass. Tests and health checks follow the loops through
+//! [`Dispatcher::subscribe`].
 //!
 //! ```no_run
 //! # async fn example(transports: std::sync::Arc<relayer_core::TransportRegistry>)
 //! #     -> Result<(), Box<dyn std::error::Error>> {
 //! use relayer_core::{DispatcherOptions, Namespace, NewMessage};
-//! use relayer_dispatcher::Dispatcher;
+//! use relayer_dispatcher::{Dispatcher, asynchronous_commit};
 //! use tokio_util::sync::CancellationToken;
 //!
 //! let config: tokio_postgres::Config = "host=127.0.0.1 user=postgres dbname=app".parse()?;
-//! let dispatcher =
-//!     Dispatcher::new(DispatcherOptions::default(), Namespace::default(), transports, config.clone(), 2).await?;
+//! let pool = relayer_postgres::connect_pool(asynchronous_commit(config.clone()), 2).await?;
+//! let dispatcher = Dispatcher::new(pool, Namespace::default(), DispatcherOptions::default(), transports)?
+//!     .listening(config.clone());
 //! let shutdown = CancellationToken::new();
 //! let worker = tokio::spawn({
 //!     let (dispatcher, shutdown) = (dispatcher.clone(), shutdown.clone());
@@ -46,7 +55,7 @@
 //! dispatcher.dispatch_now(&written).await?; // optional: send at once from this process
 //!
 //! shutdown.cancel();
-//! worker.await?;
+//! worker.await??;
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
@@ -55,8 +64,11 @@ mod dispatcher;
 mod error;
 mod lanes;
 mod listen;
-mod send;
+mod pass;
+mod report;
+mod unordered;
+mod wake;
 
-pub use dispatcher::{Dispatcher, PassReport};
+pub use dispatcher::{Dispatcher, asynchronous_commit};
 pub use error::DispatchError;
-pub use send::{SendPath, SendTally};
+pub use report::PassReport;

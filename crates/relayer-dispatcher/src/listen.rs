@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use relayer_core::{PassBackoff, error_chain};
 
-use crate::dispatcher::Wake;
+use crate::wake::Wake;
 use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 

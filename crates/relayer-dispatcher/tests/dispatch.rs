@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{Sink, TestTransport, count, database, dispatcher, eventually, options};
+use common::{Sink, TestTransport, count, database, dispatcher, eventually, options, passes_send};
 use relayer_core::{Delivery, NewMessage};
 use relayer_postgres::EnqueueError;
+use relayer_test_support::within;
 use tokio_util::sync::CancellationToken;
 
 fn message(n: usize) -> NewMessage {
@@ -24,7 +25,7 @@ fn spawn_run(
     let shutdown = CancellationToken::new();
     let task = tokio::spawn({
         let (dispatcher, shutdown) = (dispatcher.clone(), shutdown.clone());
-        async move { dispatcher.run(shutdown).await }
+        async move { dispatcher.run(shutdown).await.unwrap() }
     });
     (shutdown, task)
 }
@@ -108,13 +109,14 @@ async fn a_partially_failed_batch_deletes_accepted_rows_and_retries_the_failed_o
     assert_eq!(transport.accepted().len(), 3);
 }
 
-/// DSP-1, DSP-3, DSP-7: a dispatcher whose claim expired (slow transport) deletes nothing;
-/// the row is taken over, sent again and deleted by the new owner — never lost.
+/// TRN-5, DSP-1: a send slower than its claim allows is cut off at the send deadline
+/// (half the claim), so it can never outlive the claim: the row is released as a transient
+/// failure before another dispatcher could take it over, and is then sent and deleted once.
 #[tokio::test]
-async fn an_expired_claim_is_fenced_out_and_the_row_is_sent_again() {
+async fn a_send_slower_than_its_claim_is_cut_off_and_the_row_retried_never_fenced_out_trn_5() {
     let db = database().await;
     let mut slow = TestTransport::new("test");
-    slow.delay = Duration::from_secs(3);
+    slow.delay = Duration::from_secs(3600);
     let slow = Arc::new(slow);
     let fast = Arc::new(TestTransport::new("test"));
     let short_claim = options().claim_duration(Duration::from_secs(1));
@@ -123,31 +125,25 @@ async fn an_expired_claim_is_fenced_out_and_the_row_is_sent_again() {
     let client = db.connect().await;
     a.writer().enqueue(&client, &[message(0)]).await.unwrap();
 
-    let slow_pass = tokio::spawn({
-        let (a, config) = (a.clone(), db.config());
-        async move {
-            let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
-            tokio::spawn(connection);
-            a.run_once(&client).await.unwrap()
-        }
-    });
-    eventually("the slow dispatcher has claimed the row and is sending", || async {
-        slow.calls.load(Ordering::SeqCst) == 1
-    })
-    .await;
-    eventually("the second dispatcher takes the expired claim over and sends", || async {
+    let report = within(a.run_once(&client)).await.unwrap();
+    assert_eq!(
+        (report.claimed, report.sent, report.failed, report.timed_out, report.fenced_out),
+        (1, 0, 1, 1, 0),
+        "the hung send was abandoned and its row released within the claim"
+    );
+    let attempts: i32 = client
+        .query_one(&format!("SELECT attempts FROM {}", db.namespace().table("outbox")), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(attempts, 1, "a timed-out send is a failed attempt");
+    eventually("the row is retried and sent", || async {
         b.run_once(&client).await.unwrap();
         !fast.accepted().is_empty()
     })
     .await;
-    let report = slow_pass.await.unwrap();
-    assert_eq!(
-        (report.claimed, report.sent, report.fenced_out),
-        (1, 1, 1),
-        "the slow send completed, fenced out"
-    );
     assert_eq!(fast.accepted().len(), 1);
-    assert_eq!(count(&client, &db, "outbox").await, 0, "deleted once, by the new owner");
+    assert_eq!(count(&client, &db, "outbox").await, 0, "deleted once");
 }
 
 /// DSP-4: a scheduled row is not sent before it is due, and is sent once due.
@@ -304,6 +300,7 @@ async fn a_writers_notify_wakes_a_dispatcher_elsewhere_without_polling() {
     let transport = Arc::new(TestTransport::new("test"));
     let dispatcher =
         dispatcher(&db, options().poll_interval(Duration::from_secs(3600)), transport.clone(), 1).await;
+    let mut events = dispatcher.subscribe();
     let (shutdown, task) = spawn_run(&dispatcher);
     let mut writer_client = db.connect().await;
     let writer = relayer_postgres::OutboxWriter::new(db.namespace(), ["test"]);
@@ -311,8 +308,8 @@ async fn a_writers_notify_wakes_a_dispatcher_elsewhere_without_polling() {
         let tx = writer_client.transaction().await.unwrap();
         writer.enqueue(&tx, &[message(round)]).await.unwrap();
         tx.commit().await.unwrap();
-        eventually("the notified dispatcher delivers", || async { transport.accepted().len() == round + 1 })
-            .await;
+        passes_send(&mut events, 1).await; // the notified dispatcher delivers
+        assert_eq!(transport.accepted().len(), round + 1);
     }
     shutdown.cancel();
     task.await.unwrap();
@@ -326,6 +323,7 @@ async fn a_silent_writer_wakes_its_own_dispatcher_with_committed() {
     let transport = Arc::new(TestTransport::new("test"));
     let dispatcher =
         dispatcher(&db, options().poll_interval(Duration::from_secs(3600)), transport.clone(), 2).await;
+    let mut events = dispatcher.subscribe();
     let (shutdown, task) = spawn_run(&dispatcher);
     let mut writer_client = db.connect().await;
     let writer = dispatcher.writer().without_notify();
@@ -334,8 +332,8 @@ async fn a_silent_writer_wakes_its_own_dispatcher_with_committed() {
         writer.enqueue(&tx, &[message(round)]).await.unwrap();
         tx.commit().await.unwrap();
         dispatcher.committed();
-        eventually("the woken dispatcher delivers", || async { transport.accepted().len() == round + 1 })
-            .await;
+        passes_send(&mut events, 1).await; // the woken dispatcher delivers
+        assert_eq!(transport.accepted().len(), round + 1);
     }
     shutdown.cancel();
     task.await.unwrap();

@@ -123,7 +123,9 @@ impl LaneStatements {
             // lanes_pkey for ownership and the upsert. The upsert succeeds only for lanes
             // neither parked nor held by a live claim, so two dispatchers never own one lane.
             // Besides the claimed lanes, one row with `visited` set says where the next pass
-            // resumes when the visit cap, not the end of the lanes, stopped this one.
+            // resumes when the visit cap, not the end of the lanes, stopped this one. A lane
+            // whose head goes to a tripped destination ($6, $7) is not claimed (DSP-6): one
+            // outbox_pkey probe per due head, and none while no breaker is open.
             claim: format!(
                 "WITH RECURSIVE heads AS ( \
                    (SELECT lane, seq, visible_at, 1 AS depth FROM {outbox} \
@@ -138,6 +140,9 @@ impl LaneStatements {
                    WHERE heads.visible_at <= now() \
                      AND NOT EXISTS (SELECT 1 FROM {lanes} l WHERE l.lane = heads.lane \
                                      AND (l.parked_at IS NOT NULL OR l.claimed_until > now())) \
+                     AND (cardinality($6::text[]) = 0 OR NOT EXISTS ( \
+                       SELECT 1 FROM {outbox} o WHERE o.seq = heads.seq AND (o.transport, o.destination) IN \
+                         (SELECT t, d FROM unnest($6::text[], $7::text[]) AS tripped(t, d)))) \
                    LIMIT $3), \
                  claimed AS ( \
                    INSERT INTO {lanes} AS l (lane, claim_token, claimed_until) \
@@ -258,8 +263,10 @@ impl LaneStatements {
 
     /// Claims up to `limit` lanes whose head is due and which are neither parked nor held,
     /// scanning lane keys after `after` (`""` from the start) and visiting at most
-    /// `visit_cap` lanes, for `claim`. Returns the lanes now owned under `token`, in key
-    /// order, and where the next claim should resume.
+    /// `visit_cap` lanes, for `claim`. A lane whose head goes to one of the `tripped`
+    /// (transport, destination) pairs is left alone (DSP-6). Returns the lanes now owned
+    /// under `token`, in key order, and where the next claim should resume.
+    #[allow(clippy::too_many_arguments)] // Each is one bound parameter of the statement.
     pub async fn claim(
         &self,
         client: &impl Executor,
@@ -268,8 +275,11 @@ impl LaneStatements {
         limit: u32,
         after: &str,
         visit_cap: u32,
+        tripped: &[(String, String)],
     ) -> Result<LaneClaim, StorageError> {
         let (claim_us, limit_rows, cap) = (micros(claim), i64::from(limit), i64::from(visit_cap.max(1)));
+        let tripped_transports: Vec<&str> = tripped.iter().map(|(t, _)| t.as_str()).collect();
+        let tripped_destinations: Vec<&str> = tripped.iter().map(|(_, d)| d.as_str()).collect();
         let rows = client
             .rows(
                 &self.claim,
@@ -279,6 +289,8 @@ impl LaneStatements {
                     (&limit_rows, Type::INT8),
                     (&after, Type::TEXT),
                     (&cap, Type::INT8),
+                    (&tripped_transports, Type::TEXT_ARRAY),
+                    (&tripped_destinations, Type::TEXT_ARRAY),
                 ],
             )
             .await

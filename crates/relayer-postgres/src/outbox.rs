@@ -286,6 +286,7 @@ impl OutboxWriter {
 pub struct OutboxStatements {
     claim_due: String,
     claim_seqs: String,
+    hold_back: String,
     complete: String,
     delete_accepted: String,
     complete_locked: String,
@@ -311,6 +312,22 @@ impl OutboxStatements {
                          (SELECT t, d FROM unnest($4::text[], $5::text[]) AS tripped(t, d)) \
                    ORDER BY visible_at LIMIT $3 FOR UPDATE SKIP LOCKED)) \
                  RETURNING {CLAIMED_COLUMNS}"
+            ),
+            // Index: outbox_due_idx, once per breaker trip (DSP-6): the tripped destination's
+            // rows due before its cool-down ends (retries just released included) move to its
+            // end, past every row other destinations have due, so later
+            // claims never step over them (a filter in the claim would heap-fetch every one
+            // of them in every claim). Rows another claim holds are skipped, not waited for.
+            hold_back: format!(
+                "WITH held AS ( \
+                   UPDATE {outbox} SET visible_at = now() + $3::int8 * interval '1 microsecond' \
+                   WHERE seq = ANY(ARRAY( \
+                     SELECT seq FROM {outbox} \
+                     WHERE lane IS NULL AND transport = $1 AND destination = $2 \
+                       AND visible_at < now() + $3::int8 * interval '1 microsecond' \
+                     FOR UPDATE SKIP LOCKED)) \
+                   RETURNING 1) \
+                 SELECT count(*) FROM held"
             ),
             // Index: outbox_pkey (seq = ANY($3)). Commit-triggered dispatch of known rows.
             claim_seqs: format!(
@@ -381,6 +398,30 @@ impl OutboxStatements {
             .await
             .map_err(|e| StorageError::database("claiming due outbox rows", e))?;
         self.codec.decode_all(&rows, 0)
+    }
+
+    /// Holds back the unordered rows of a destination whose circuit breaker just tripped
+    /// that would be due within `cool_down` (DSP-6): none is due again before its breaker
+    /// lets a probe through, so claims in the meantime never read them. Attempts are not
+    /// counted.
+    /// Returns how many rows were held back.
+    pub async fn hold_back(
+        &self,
+        client: &impl Executor,
+        transport: &str,
+        destination: &str,
+        cool_down: Duration,
+    ) -> Result<u64, StorageError> {
+        let cool_down_us = micros(cool_down);
+        let rows = client
+            .rows(
+                &self.hold_back,
+                &[(&transport, Type::TEXT), (&destination, Type::TEXT), (&cool_down_us, Type::INT8)],
+            )
+            .await
+            .map_err(|e| StorageError::database("holding back a tripped destination's rows", e))?;
+        let held: i64 = rows.first().map_or(0, |row| row.get(0));
+        Ok(u64::try_from(held).unwrap_or(0))
     }
 
     /// Claims those of `seqs` that are unordered, due and free, for `claim`: the

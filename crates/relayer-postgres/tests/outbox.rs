@@ -260,10 +260,13 @@ async fn lanes_have_one_owner_and_advance_head_by_head() {
     let lanes = LaneStatements::new(db.namespace());
     let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
     assert_eq!(
-        lanes.claim(&client, a, CLAIM, 10, "", 40).await.unwrap().lanes,
+        lanes.claim(&client, a, CLAIM, 10, "", 40, &[]).await.unwrap().lanes,
         vec!["a".to_owned(), "b".to_owned()]
     );
-    assert!(lanes.claim(&client, b, CLAIM, 10, "", 40).await.unwrap().lanes.is_empty(), "lanes are held");
+    assert!(
+        lanes.claim(&client, b, CLAIM, 10, "", 40, &[]).await.unwrap().lanes.is_empty(),
+        "lanes are held"
+    );
     assert_eq!(lanes.head(&client, "a", b, CLAIM).await.unwrap(), LaneHead::Lost);
 
     let LaneHead::Due(head) = lanes.head(&client, "a", a, CLAIM).await.unwrap() else { panic!("head due") };
@@ -277,7 +280,7 @@ async fn lanes_have_one_owner_and_advance_head_by_head() {
     lanes.release_claim(&client, "a", a).await.unwrap();
     lanes.release_claim(&client, "b", a).await.unwrap();
     // b is free again; a is empty and forgotten.
-    assert_eq!(lanes.claim(&client, b, CLAIM, 10, "", 40).await.unwrap().lanes, vec!["b".to_owned()]);
+    assert_eq!(lanes.claim(&client, b, CLAIM, 10, "", 40, &[]).await.unwrap().lanes, vec!["b".to_owned()]);
     assert_eq!(count(&client, &db, "lanes").await, 1);
 }
 
@@ -290,7 +293,7 @@ async fn parked_lanes_block_until_released_or_skipped_with_an_audit_record() {
     let written = writer(&db).enqueue(&client, &batch).await.unwrap();
     let lanes = LaneStatements::new(db.namespace());
     let token = Uuid::new_v4();
-    assert_eq!(lanes.claim(&client, token, CLAIM, 10, "", 40).await.unwrap().lanes.len(), 1);
+    assert_eq!(lanes.claim(&client, token, CLAIM, 10, "", 40, &[]).await.unwrap().lanes.len(), 1);
     assert!(
         lanes
             .fail_head(
@@ -312,7 +315,7 @@ async fn parked_lanes_block_until_released_or_skipped_with_an_audit_record() {
     );
     assert_eq!(lanes.head(&client, "a", token, CLAIM).await.unwrap(), LaneHead::Lost, "parked");
     assert!(
-        lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, "", 40).await.unwrap().lanes.is_empty(),
+        lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, "", 40, &[]).await.unwrap().lanes.is_empty(),
         "parked lanes are not claimed"
     );
     let parked = lanes.parked_lanes(&client).await.unwrap();
@@ -326,7 +329,7 @@ async fn parked_lanes_block_until_released_or_skipped_with_an_audit_record() {
     assert!(!lanes.release_lane(&client, "a", "alice").await.unwrap(), "not parked any more");
     let token = Uuid::new_v4();
     assert_eq!(
-        lanes.claim(&client, token, CLAIM, 10, "", 40).await.unwrap().lanes.len(),
+        lanes.claim(&client, token, CLAIM, 10, "", 40, &[]).await.unwrap().lanes.len(),
         1,
         "released head is due at once"
     );
@@ -341,7 +344,7 @@ async fn parked_lanes_block_until_released_or_skipped_with_an_audit_record() {
     assert_eq!(lanes.skip_lane_head(&client, "a", "bob").await.unwrap(), None);
     assert_eq!(count(&client, &db, "dead").await, 1);
     let token = Uuid::new_v4();
-    assert_eq!(lanes.claim(&client, token, CLAIM, 10, "", 40).await.unwrap().lanes.len(), 1);
+    assert_eq!(lanes.claim(&client, token, CLAIM, 10, "", 40, &[]).await.unwrap().lanes.len(), 1);
     let LaneHead::Due(head) = lanes.head(&client, "a", token, CLAIM).await.unwrap() else {
         panic!("head due")
     };
@@ -484,13 +487,13 @@ async fn a_lane_claim_visits_at_most_its_cap_and_resumes_after_it() {
     writer(&db).enqueue(&client, &batch).await.unwrap();
     let lanes = LaneStatements::new(db.namespace());
 
-    let first = lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, "", 8).await.unwrap();
+    let first = lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, "", 8, &[]).await.unwrap();
     assert!(first.lanes.is_empty());
     assert_eq!(first.resume_after, "a07", "the walk stopped at its cap of 8 lanes");
     let mut after = first.resume_after;
     let mut claims = 1;
     let claimed = loop {
-        let claim = lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, &after, 8).await.unwrap();
+        let claim = lanes.claim(&client, Uuid::new_v4(), CLAIM, 10, &after, 8, &[]).await.unwrap();
         claims += 1;
         if !claim.lanes.is_empty() {
             break claim;

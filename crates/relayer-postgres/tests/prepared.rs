@@ -185,7 +185,7 @@ async fn every_other_worker_statement_stays_bounded_under_a_generic_plan() {
     mixed.retry(1, "down", CLAIM);
     mixed.defer(2, CLAIM);
     assert_eq!(outbox.complete(&client, token, &mixed).await.unwrap().fenced_out, 2);
-    assert!(lanes.claim(&client, token, CLAIM, 3, "", 12).await.unwrap().lanes.is_empty());
+    assert!(lanes.claim(&client, token, CLAIM, 3, "", 12, &[]).await.unwrap().lanes.is_empty());
     assert_eq!(retention.delete_expired_dead(&client, Duration::from_secs(60), 5).await.unwrap(), 0);
     // Cleanup's batch under its lease, planned on an empty dead table too.
     let cleanup_lease = {
@@ -221,7 +221,7 @@ async fn every_other_worker_statement_stays_bounded_under_a_generic_plan() {
         (report.deleted, report.released, report.deferred, report.dead, report.fenced_out),
         (1, 1, 1, 1, 0)
     );
-    let lane_claim = lanes.claim(&client, token, CLAIM, 3, "", 12).await.unwrap();
+    let lane_claim = lanes.claim(&client, token, CLAIM, 3, "", 12, &[]).await.unwrap();
     assert_eq!(lane_claim.lanes.len(), 3, "{lane_claim:?}");
 
     // The locked completion, inside a pass's transaction.

@@ -88,10 +88,11 @@ async fn outbox_messages_are_dispatched_into_the_queue_table() {
         PgQueueTransport::new(relayer_postgres::connect_pool(db.config(), 1).await.unwrap(), db.namespace())
             .with_batch_limit(NonZeroUsize::new(4).unwrap());
     let registry = Arc::new(TransportRegistry::new().with(Arc::new(transport)).unwrap());
+    let pool = relayer_postgres::connect_pool(relayer_dispatcher::asynchronous_commit(db.config()), 1)
+        .await
+        .unwrap();
     let dispatcher =
-        Dispatcher::new(DispatcherOptions::default(), db.namespace().clone(), registry, db.config(), 1)
-            .await
-            .unwrap();
+        Dispatcher::new(pool, db.namespace().clone(), DispatcherOptions::default(), registry).unwrap();
     let client = db.connect().await;
     let batch: Vec<NewMessage> =
         (0..10).map(|n| NewMessage::new("queue", "invoices", vec![n]).header("n", n.to_string())).collect();

@@ -29,6 +29,13 @@ pub enum SweepError {
         /// The term the pass held.
         term: i64,
     },
+    /// The pass ran as long as its lease (or claim) allows and was rolled back, so it never
+    /// holds the lease row, its row locks or an old snapshot past its lease (TRN-5).
+    #[error("recovery sweeper pass outlived its lease ({limit:?}) and was rolled back")]
+    PassTimedOut {
+        /// How long the pass was allowed.
+        limit: std::time::Duration,
+    },
 }
 
 impl SweepError {
@@ -38,7 +45,10 @@ impl SweepError {
         match self {
             SweepError::Schema(_) => false,
             SweepError::Storage(error) => error.is_transient(),
-            SweepError::Pool(_) | SweepError::Transaction(..) | SweepError::LeaseLost { .. } => true,
+            SweepError::Pool(_)
+            | SweepError::Transaction(..)
+            | SweepError::LeaseLost { .. }
+            | SweepError::PassTimedOut { .. } => true,
         }
     }
 }

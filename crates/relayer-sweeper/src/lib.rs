@@ -25,14 +25,19 @@
 //!    dispatch (SWP-2) — and lock those rows conditionally: a row a concurrent dispatcher
 //!    holds is not returned and is counted as *skipped* (SWP-4). The row locks are the
 //!    claim; no claim is written;
-//! 4. send them through the dispatcher's own send path,
-//!    [`SendPath`](relayer_dispatcher::SendPath) — the same grouping by transport and
+//! 4. send them through the send path the dispatcher uses too,
+//!    [`SendPath`](relayer_delivery::SendPath) — the same grouping by transport and
 //!    destination, batch limits, per-message outcomes, panic catching, retry backoff, poison
-//!    and circuit breakers (DSP-2..6). The transport receives the row's envelope as it was
-//!    written: id, body, headers and creation context (SWP-5);
-//! 5. complete the rows (delete, retry release, move to the dead table — rows of the page
-//!    that could not be decoded too, with the reason, SPEC §15), renew the lease last (its
-//!    expiry restarts from the end of the pass), and commit.
+//!    and circuit breakers (DSP-2..6), and the same per-batch `send_timeout` (TRN-5). The
+//!    transport receives the row's envelope as it was written: id, body, headers and
+//!    creation context (SWP-5). The sends end by half the pass's limit whatever the
+//!    transports do: a batch still running fails transiently, one not started is released;
+//! 5. complete the rows (delete, retry release, move to the dead table — rows of the page that could
+//!    not be decoded too, with the reason, SPEC §15), renew the lease
+//!    last (its expiry restarts from the end of the pass), and commit. A pass still running
+//!    when its limit — `lease_duration` (the lease was taken or renewed as it began), or
+//!    the options' `lease_duration` without a lease — is up is rolled back, so it never holds the lease
+//!    row, its row locks or its snapshot past its lease, and another replica can lead.
 //!
 //! Steps 1 to 3 are one round trip: the lease acquisition and a single statement that
 //! captures the boundary, reads the page and locks it are sent together, and that statement
@@ -91,7 +96,7 @@
 //! ```no_run
 //! # async fn example(pool: relayer_postgres::PgPool, transports: std::sync::Arc<relayer_core::TransportRegistry>) {
 //! use relayer_core::{DispatcherOptions, Namespace, SweeperOptions};
-//! use relayer_dispatcher::SendPath;
+//! use relayer_delivery::SendPath;
 //! use relayer_sweeper::Sweeper;
 //! use tokio_util::sync::CancellationToken;
 //!

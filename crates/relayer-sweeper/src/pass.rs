@@ -1,12 +1,12 @@
 //! One sweep pass: lease, page, lock, send, complete, renew — one transaction (SWP-4).
 
 use std::sync::{Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use relayer_core::store::{HoldLease, LeaderCheck, Lease, LockOutbox, PageRequest, ScanRecovery};
 use relayer_core::{KeysetCursor, Namespace, PageEnd, PassPlan, SweeperOptions};
-use relayer_dispatcher::SendPath;
+use relayer_delivery::SendPath;
 use relayer_postgres::recovery::RecoveryStatements;
 use relayer_postgres::{LeaseStatements, OutboxStatements, PgClient, PgPool, PgStore, Prepared};
 use relayer_worker::{Leadership, Pass, PassOutcome};
@@ -53,7 +53,19 @@ impl SweepPass {
             term = empty, scanned = empty, claimed = empty, sent = empty, failed = empty, dead = empty,
             skipped = empty, wrapped = empty, duration_ms = empty);
         let started = Instant::now();
-        let result = self.sweep_in_transaction(client, shutdown).instrument(span.clone()).await;
+        // A pass never outlives its lease (TRN-5): the lease expires `lease_duration` after
+        // this pass's transaction began, and a pass still running then is dropped, which
+        // rolls its transaction back and frees the lease row and the page's row locks.
+        let limit = self.pass_limit();
+        let bounded = tokio::time::timeout(limit, self.sweep_in_transaction(client, shutdown));
+        let result = match bounded.instrument(span.clone()).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::warn!(target: TARGET, namespace = %self.namespace, ?limit,
+                    "sweep pass outlived its lease; rolled back, its rows are retried by a later pass");
+                Err(SweepError::PassTimedOut { limit })
+            }
+        };
         span.record("duration_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
         match &result {
             Ok(report) => {
@@ -165,7 +177,11 @@ impl SweepPass {
             if !found.locked.is_empty() {
                 // The row locks are the claim (SWP-4): they last until the pass commits with the
                 // lease renewal, so a claim nobody outside the transaction could see is not written.
-                sent = Some(self.send.send(found.locked).await);
+                // Sends end by half the pass's limit (TRN-5): a hung transport's batch fails
+                // transiently, batches not started are released, and the other half is left
+                // to complete, renew and commit.
+                let deadline = tokio::time::Instant::now() + self.pass_limit() / 2;
+                sent = Some(self.send.send(found.locked, deadline).await);
             }
         }
 
@@ -180,14 +196,27 @@ impl SweepPass {
                 "moving an undecodable row to the dead table");
         }
         completion.bury_undecodable(&found.undecodable);
-        let (written, renewed) =
-            tokio::join!(outbox.complete_locked(&completion), self.renew(&leases, lease.as_ref()));
-        let written = written?;
+        // Destinations that tripped in this pass: their rows due within the cool-down wait it
+        // out, so no page or claim reads them meanwhile (DSP-6). After the completion, which
+        // released the failed rows, in the pass's transaction.
+        let complete_and_hold_back = async {
+            let written = outbox.complete_locked(&completion).await?;
+            let cool_down = self.send.breakers().cool_down();
+            let mut held = 0;
+            for (transport, destination) in sent.iter().flat_map(|tally| &tally.tripped) {
+                held += self.outbox.hold_back(&on_tx, transport, destination, cool_down).await?;
+            }
+            Ok::<_, SweepError>((written, held))
+        };
+        let (completed, renewed) = tokio::join!(complete_and_hold_back, self.renew(&leases, lease.as_ref()));
+        let (written, held) = completed?;
+        report.held_back = held;
         renewed?;
         if let Some(tally) = &sent {
             report.sent = tally.accepted;
             report.failed = tally.failed;
             report.panics = tally.panics;
+            report.timed_out = tally.timed_out;
         }
         report.dead = written.dead;
         report.deferred = written.deferred;
@@ -199,6 +228,16 @@ impl SweepPass {
         tx.commit().await.map_err(|e| SweepError::Transaction("committing the pass", e))?;
         self.store_cursor(cursor);
         Ok(report)
+    }
+
+    /// The longest a pass may run: its lease (lease leadership), else the options'
+    /// `lease_duration` — the row locks are the claim, and they must not be held longer
+    /// than a leased pass would hold them.
+    fn pass_limit(&self) -> Duration {
+        match &self.leadership {
+            Leadership::Lease { lease_duration, .. } => *lease_duration,
+            Leadership::Advisory(..) | Leadership::EveryInstance => self.options.lease_duration(),
+        }
     }
 
     /// Restarts the lease's expiry as the transaction's last statement (LDR-2). A lease that

@@ -32,6 +32,10 @@ pub struct SweepReport {
     /// Locked rows that could not be decoded, moved to the dead table in the pass's
     /// transaction (SPEC §15); counted in `claimed` too.
     pub undecodable: u64,
+    /// Batches abandoned at their send deadline (TRN-5; their messages counted in `failed`).
+    pub timed_out: u64,
+    /// Rows of destinations that tripped in this pass, held back for the cool-down (DSP-6).
+    pub held_back: u64,
     /// The page ended the cursor's traversal: the next pass captures a new boundary.
     pub wrapped: bool,
     /// Shutdown began before the page was sent: nothing was claimed or sent.
@@ -50,6 +54,12 @@ impl fmt::Display for SweepReport {
         }
         if self.undecodable > 0 {
             write!(f, " undecodable={}", self.undecodable)?;
+        }
+        if self.timed_out > 0 {
+            write!(f, " timed_out={}", self.timed_out)?;
+        }
+        if self.held_back > 0 {
+            write!(f, " held_back={}", self.held_back)?;
         }
         if let Some(term) = self.term {
             write!(f, " term={term}")?;

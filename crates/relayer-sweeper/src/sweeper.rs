@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use relayer_core::{KeysetCursor, Namespace, SweeperOptions};
-use relayer_dispatcher::SendPath;
+use relayer_delivery::SendPath;
 use relayer_postgres::recovery::RecoveryStatements;
 use relayer_postgres::{LeaseStatements, OutboxStatements, PgClient, PgPool, verify_schema};
 use relayer_worker::{Leadership, Pass, PassLoop, PassOutcome, WorkerEvent, WorkerKind};
@@ -146,7 +146,7 @@ impl Pass for LoopPass {
     /// SWP-6: a full page means more eligible rows may wait behind it. Rows that failed
     /// are released with a retry delay and are not eligible again before it, so this never
     /// hammers a failing destination.
-    fn run_again_at_once(&self, report: &SweepReport) -> bool {
+    fn again_at_once(&self, report: &SweepReport) -> bool {
         report.scanned >= u64::from(self.pass.options.batch_size())
     }
 }

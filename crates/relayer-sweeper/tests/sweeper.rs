@@ -52,14 +52,16 @@ async fn recovery_resends_rows_whose_direct_dispatch_failed_preserving_the_envel
     // The commit-triggered sends (one per destination) fail, and so does one of the
     // sweeper's first sends.
     transport.fail_first_calls.store(3, Ordering::SeqCst);
+    let dispatch_pool =
+        relayer_postgres::connect_pool(relayer_dispatcher::asynchronous_commit(db.config()), 1)
+            .await
+            .unwrap();
     let dispatcher = Dispatcher::new(
-        dispatch_options(),
+        dispatch_pool,
         db.namespace().clone(),
+        dispatch_options(),
         registry(transport.clone()),
-        db.config(),
-        1,
     )
-    .await
     .unwrap();
     let chosen_id = MessageId::new();
     let messages = vec![
@@ -117,17 +119,17 @@ async fn recovery_resends_rows_whose_direct_dispatch_failed_preserving_the_envel
     }
 }
 
-/// SWP-1, LDR-2: two sweepers on separate pools never run a pass at the same time — even
-/// when every pass outlives the lease, so the lease has expired while the pass still runs.
-/// Counted twice: send calls in flight at once in the shared transport, and lease terms (a
-/// term belongs to one owner).
+/// SWP-1, LDR-2: two sweepers on separate pools never run a pass at the same time, even
+/// with slow sends that take most of the send step's time (half the lease; a send cannot
+/// outlive that, TRN-5, so a pass never outlives its lease). Counted twice: send calls in
+/// flight at once in the shared transport, and lease terms (a term belongs to one owner).
 #[tokio::test]
-async fn two_sweepers_never_overlap_a_pass_even_past_lease_expiry_swp_1_ldr_2() {
+async fn two_sweepers_never_overlap_a_pass_swp_1_ldr_2() {
     let db = database().await;
     let client = db.connect().await;
     let mut transport = TestTransport::new(Sink::default());
-    // Longer than the lease: the lease expires during every pass.
-    transport.delay = Duration::from_millis(1_200);
+    // Most of the send step's budget (half the 1 s lease).
+    transport.delay = Duration::from_millis(400);
     let transport = Arc::new(transport);
     let messages: Vec<NewMessage> = (0..12).map(|n| message("orders", n)).collect();
     writer(&db).enqueue(&client, &messages).await.unwrap();
@@ -235,12 +237,12 @@ async fn a_dead_leader_is_replaced_after_its_lease_expires_lif_3() {
 
 /// LDR-2, LDR-6, SWP-4: a deposed leader's late statements change nothing.
 ///
-/// Leader A's pass is stuck in a send past its lease's expiry. B is still turned away: A's
-/// open transaction holds the lease row (no overlap). Then the server ends A's session (as
-/// after a network partition): A's transaction — its claims and its lease — rolls back, B
-/// takes over with the next term, recovers A's rows and deletes them. When A wakes up its
-/// completion and commit reach nothing: no row is touched, B keeps the lease, and A's
-/// next pass is not leader.
+/// Leader A's pass is stuck in a send. B is turned away: A's open transaction holds the
+/// lease row (no overlap). Then the server ends A's session (as after a network
+/// partition): A's transaction — its claims and its lease — rolls back, and once A's lease
+/// expires B takes over with the next term, recovers A's rows and deletes them. When A's
+/// send ends (its deadline, TRN-5, or the transport answering) its completion and commit
+/// reach nothing: no row is touched, B keeps the lease, and A's next pass is not leader.
 #[tokio::test]
 async fn a_deposed_leaders_late_completion_changes_nothing_ldr_6() {
     let db = database().await;
@@ -273,19 +275,15 @@ async fn a_deposed_leaders_late_completion_changes_nothing_ldr_6() {
         async move { a.run_once(&mut pool_a.get().await.unwrap()).await }
     });
     within(slow.entered.notified()).await;
-    let expired = format!(
-        "SELECT expires_at < clock_timestamp() FROM {} WHERE job = $1",
-        db.namespace().table("leases")
-    );
-    eventually("A's lease expires while its pass is open", || async {
-        client.query_one(&expired, &[&LEASE_JOB]).await.unwrap().get(0)
-    })
-    .await;
     let mut conn_b = pool_b.get().await.unwrap();
-    assert!(!b.run_once(&mut conn_b).await.unwrap().led, "no overlap with a running pass, even expired");
+    assert!(!b.run_once(&mut conn_b).await.unwrap().led, "no overlap with a running pass");
 
     assert_eq!(db.terminate_backends(&application_a).await, 1);
-    let takeover = b.run_once(&mut conn_b).await.unwrap();
+    let mut takeover = b.run_once(&mut conn_b).await.unwrap();
+    while !takeover.led {
+        // A's lease runs out on the database clock (LIF-3); until then B is not leader.
+        takeover = within(b.run_once(&mut conn_b)).await.unwrap();
+    }
     assert_eq!((takeover.led, takeover.term, takeover.sent), (true, Some(2), 3));
     assert_eq!(count(&client, &db, "outbox").await, 0);
 

@@ -1,5 +1,6 @@
-//! The runtime every relayer background worker shares: dispatcher, recovery sweeper,
-//! retention cleanup and dead-letter policies all run as a [`PassLoop`] around a [`Pass`].
+//! The runtime every relayer background worker shares: dispatcher (its unordered loops and
+//! its lane loop), recovery sweeper, retention cleanup and dead-letter policies all run as
+//! a [`PassLoop`] around a [`Pass`].
 //!
 //! # The model
 //!
@@ -9,8 +10,11 @@
 //! [`PassBackoff::wait_after(n)`](relayer_core::PassBackoff::wait_after), doubling up to
 //! a cap (RES-2). A pass fails when it returns an error *or panics*: both are caught, logged
 //! with their cause chain, and retried; nothing a pass does can end the process or the loop
-//! (RES-1). An optional [`Notify`](tokio::sync::Notify) starts the next pass early, but
-//! never cuts a failure backoff short.
+//! (RES-1). An optional [`Notify`](tokio::sync::Notify) starts the next pass early (after
+//! an optional linger that lets a burst of wake-ups share one pass), but never cuts a
+//! failure backoff short. A pass that left work behind — a full batch — asks for the next
+//! pass at once ([`Pass::again_at_once`]); one that moved nothing never does, so a loop
+//! cannot spin.
 //!
 //! Passes that must run on one replica at a time are *led* ([`Leadership`], LDR-5). With a
 //! lease (the default for the sweeper and cleanup), the pass itself takes the lease row on

@@ -33,18 +33,17 @@ pub trait Pass: Send + Sync + 'static {
     /// the host stops: a long pass may return early at a safe point.
     async fn run_pass(&self, shutdown: &CancellationToken) -> Result<PassOutcome<Self::Report>, Self::Error>;
 
-    /// Called once when the loop stops, after its last pass: release what the pass holds
-    /// across passes (a lease). Failures should be logged, not returned: shutdown goes on.
-    async fn stopped(&self) {}
-
-    /// Whether the led pass that reported `report` left work the next pass can do right
-    /// away (it found a full page): the loop then starts that pass at once instead of
-    /// waiting its interval, so a backlog drains at the database's pace (SWP-6). Shutdown
-    /// is still honoured between the two. Never true by default.
-    fn run_again_at_once(&self, report: &Self::Report) -> bool {
+    /// Whether the pass that reported `report` left work that should be done at once
+    /// (e.g. it found a full batch): the next pass then starts without waiting. A pass
+    /// that moved nothing must answer `false`, or the loop would spin. Default: never.
+    fn again_at_once(&self, report: &Self::Report) -> bool {
         let _ = report;
         false
     }
+
+    /// Called once when the loop stops, after its last pass: release what the pass holds
+    /// across passes (a lease). Failures should be logged, not returned: shutdown goes on.
+    async fn stopped(&self) {}
 }
 
 /// What a pass that did not fail did.
@@ -164,6 +163,7 @@ pub struct PassLoop<P: Pass> {
     backoff: PassBackoff,
     leadership: Leadership,
     wake: Option<Arc<Notify>>,
+    linger: Duration,
     events: broadcast::Sender<WorkerEvent<P::Report>>,
 }
 
@@ -197,7 +197,7 @@ impl<P: Pass> PassLoop<P> {
         leadership: Leadership,
     ) -> Self {
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
-        PassLoop { kind, pass, backoff, leadership, wake: None, events }
+        PassLoop { kind, pass, backoff, leadership, wake: None, linger: Duration::ZERO, events }
     }
 
     /// Starts the next pass early when `wake` is notified after a pass began. Wake-ups
@@ -205,6 +205,13 @@ impl<P: Pass> PassLoop<P> {
     /// the wake-ups that came during it).
     pub fn wake_on(mut self, wake: Arc<Notify>) -> Self {
         self.wake = Some(wake);
+        self
+    }
+
+    /// After a wake-up, waits `linger` before the pass, so the wake-ups of that moment
+    /// (commits, say) are served by one pass. A timer-started pass does not linger.
+    pub fn linger_after_wake(mut self, linger: Duration) -> Self {
+        self.linger = linger;
         self
     }
 
@@ -261,9 +268,14 @@ impl<P: Pass> PassLoop<P> {
                         }
                     }
                     let again =
-                        matches!(&outcome, PassOutcome::Led(report) if self.pass.run_again_at_once(report));
+                        matches!(&outcome, PassOutcome::Led(report) if self.pass.again_at_once(report));
                     let _ = self.events.send(WorkerEvent::PassSucceeded(outcome));
-                    if again { Duration::ZERO } else { self.backoff.wait_after(0) }
+                    if again {
+                        // More work is waiting: go on at once (shutdown still checked first).
+                        tokio::task::yield_now().await;
+                        continue;
+                    }
+                    self.backoff.wait_after(0)
                 }
                 Err(failure) => {
                     consecutive_failures = consecutive_failures.saturating_add(1);
@@ -283,11 +295,18 @@ impl<P: Pass> PassLoop<P> {
                 }
             };
             let wake = self.wake.as_deref().filter(|_| consecutive_failures == 0);
-            tokio::select! {
+            let was_woken = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(wait) => {}
-                () = woken(wake) => {}
+                () = tokio::time::sleep(wait) => false,
+                () = woken(wake) => true,
+            };
+            if was_woken && !self.linger.is_zero() {
+                tokio::select! {
+                    biased;
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(self.linger) => {}
+                }
             }
         }
         release(kind, guard.take()).await;

@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)] // In test helpers too, a failed unwrap is a failed test.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -281,12 +281,13 @@ async fn an_advisory_leader_checks_its_lock_before_each_pass_and_drops_it_on_err
     assert_eq!(lock.state.lock().unwrap().holder, None, "shutdown releases the lock");
 }
 
-/// A pass working off a backlog of pages: each led pass takes one and reports how many are
-/// left, and asks to run again at once while some are.
+/// A backlog drained `BATCH` rows per pass: the report is the rows moved.
 struct Backlog {
-    pages: AtomicU64,
+    remaining: AtomicU32,
     starts: Mutex<Vec<Instant>>,
 }
+
+const BATCH: u32 = 10;
 
 #[async_trait]
 impl Pass for Backlog {
@@ -295,35 +296,61 @@ impl Pass for Backlog {
 
     async fn run_pass(&self, _shutdown: &CancellationToken) -> Result<PassOutcome<u64>, PassError> {
         self.starts.lock().unwrap().push(Instant::now());
-        let left = self.pages.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-        Ok(PassOutcome::Led(left.map_or(0, |before| before - 1)))
+        let left = self.remaining.load(Ordering::SeqCst);
+        let moved = left.min(BATCH);
+        self.remaining.store(left - moved, Ordering::SeqCst);
+        Ok(PassOutcome::Led(u64::from(moved)))
     }
 
-    fn run_again_at_once(&self, left: &u64) -> bool {
-        *left > 0
+    fn again_at_once(&self, moved: &u64) -> bool {
+        *moved == u64::from(BATCH)
     }
 }
 
-/// SWP-6: a pass that left work for the next one is followed at once; once the backlog is
-/// gone the loop is back on its interval, and shutdown still stops it between passes.
+/// RES-3, SWP-6: a pass that found a full batch is followed at once; a pass that moved
+/// less (nothing included) waits the interval, so the loop never spins on an empty batch.
 #[tokio::test(start_paused = true)]
-async fn a_pass_that_left_work_is_followed_at_once_then_the_interval_resumes_swp_6() {
-    let pass = Arc::new(Backlog { pages: AtomicU64::new(4), starts: Mutex::new(Vec::new()) });
+async fn a_full_batch_is_followed_at_once_and_a_pass_that_moved_nothing_waits_res_3() {
+    let pass = Arc::new(Backlog { remaining: AtomicU32::new(25), starts: Mutex::new(Vec::new()) });
     let pass_loop = PassLoop::with_shared_pass(
-        WorkerKind::Sweeper,
+        WorkerKind::Dispatcher,
         Arc::clone(&pass),
         backoff(),
         Leadership::EveryInstance,
     );
     let mut events = pass_loop.subscribe();
     let mut handle = pass_loop.spawn(CancellationToken::new());
-    for left in [3, 2, 1, 0, 0] {
-        assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(left)));
+    for moved in [10, 10, 5, 0] {
+        assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(moved)));
     }
     handle.shutdown().await;
-    let starts = pass.starts.lock().unwrap().clone();
+    let starts = pass.starts.lock().unwrap();
     let waits: Vec<Duration> = starts.windows(2).map(|pair| pair[1] - pair[0]).collect();
-    // Four pages: the passes that took the first three run back to back; the one that took
-    // the last page found nothing left and waits the interval.
-    assert_eq!(waits[..4], [Duration::ZERO, Duration::ZERO, Duration::ZERO, INTERVAL]);
+    assert_eq!(waits, [Duration::ZERO, Duration::ZERO, INTERVAL]);
+}
+
+/// A woken loop lingers before its pass, so a burst of wake-ups is served by one pass.
+#[tokio::test(start_paused = true)]
+async fn a_woken_loop_lingers_before_its_pass() {
+    let pass = Scripted::new(&[]);
+    let wake = Arc::new(Notify::new());
+    let linger = Duration::from_millis(3);
+    let pass_loop = PassLoop::with_shared_pass(
+        WorkerKind::Dispatcher,
+        Arc::clone(&pass),
+        backoff(),
+        Leadership::EveryInstance,
+    )
+    .wake_on(Arc::clone(&wake))
+    .linger_after_wake(linger);
+    let mut events = pass_loop.subscribe();
+    let mut handle = pass_loop.spawn(CancellationToken::new());
+    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(1)));
+    let woken_at = Instant::now();
+    wake.notify_one();
+    wake.notify_one();
+    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(2)));
+    handle.shutdown().await;
+    assert_eq!(pass.starts.lock().unwrap()[1] - woken_at, linger);
+    assert_eq!(pass.passes(), 2, "the two wake-ups were served by one pass");
 }

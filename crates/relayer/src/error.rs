@@ -28,6 +28,10 @@ pub enum StartError {
         /// Why it cannot be used, e.g. `which this host does not run`.
         reason: &'static str,
     },
+    /// Options that are valid alone do not fit together, e.g. the dispatcher's
+    /// `send_timeout` and the sweeper's `lease_duration` (TRN-5); the message names both.
+    #[error("relayer setup: {0}")]
+    Options(#[source] relayer_core::OptionsError),
     /// The instance id is empty.
     #[error("relayer setup: the instance id must not be empty")]
     EmptyInstanceId,

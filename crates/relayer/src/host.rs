@@ -104,6 +104,12 @@ impl RelayerHost {
                 return Err(StartError::NoTransport { workers: senders.join(" and ") });
             }
         }
+        if let Some(sweeper) = options.sweeper() {
+            // The sweeper sends with the dispatcher's options: their send deadline must fit
+            // inside its lease (TRN-5).
+            let sends = options.dispatcher().cloned().unwrap_or_default();
+            sends.check_fits_sweeper(sweeper).map_err(StartError::Options)?;
+        }
         for worker in leadership.keys() {
             let runs = match worker {
                 WorkerKind::Sweeper => options.sweeper().is_some(),
@@ -147,18 +153,25 @@ impl RelayerHost {
         let shutdown = CancellationToken::new();
         #[cfg(feature = "dispatcher")]
         let dispatcher = match options.dispatcher() {
-            Some(dispatcher_options) => Some(
-                relayer_dispatcher::Dispatcher::with_statement_mode(
-                    dispatcher_options.clone(),
-                    namespace.clone(),
-                    Arc::clone(&transports),
-                    config.clone(),
+            Some(dispatcher_options) => {
+                // Its own pool, committing asynchronously (safe for its statements only, see
+                // `asynchronous_commit`), and its own LISTEN connection.
+                let dispatch_pool = connect_pool_with(
+                    relayer_dispatcher::asynchronous_commit(config.clone()),
                     pool_size,
                     statements,
                 )
                 .await
-                .map_err(StartError::Dispatcher)?,
-            ),
+                .map_err(StartError::Connect)?;
+                let dispatcher = relayer_dispatcher::Dispatcher::new(
+                    dispatch_pool,
+                    namespace.clone(),
+                    dispatcher_options.clone(),
+                    Arc::clone(&transports),
+                )
+                .map_err(StartError::Dispatcher)?;
+                Some(dispatcher.listening(config.clone()))
+            }
             None => None,
         };
         #[cfg(feature = "sweeper")]
@@ -173,8 +186,9 @@ impl RelayerHost {
                 &namespace,
                 &shutdown,
             );
-            // The sweeper judges retries and poison as this host's dispatcher does.
-            let send = relayer_dispatcher::SendPath::new(
+            // The sweeper judges retries, poison and send deadlines as this host's
+            // dispatcher does.
+            let send = relayer_delivery::SendPath::new(
                 Arc::clone(&transports),
                 options.dispatcher().cloned().unwrap_or_default(),
             );
@@ -230,7 +244,14 @@ impl RelayerHost {
         #[cfg(feature = "dispatcher")]
         if let Some(dispatcher) = dispatcher.clone() {
             let token = shutdown.child_token();
-            tasks.push(("dispatcher", tokio::spawn(async move { dispatcher.run(token).await })));
+            tasks.push((
+                "dispatcher",
+                tokio::spawn(async move {
+                    if let Err(error) = dispatcher.run(token).await {
+                        tracing::error!(target: TARGET, error = %relayer_core::error_chain(&error), "the dispatcher stopped");
+                    }
+                }),
+            ));
         }
         #[cfg(feature = "sweeper")]
         if let Some(sweeper) = sweeper {

@@ -100,6 +100,11 @@ pub use relayer_postgres as postgres;
 #[cfg(feature = "dispatcher")]
 pub use relayer_dispatcher as dispatcher;
 
+/// The send path the dispatcher and the sweeper share (`relayer-delivery`): build a
+/// sweeper's [`SendPath`](relayer_delivery::SendPath) from it.
+#[cfg(any(feature = "dispatcher", feature = "sweeper"))]
+pub use relayer_delivery as delivery;
+
 /// The recovery sweeper (`relayer-sweeper`).
 #[cfg(feature = "sweeper")]
 pub use relayer_sweeper as sweeper;

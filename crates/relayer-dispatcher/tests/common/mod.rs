@@ -11,8 +11,9 @@ use relayer_core::{
     DispatcherOptions, DispatcherOptionsBuilder, Envelope, SendOutcome, Transport, TransportError,
     TransportRegistry, async_trait,
 };
-use relayer_dispatcher::Dispatcher;
+use relayer_dispatcher::{Dispatcher, asynchronous_commit};
 use relayer_test_support::TestDb;
+#[allow(unused_imports)] // Not every test file waits on state.
 pub(crate) use relayer_test_support::eventually;
 
 /// What a transport accepted: (destination, envelope), in acceptance order. Shared by the
@@ -139,15 +140,10 @@ pub(crate) async fn dispatcher(
     pool_size: u32,
 ) -> Dispatcher {
     let registry = TransportRegistry::new().with(transport).unwrap();
-    Dispatcher::new(
-        options.build().unwrap(),
-        db.namespace().clone(),
-        Arc::new(registry),
-        db.config(),
-        pool_size,
-    )
-    .await
-    .unwrap()
+    let pool = relayer_postgres::connect_pool(asynchronous_commit(db.config()), pool_size).await.unwrap();
+    Dispatcher::new(pool, db.namespace().clone(), options.build().unwrap(), Arc::new(registry))
+        .unwrap()
+        .listening(db.config())
 }
 
 pub(crate) async fn count(client: &tokio_postgres::Client, db: &TestDb, table: &str) -> i64 {
@@ -156,4 +152,29 @@ pub(crate) async fn count(client: &tokio_postgres::Client, db: &TestDb, table: &
         .await
         .unwrap()
         .get(0)
+}
+
+/// Waits (on the dispatcher's events, never polling) until its passes have sent `n` more
+/// messages.
+pub(crate) async fn passes_send(
+    events: &mut tokio::sync::broadcast::Receiver<
+        relayer_worker::WorkerEvent<relayer_dispatcher::PassReport>,
+    >,
+    n: u64,
+) {
+    relayer_test_support::within(async {
+        let mut sent = 0;
+        while sent < n {
+            match events.recv().await {
+                Ok(relayer_worker::WorkerEvent::PassSucceeded(relayer_worker::PassOutcome::Led(report))) => {
+                    sent += report.sent;
+                }
+                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                    panic!("the dispatcher's events ended")
+                }
+            }
+        }
+    })
+    .await;
 }

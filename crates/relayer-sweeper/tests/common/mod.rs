@@ -11,10 +11,11 @@ use relayer_core::{
     DispatcherOptions, Envelope, NewMessage, SendOutcome, SweeperOptions, SweeperOptionsBuilder, Transport,
     TransportError, TransportRegistry, async_trait,
 };
-use relayer_dispatcher::SendPath;
+use relayer_delivery::SendPath;
 use relayer_postgres::{PgPool, connect_pool};
 use relayer_sweeper::{LEASE_JOB, SweepReport, Sweeper};
 use relayer_test_support::TestDb;
+#[allow(unused_imports)] // Not every test file uses both.
 pub(crate) use relayer_test_support::{eventually, within};
 use relayer_worker::{Leadership, PassOutcome, WorkerEvent};
 use tokio::sync::{Notify, Semaphore, broadcast};

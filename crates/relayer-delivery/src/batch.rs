@@ -1,0 +1,77 @@
+//! One batch to one transport: bounded by a deadline (TRN-5), panics caught (TRN-2), and
+//! exactly one outcome per message whatever the transport does.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use relayer_core::{Envelope, SendOutcome, Transport, TransportError};
+
+const TARGET: &str = "relayer::delivery";
+
+/// How one batch's send ended, beside its outcomes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct BatchEnd {
+    pub(crate) panicked: bool,
+    pub(crate) timed_out: bool,
+}
+
+/// Sends one batch, giving up after `timeout`, and returns one outcome per message. A
+/// transport error, a wrong number of outcomes, a panic or the timeout fails every message.
+pub(crate) async fn send_batch(
+    transport: &Arc<dyn Transport>,
+    destination: &str,
+    batch: &[Envelope],
+    timeout: Duration,
+) -> (Vec<SendOutcome>, BatchEnd) {
+    let all_failed = |error: TransportError| vec![SendOutcome::Failed(error); batch.len()];
+    let sending = AssertUnwindSafe(transport.send(destination, batch)).catch_unwind();
+    let Ok(sent) = tokio::time::timeout(timeout, sending).await else {
+        tracing::warn!(target: TARGET, transport = transport.name(), destination, ?timeout, messages = batch.len(),
+            "send timed out; each message of the batch counts as a transient failure");
+        let error = TransportError::transient(format!(
+            "transport {:?} did not answer within the send timeout ({timeout:?})",
+            transport.name()
+        ));
+        return (all_failed(error), BatchEnd { panicked: false, timed_out: true });
+    };
+    match sent {
+        Ok(Ok(outcomes)) if outcomes.len() == batch.len() => (outcomes, BatchEnd::default()),
+        Ok(Ok(outcomes)) => (
+            all_failed(TransportError::transient(format!(
+                "transport {:?} returned {} outcomes for {} messages",
+                transport.name(),
+                outcomes.len(),
+                batch.len()
+            ))),
+            BatchEnd::default(),
+        ),
+        Ok(Err(error)) => (all_failed(error), BatchEnd::default()),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-string payload".to_owned());
+            tracing::error!(target: TARGET, transport = transport.name(), destination, panic = %what,
+                "transport panicked; counted as a failed send");
+            let error =
+                TransportError::transient(format!("transport {:?} panicked: {what}", transport.name()));
+            (all_failed(error), BatchEnd { panicked: true, timed_out: false })
+        }
+    }
+}
+
+/// The longest `last_error` stored: enough for a cause chain, bounded so a chatty
+/// transport cannot bloat the outbox.
+const MAX_ERROR_CHARS: usize = 2000;
+
+/// `text` cut to [`MAX_ERROR_CHARS`].
+pub(crate) fn bounded(mut text: String) -> String {
+    if let Some((cut, _)) = text.char_indices().nth(MAX_ERROR_CHARS) {
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}

@@ -1,0 +1,61 @@
+//! One dispatch pass loop's work, run by relayer-worker's
+//! [`PassLoop`](relayer_worker::PassLoop): unordered rows or ordered lanes.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use relayer_worker::{Pass, PassOutcome};
+use tokio_util::sync::CancellationToken;
+
+use crate::dispatcher::Shared;
+use crate::error::DispatchError;
+use crate::report::PassReport;
+
+/// Which kind of work a pass loop does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Work {
+    /// Due unordered rows, a batch at a time (DSP-1..6).
+    Unordered,
+    /// Ordered lanes, one head per lane at a time (LAN-1..5).
+    Lanes,
+}
+
+/// A pass of one kind of work on one pooled connection (LIF-2).
+pub(crate) struct DispatchPass {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) work: Work,
+}
+
+#[async_trait]
+impl Pass for DispatchPass {
+    type Report = PassReport;
+    type Error = DispatchError;
+
+    async fn run_pass(
+        &self,
+        _shutdown: &CancellationToken,
+    ) -> Result<PassOutcome<PassReport>, DispatchError> {
+        let shared = &self.shared;
+        let connection = shared.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
+        let report = match self.work {
+            Work::Unordered => shared.unordered_pass(&*connection).await?,
+            Work::Lanes => shared.lane_pass(&*connection).await?,
+        };
+        if self.work == Work::Unordered && self.again_at_once(&report) {
+            // A backlog: bring in a sibling unordered loop too.
+            shared.wake.unordered.notify_one();
+        }
+        Ok(PassOutcome::Led(report))
+    }
+
+    /// A full batch (of rows, or of lanes) that moved something: more may be due. A pass
+    /// that only released rows or lanes unsent — heads not due after all, a breaker that
+    /// tripped — never restarts its loop at once (a tight claim/release cycle otherwise).
+    fn again_at_once(&self, report: &PassReport) -> bool {
+        let found = match self.work {
+            Work::Unordered => report.claimed,
+            Work::Lanes => report.lanes,
+        };
+        found >= u64::from(self.shared.options.batch_size()) && report.moved_anything()
+    }
+}

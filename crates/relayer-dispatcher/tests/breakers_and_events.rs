@@ -1,0 +1,136 @@
+//! Tripped destinations cost other work nothing (DSP-6, NS-5) and the running dispatcher
+//! reports its passes like every worker (RES-1..3).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{TestTransport, count, database, dispatcher, options};
+use relayer_core::NewMessage;
+use relayer_postgres::OutboxWriter;
+use relayer_test_support::within;
+use relayer_worker::{PassOutcome, WorkerEvent};
+use tokio_util::sync::CancellationToken;
+
+fn broken(n: usize) -> NewMessage {
+    NewMessage::new("test", "broken", format!("bad-{n}").into_bytes())
+}
+
+async fn due_rows(
+    client: &tokio_postgres::Client,
+    db: &relayer_test_support::TestDb,
+    destination: &str,
+) -> i64 {
+    let sql = format!(
+        "SELECT count(*) FROM {} WHERE destination = $1 AND visible_at <= now()",
+        db.namespace().table("outbox")
+    );
+    client.query_one(&sql, &[&destination]).await.unwrap().get(0)
+}
+
+/// DSP-6, NS-5: when a destination's breaker trips, its rows due within the cool-down —
+/// the failed batch's retries included — are held back in one statement — no attempt counted — so later claims never read them;
+/// the rows of other destinations flow.
+#[tokio::test]
+async fn a_tripped_destinations_due_rows_are_held_back_so_claims_never_read_them_dsp_6() {
+    let db = database().await;
+    let transport = Arc::new(TestTransport::new("test"));
+    transport.failing_bodies.lock().unwrap().extend((0..500).map(|n| format!("bad-{n}").into_bytes()));
+    let breaker =
+        options().breaker_threshold(NonZeroU32::new(1).unwrap()).breaker_cool_down(Duration::from_secs(3600));
+    let dispatcher = dispatcher(&db, breaker, transport.clone(), 1).await;
+    let client = db.connect().await;
+    let writer = dispatcher.writer();
+    writer.enqueue(&client, &(0..500).map(broken).collect::<Vec<_>>()).await.unwrap();
+    writer.enqueue(&client, &[NewMessage::new("test", "healthy", b"ok".to_vec())]).await.unwrap();
+
+    let report = dispatcher.run_once(&client).await.unwrap();
+    assert_eq!(report.failed, 50, "one batch (the transport's limit) failed and tripped the breaker");
+    assert_eq!(report.held_back, 500, "every row of the destination due within the cool-down");
+    assert_eq!(due_rows(&client, &db, "broken").await, 0, "nothing of it is due: claims never read it");
+    let attempted: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM {} WHERE attempts > 0", db.namespace().table("outbox")),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(attempted, 50, "holding back counts no attempt");
+
+    dispatcher.run_once(&client).await.unwrap();
+    assert_eq!(count(&client, &db, "outbox").await, 500, "the healthy row went; the broken ones wait");
+    assert_eq!(transport.accepted().len(), 1);
+}
+
+/// DSP-6, LAN-1: a lane whose head goes to a tripped destination is not claimed, so the
+/// lane loop neither sends to it nor cycles claims and releases on it; other lanes flow.
+#[tokio::test]
+async fn lane_claims_skip_lanes_whose_head_goes_to_a_tripped_destination_dsp_6() {
+    let db = database().await;
+    let transport = Arc::new(TestTransport::new("test"));
+    transport.failing_bodies.lock().unwrap().insert(b"bad".to_vec());
+    let breaker =
+        options().breaker_threshold(NonZeroU32::new(1).unwrap()).breaker_cool_down(Duration::from_secs(3600));
+    let dispatcher = dispatcher(&db, breaker, transport.clone(), 1).await;
+    let client = db.connect().await;
+    let writer = OutboxWriter::new(db.namespace(), ["test"]);
+    let lane_rows: Vec<NewMessage> = (0..3)
+        .map(|lane| NewMessage::new("test", "broken", b"bad".to_vec()).lane(format!("lane-{lane}")))
+        .collect();
+    writer.enqueue(&client, &lane_rows).await.unwrap();
+
+    let first = dispatcher.run_once(&client).await.unwrap();
+    assert_eq!(first.lanes, 3);
+    assert!(first.failed >= 1, "the first failure trips the breaker");
+    let calls = transport.calls.load(std::sync::atomic::Ordering::SeqCst);
+    writer
+        .enqueue(&client, &[NewMessage::new("test", "healthy", b"ok".to_vec()).lane("lane-ok")])
+        .await
+        .unwrap();
+    let second = dispatcher.run_once(&client).await.unwrap();
+    assert_eq!((second.lanes, second.sent), (1, 1), "only the healthy lane is claimed");
+    let third = dispatcher.run_once(&client).await.unwrap();
+    assert_eq!(third.lanes, 0, "tripped lanes are not claimed, not even to be released");
+    assert_eq!(transport.calls.load(std::sync::atomic::Ordering::SeqCst), calls + 1);
+}
+
+/// RES-1..3: the running dispatcher's loops report every pass to subscribers — tests wait
+/// on these events, never poll — and each loop reports its stop.
+#[tokio::test]
+async fn a_running_dispatcher_reports_its_passes_and_its_stop_to_subscribers() {
+    let db = database().await;
+    let transport = Arc::new(TestTransport::new("test"));
+    let dispatcher = dispatcher(&db, options().concurrency(2), transport.clone(), 2).await;
+    let mut events = dispatcher.subscribe();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let (dispatcher, shutdown) = (dispatcher.clone(), shutdown.clone());
+        async move { dispatcher.run(shutdown).await }
+    });
+    let client = db.connect().await;
+    let messages: Vec<NewMessage> =
+        (0..5).map(|n| NewMessage::new("test", "orders", format!("m{n}").into_bytes())).collect();
+    dispatcher.writer().enqueue(&client, &messages).await.unwrap();
+    dispatcher.committed();
+    let mut sent = 0;
+    within(async {
+        while sent < 5 {
+            if let WorkerEvent::PassSucceeded(PassOutcome::Led(report)) = events.recv().await.unwrap() {
+                sent += report.sent;
+            }
+        }
+    })
+    .await;
+    assert_eq!(transport.accepted().len(), 5);
+    shutdown.cancel();
+    within(task).await.unwrap().unwrap();
+    let mut stopped = 0;
+    while let Ok(event) = events.try_recv() {
+        stopped += u32::from(event == WorkerEvent::Stopped);
+    }
+    assert_eq!(stopped, 3, "two unordered loops and the lane loop");
+}

@@ -1,0 +1,68 @@
+//! A destination that trips in a sweep pass costs later pages and claims nothing (DSP-6).
+#![allow(clippy::unwrap_used)] // In test helpers too, a failed unwrap is a failed test.
+
+mod common;
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Sink, TestTransport, database, lease, message, options, pool, registry, within};
+use relayer_core::DispatcherOptions;
+use relayer_delivery::SendPath;
+use relayer_postgres::OutboxWriter;
+use relayer_sweeper::Sweeper;
+
+/// DSP-6, NS-5: when a destination's breaker trips during a sweep pass, its rows due within
+/// the cool-down are held back in the pass's transaction (no attempt counted), so neither
+/// later pages nor dispatcher claims read them; other destinations are still swept.
+#[tokio::test]
+async fn a_destination_that_trips_in_a_sweep_pass_is_held_back_for_its_cool_down_dsp_6() {
+    let db = database().await;
+    let client = db.connect().await;
+    let writer = OutboxWriter::new(db.namespace(), ["test"]);
+    writer.enqueue(&client, &(0..30).map(|n| message("broken", n)).collect::<Vec<_>>()).await.unwrap();
+    writer.enqueue(&client, &[message("healthy", 0)]).await.unwrap();
+
+    let transport = Arc::new(TestTransport::new(Sink::default()));
+    transport.failing_destinations.lock().unwrap().insert("broken".to_owned());
+    let send_options = DispatcherOptions::builder()
+        .breaker_threshold(NonZeroU32::new(1).unwrap())
+        .breaker_cool_down(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let (pool, _) = pool(&db, "sweeper", 1).await;
+    let lease_duration = Duration::from_secs(30);
+    let sweeper = Sweeper::new(
+        pool.clone(),
+        db.namespace().clone(),
+        options(10).build().unwrap(),
+        SendPath::new(registry(transport), send_options),
+        lease("a", lease_duration),
+    );
+    let report = within(sweeper.run_once(&mut pool.get().await.unwrap())).await.unwrap();
+    assert_eq!(report.failed, 10, "the first page's batch failed and tripped the breaker");
+    assert_eq!(report.held_back, 30, "every row of the destination due within the cool-down");
+
+    let due_broken: i64 = client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {} WHERE destination = 'broken' AND visible_at <= now()",
+                db.namespace().table("outbox")
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(due_broken, 0, "nothing of it is due: pages and claims never read it");
+    let attempted: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM {} WHERE attempts > 0", db.namespace().table("outbox")),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(attempted, 10, "holding back counts no attempt");
+}
