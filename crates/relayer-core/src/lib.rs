@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod backoff;
+pub mod consumer;
 pub mod cursor;
 pub mod duration;
 pub mod eligibility;
@@ -48,6 +49,7 @@ pub use uuid::Uuid;
 
 // Pure policy: backoff, cursor, durations, eligibility, options.
 pub use backoff::{PassBackoff, RetryBackoff};
+pub use consumer::{AfterFailure, ConsumerOptions, ConsumerOptionsBuilder, RejectionReason};
 pub use cursor::{KeysetCursor, PageEnd, PassPlan, RecoveryPage, ScanWindow};
 pub use duration::{DurationError, HumanDuration, Retention};
 pub use eligibility::{

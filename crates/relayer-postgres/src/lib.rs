@@ -10,6 +10,7 @@
 
 mod error;
 pub mod exec;
+pub mod inbox;
 pub mod instances;
 pub mod lanes;
 pub mod leases;
@@ -25,6 +26,7 @@ mod store;
 
 pub use error::{StorageError, StorageErrorKind};
 pub use exec::{Executor, Prepared};
+pub use inbox::{Inbox, InboxEntry};
 pub use instances::{InstanceSettings, InstanceStatements};
 pub use lanes::{HeadFailure, LaneClaim, LaneHead, LaneStatements, ParkedLane};
 pub use leases::{Lease, LeaseStatements};
@@ -37,7 +39,10 @@ pub use pool::{
     LOST_STATEMENTS_BEFORE_GIVING_UP, PgClient, PgConnection, PgConnectionManager, PgPool, StatementCache,
     StatementMode, connect_pool, connect_pool_with,
 };
-pub use queue::QueueStatements;
+pub use queue::{
+    ConsumeStatements, DEFAULT_NOTIFY_INTERVAL, DeadLetter, QueueMessage, QueueStatements, QueueWriter,
+    Receipt, Received, Requeue, Undecodable, queue_channel,
+};
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
 pub use status::{NamespaceStatus, namespace_status};
 pub use store::PgStore;
