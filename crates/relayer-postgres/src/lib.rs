@@ -14,6 +14,7 @@ pub mod inbox;
 pub mod instances;
 pub mod lanes;
 pub mod leases;
+pub mod listen;
 mod migrate;
 pub mod outbox;
 mod pool;
@@ -30,6 +31,7 @@ pub use inbox::{Inbox, InboxEntry};
 pub use instances::{InstanceSettings, InstanceStatements};
 pub use lanes::{HeadFailure, LaneClaim, LaneHead, LaneStatements, ParkedLane};
 pub use leases::{Lease, LeaseStatements};
+pub use listen::{Heard, listen};
 pub use migrate::{MigrationReport, current_version, migrate, migration_lock_resource, verify_schema};
 pub use outbox::{
     ClaimedMessage, Completion, CompletionReport, DEFAULT_MAX_BODY_BYTES, EnqueueError, Enqueued,
