@@ -156,7 +156,9 @@ impl Pump {
         self.settle(Settlement { receipt, kind, slot });
     }
 
+    /// A dead-letter of a handled message; its rejection message names the row (§15).
     fn dead_letter(&self, receipt: Receipt, reason: RejectionReason, message: String) -> SettlementKind {
+        let message = format!("row seq {} of {}: {message}", receipt.seq, self.statements.table());
         tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = receipt.seq, %reason, %message,
             "dead-lettering");
         SettlementKind::DeadLetter(DeadLetter {
