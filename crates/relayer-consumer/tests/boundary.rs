@@ -127,7 +127,7 @@ async fn effects_table(db: &TestDb) -> String {
     format!("INSERT INTO {table} (message_id) VALUES ($1)")
 }
 
-async fn effects_per_message(db: &TestDb) -> HashMap<uuid::Uuid, i64> {
+async fn effects_per_message(db: &TestDb) -> HashMap<relayer_core::Uuid, i64> {
     let client = db.connect().await;
     client
         .query(&format!("SELECT message_id, count(*) FROM \"{}\".effects GROUP BY 1", db.schema()), &[])
