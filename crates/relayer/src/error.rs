@@ -28,6 +28,15 @@ pub enum StartError {
         /// Why it cannot be used, e.g. `which this host does not run`.
         reason: &'static str,
     },
+    /// A queue subscription does not fit the host (OPT-5).
+    #[cfg(feature = "consumer")]
+    #[error("relayer setup: queue {queue:?} {reason}")]
+    Subscription {
+        /// The subscribed queue.
+        queue: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// The instance id is empty.
     #[error("relayer setup: the instance id must not be empty")]
     EmptyInstanceId,
