@@ -28,7 +28,7 @@ Commands:
   schema [print|apply] [--schema S --prefix P]
                           prints or applies the database schema (through relayer-cli).
   demo                    makes sure PostgreSQL answers locally, then runs the demo (relayer-cli).
-  bench <name> [--quick]  runs a benchmark in release mode: dispatch, maintenance (relayer-bench), locks.
+  bench <name> [--quick]  runs a benchmark in release mode: dispatch, maintenance, consumer (relayer-bench), locks.
   help                    this text.
 
 The tests find their database as relayer-test-support documents: DATABASE_URL, else a

@@ -203,7 +203,7 @@ async fn passes_in(scratch: &Scratch, rows: i64) -> BenchResult<(u64, u64)> {
     Ok((idle_sweep_vacuumed.max(idle_sweep_churned), idle_cleanup_vacuumed.max(idle_cleanup_churned)))
 }
 
-async fn vacuum(client: &Client, scratch: &Scratch) -> BenchResult<()> {
+pub(crate) async fn vacuum(client: &Client, scratch: &Scratch) -> BenchResult<()> {
     for table in ["outbox", "dead", "inbox", "queue"] {
         // VACUUM cannot run inside the implicit transaction of a multi-statement batch.
         client.batch_execute(&format!("VACUUM ANALYZE {}", scratch.namespace.table(table))).await?;
@@ -212,20 +212,20 @@ async fn vacuum(client: &Client, scratch: &Scratch) -> BenchResult<()> {
 }
 
 /// A session whose every statement's plan, with buffers, arrives as a notice.
-struct ExplainedSession {
-    client: PgClient,
+pub(crate) struct ExplainedSession {
+    pub(crate) client: PgClient,
     plans: UnboundedReceiver<String>,
 }
 
 /// One executed statement, as auto_explain reported it.
-struct Explained {
+pub(crate) struct Explained {
     query: String,
     buffers: u64,
     plan: String,
 }
 
 impl ExplainedSession {
-    async fn open(scratch: &Scratch) -> BenchResult<Self> {
+    pub(crate) async fn open(scratch: &Scratch) -> BenchResult<Self> {
         let (client, mut connection) = scratch.config.connect(NoTls).await?;
         let (plans_tx, plans) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
@@ -246,7 +246,7 @@ impl ExplainedSession {
     }
 
     /// The statements reported since the last call.
-    fn drain(&mut self) -> Vec<Explained> {
+    pub(crate) fn drain(&mut self) -> Vec<Explained> {
         let mut explained = Vec::new();
         while let Ok(notice) = self.plans.try_recv() {
             let Some(json) = notice.find('{').map(|at| &notice[at..]) else { continue };
@@ -274,14 +274,14 @@ impl ExplainedSession {
     }
 
     /// One cleanup pass: prints each statement's buffers (and plans); returns the total.
-    async fn clean(&mut self, cleanup: &Cleanup, show_plans: bool) -> BenchResult<u64> {
+    pub(crate) async fn clean(&mut self, cleanup: &Cleanup, show_plans: bool) -> BenchResult<u64> {
         let clock = Instant::now();
         let report: CleanupReport = cleanup.run_once(&mut self.client).await?;
         let elapsed = clock.elapsed();
         Ok(self.report("cleanup", &report.to_string(), elapsed, show_plans))
     }
 
-    fn report(&mut self, worker: &str, report: &str, elapsed: Duration, show_plans: bool) -> u64 {
+    pub(crate) fn report(&mut self, worker: &str, report: &str, elapsed: Duration, show_plans: bool) -> u64 {
         let statements = self.drain();
         let total: u64 = statements.iter().map(|s| s.buffers).sum();
         println!(
