@@ -181,30 +181,28 @@ impl Pump {
         slot: OwnedSemaphorePermit,
     ) {
         match self.inbox_transaction(handler, receipt, message).await {
-            Ok(Committed::Acked) => {
-                self.stats.add(Counter::Acked, 1);
-                self.in_flight.forget(receipt);
-            }
+            Ok(Committed::RolledBack(ran)) => return self.finish(receipt, message, ran, slot),
+            Ok(Committed::Acked) => self.stats.add(Counter::Acked, 1),
             Ok(Committed::Duplicate) => {
                 self.stats.add(Counter::Acked, 1);
                 self.stats.add(Counter::Duplicates, 1);
-                self.in_flight.forget(receipt);
             }
             Ok(Committed::Lapsed) => {
                 self.stats.add(Counter::Lapsed, 1);
-                self.in_flight.forget(receipt);
                 tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = receipt.seq,
                     "the message's visibility lapsed and another reader received it: effects rolled back");
             }
-            Ok(Committed::RolledBack(ran)) => self.finish(receipt, message, ran, slot),
             Err(error) => {
                 self.stats.add(Counter::Abandoned, 1);
-                self.in_flight.forget(receipt);
                 tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = receipt.seq,
                     error = %relayer_core::error_chain(&error),
                     "the inbox transaction failed; the message reappears after its visibility timeout");
             }
         }
+        // Settled in its own transaction: free the slot, then let the receive loop fill it.
+        self.in_flight.forget(receipt);
+        drop(slot);
+        self.receive_wake.notify_one();
     }
 
     async fn inbox_transaction(

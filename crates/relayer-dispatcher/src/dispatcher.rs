@@ -10,7 +10,7 @@ use relayer_core::store::{ClaimOutbox, ClaimedMessage, CompleteOutbox};
 use relayer_core::{DispatcherOptions, Namespace, TransportRegistry};
 use relayer_postgres::{
     Enqueued, Executor, LaneStatements, OutboxStatements, OutboxWriter, PgPool, PgStore, StatementMode,
-    StorageError, connect_pool_with, notify_channel, verify_schema,
+    StorageError, connect_pool_with, listen, notify_channel, verify_schema,
 };
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -19,7 +19,6 @@ use uuid::Uuid;
 
 use crate::error::DispatchError;
 use crate::lanes::{LaneContext, work_lanes};
-use crate::listen::listen;
 use crate::send::{Breakers, send_claimed};
 use relayer_core::error_chain;
 
@@ -187,12 +186,15 @@ impl Dispatcher {
     /// one more loop works the ordered lanes, so a backlog of either never delays the other.
     pub async fn run(&self, shutdown: CancellationToken) {
         let inner = &self.inner;
+        // Every notification, and every (re)connect (rows may have committed while nobody
+        // listened), wakes every pass loop (OUT-4).
+        let wake = Arc::clone(&inner.wake);
         let listener = tokio::spawn(listen(
             inner.listen_config.clone(),
             notify_channel(&inner.namespace),
-            Arc::clone(&inner.wake),
             inner.options.pass_backoff(),
             shutdown.child_token(),
+            move |_heard| wake.all(),
         ));
         let unordered = inner.options.concurrency() as usize;
         let loops = (0..unordered)

@@ -53,7 +53,6 @@
 mod dispatcher;
 mod error;
 mod lanes;
-mod listen;
 mod send;
 
 pub use dispatcher::{Dispatcher, PassReport};
