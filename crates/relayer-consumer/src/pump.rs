@@ -121,7 +121,7 @@ impl Pump {
                 return;
             }
             Ran::Returned(Outcome::Reject { reason }) => {
-                let kind = self.dead_letter(receipt, RejectionReason::Rejected, reason);
+                let kind = self.dead_letter(receipt, RejectionReason::Rejected, &reason);
                 self.settle(Settlement { receipt, kind, slot });
                 return;
             }
@@ -151,13 +151,13 @@ impl Pump {
                 tracing::debug!(target: TARGET, %queue, seq = receipt.seq, %reason, "requeueing");
                 SettlementKind::Requeue(Requeue { receipt, delay: delay.unwrap_or(backoff) })
             }
-            AfterFailure::DeadLetter => self.dead_letter(receipt, RejectionReason::MaxHandledCount, reason),
+            AfterFailure::DeadLetter => self.dead_letter(receipt, RejectionReason::MaxHandledCount, &reason),
         };
         self.settle(Settlement { receipt, kind, slot });
     }
 
     /// A dead-letter of a handled message; its rejection message names the row (§15).
-    fn dead_letter(&self, receipt: Receipt, reason: RejectionReason, message: String) -> SettlementKind {
+    fn dead_letter(&self, receipt: Receipt, reason: RejectionReason, message: &str) -> SettlementKind {
         let message = format!("row seq {} of {}: {message}", receipt.seq, self.statements.table());
         tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = receipt.seq, %reason, %message,
             "dead-lettering");

@@ -96,7 +96,7 @@ impl Pump {
                 if group.is_empty() {
                     continue;
                 }
-                let written = match self.write(&*connection, &group).await {
+                let written = match self.write(&connection, &group).await {
                     Ok(written) => written,
                     Err(error) => {
                         self.pending().extend(group);

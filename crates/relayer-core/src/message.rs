@@ -407,7 +407,7 @@ mod tests {
     fn a_direct_queue_write_refuses_lanes_and_other_transports_que_4() {
         let plain = NewMessage::new("queue", "orders", b"{}".to_vec());
         plain.validate_direct(0, 16, "queue").unwrap();
-        let laned = plain.clone().lane("a").validate_direct(1, 16, "queue").unwrap_err();
+        let laned = plain.lane("a").validate_direct(1, 16, "queue").unwrap_err();
         assert_eq!(laned.problem(), &MessageProblem::LaneOnDirectQueue);
         let other = NewMessage::new("nats", "orders", vec![]).validate_direct(2, 16, "queue").unwrap_err();
         assert_eq!(other.problem(), &MessageProblem::UnknownTransport("nats".into()));
