@@ -33,12 +33,7 @@ pub use direct::{DEFAULT_NOTIFY_INTERVAL, QueueWriter};
 /// `relayer_` followed by 16 hex digits of SHA-1 over the schema and prefix, like the
 /// outbox's channel and distinct from it.
 pub fn queue_channel(namespace: &Namespace) -> String {
-    let key = relayer_core::advisory_lock_key(&format!(
-        "queue-channel:{}.{}",
-        namespace.schema(),
-        namespace.prefix()
-    ));
-    format!("relayer_{:016x}", u64::from_be_bytes(key.to_be_bytes()))
+    crate::outbox::channel("queue-channel", namespace)
 }
 
 /// The queue statements rendered for one namespace.

@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use relayer_core::{Delivery, MessageId, Namespace, NewMessage};
 use tokio::time::Instant;
@@ -29,8 +29,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::StorageError;
 use crate::exec::Executor;
-use crate::outbox::{DEFAULT_MAX_BODY_BYTES, EnqueueError, Enqueued, headers_to_json};
-use crate::recovery::micros;
+use crate::outbox::{DEFAULT_MAX_BODY_BYTES, EnqueueError, Enqueued, WrittenColumns};
 
 /// How often, at most, a [`QueueWriter`] notifies one queue unless told otherwise.
 pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(50);
@@ -133,27 +132,8 @@ impl QueueWriter {
             return Ok(Vec::new());
         }
         let count = messages.len();
-        let mut ids = Vec::with_capacity(count);
-        let mut queues = Vec::with_capacity(count);
-        let mut bodies = Vec::with_capacity(count);
-        let mut headers = Vec::with_capacity(count);
-        let mut trace_contexts = Vec::with_capacity(count);
-        let mut deliver_at: Vec<Option<SystemTime>> = Vec::with_capacity(count);
-        let mut delays: Vec<Option<i64>> = Vec::with_capacity(count);
-        for message in messages {
-            ids.push(*message.message_id().as_uuid());
-            queues.push(message.destination());
-            bodies.push(message.body());
-            headers.push(headers_to_json(message.header_map()));
-            trace_contexts.push(message.creation_context());
-            let (at, after) = match message.delivery_time() {
-                Delivery::Immediate => (None, None),
-                Delivery::At(at) => (Some(at.to_system_time()), None),
-                Delivery::After(delay) => (None, Some(micros(delay))),
-            };
-            deliver_at.push(at);
-            delays.push(after);
-        }
+        let WrittenColumns { ids, destinations: queues, bodies, headers, trace_contexts, deliver_at, delays } =
+            WrittenColumns::of(messages);
         let wake = self.queues_to_notify(messages);
         let params: [(&(dyn ToSql + Sync), Type); 9] = [
             (&ids, Type::UUID_ARRAY),
