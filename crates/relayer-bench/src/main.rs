@@ -27,10 +27,14 @@
 //! retention cleanup passes on 1M-row tables, and recovery throughput against the raw
 //! limit; see [`maintenance`].
 //!
+//! `consumer` measures the queue consumer against the raw read-and-delete loop, direct
+//! enqueue end to end, and the idle inbox cleanup pass; see [`consumer`].
+//!
 //! Each run works in its own random schema, dropped at the end.
 #![deny(missing_docs)]
 #![allow(clippy::print_stdout)] // A benchmark's output is its report.
 
+mod consumer;
 mod explain;
 mod maintenance;
 mod tripped;
@@ -63,7 +67,8 @@ async fn main() {
         Some("dispatch") => dispatch(quick).await,
         Some("explain") => explain::run(quick).await,
         Some("maintenance") => maintenance::run(quick).await,
-        _ => Err("usage: relayer-bench dispatch|explain|maintenance [--quick]".into()),
+        Some("consumer") => consumer::run(quick).await,
+        _ => Err("usage: relayer-bench dispatch|explain|maintenance|consumer [--quick]".into()),
     };
     if let Err(error) = outcome {
         eprintln!("relayer-bench: {}", relayer_core::error_chain(error.as_ref()));

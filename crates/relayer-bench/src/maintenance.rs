@@ -283,14 +283,14 @@ impl ExplainedSession {
     }
 
     /// One cleanup pass: prints each statement's buffers (and plans); returns the total.
-    async fn clean(&mut self, cleanup: &Cleanup, show_plans: bool) -> BenchResult<u64> {
+    pub(crate) async fn clean(&mut self, cleanup: &Cleanup, show_plans: bool) -> BenchResult<u64> {
         let clock = Instant::now();
         let report: CleanupReport = cleanup.run_once(&mut self.client).await?;
         let elapsed = clock.elapsed();
         Ok(self.report("cleanup", &report.to_string(), elapsed, show_plans))
     }
 
-    fn report(&mut self, worker: &str, report: &str, elapsed: Duration, show_plans: bool) -> u64 {
+    pub(crate) fn report(&mut self, worker: &str, report: &str, elapsed: Duration, show_plans: bool) -> u64 {
         let statements = self.drain();
         let total: u64 = statements.iter().map(|s| s.buffers).sum();
         println!(

@@ -9,6 +9,7 @@
 
 pub mod backoff;
 pub mod breaker;
+pub mod consumer;
 pub mod cursor;
 pub mod duration;
 pub mod eligibility;
@@ -52,6 +53,7 @@ pub use uuid::Uuid;
 // Pure policy: backoff, cursor, durations, eligibility, options.
 pub use backoff::{PassBackoff, RetryBackoff};
 pub use breaker::{BreakerState, CircuitBreaker, CircuitBreakers};
+pub use consumer::{AfterFailure, ConsumerOptions, ConsumerOptionsBuilder, RejectionReason};
 pub use cursor::{KeysetCursor, PageEnd, PassPlan, RecoveryPage, ScanWindow};
 pub use duration::{DurationError, HumanDuration, Retention};
 pub use eligibility::{

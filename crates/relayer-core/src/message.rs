@@ -286,6 +286,24 @@ impl NewMessage {
     }
 }
 
+impl NewMessage {
+    /// Checks a message written straight into relayer's queue table (QUE-4): everything
+    /// [`validate`](Self::validate) checks, with `queue_transport` the only transport known,
+    /// and no lane — ordered messages keep going through the outbox.
+    pub fn validate_direct(
+        &self,
+        index: usize,
+        max_body_bytes: usize,
+        queue_transport: &str,
+    ) -> Result<(), MessageError> {
+        self.validate(index, max_body_bytes, |name| name == queue_transport)?;
+        if self.lane.is_some() {
+            return Err(MessageError { index, id: self.id, problem: MessageProblem::LaneOnDirectQueue });
+        }
+        Ok(())
+    }
+}
+
 /// Header names are HTTP-style tokens (RFC 9110 `tchar`), 1 to 256 bytes, so every
 /// transport (NATS and AMQP headers included) can carry them unchanged.
 fn check_header_name(name: &str) -> Result<(), String> {
@@ -380,6 +398,9 @@ pub enum MessageProblem {
     /// A [`Delivery::At`] time is outside [`EARLIEST_DELIVERY`]..=[`LATEST_DELIVERY`].
     #[error("the delivery time (Delivery::At) {0} is outside {EARLIEST_DELIVERY}..={LATEST_DELIVERY}")]
     DeliveryOutOfRange(Timestamp),
+    /// A lane on a message written straight into the queue table (QUE-4).
+    #[error("a lane key on a direct queue write; ordered messages go through the outbox")]
+    LaneOnDirectQueue,
     /// A text field contains a NUL character, which PostgreSQL text cannot store.
     #[error("the {field} contains a NUL character")]
     NulByte {
@@ -507,6 +528,16 @@ mod tests {
         ] {
             edge.validate(0, limit, known).unwrap();
         }
+    }
+
+    #[test]
+    fn a_direct_queue_write_refuses_lanes_and_other_transports_que_4() {
+        let plain = NewMessage::new("queue", "orders", b"{}".to_vec());
+        plain.validate_direct(0, 16, "queue").unwrap();
+        let laned = plain.lane("a").validate_direct(1, 16, "queue").unwrap_err();
+        assert_eq!(laned.problem(), &MessageProblem::LaneOnDirectQueue);
+        let other = NewMessage::new("nats", "orders", vec![]).validate_direct(2, 16, "queue").unwrap_err();
+        assert_eq!(other.problem(), &MessageProblem::UnknownTransport("nats".into()));
     }
 
     #[test]

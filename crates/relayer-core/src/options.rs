@@ -335,7 +335,7 @@ mod nonzero {
 }
 
 /// SHA-1 of `text`, in lowercase hex.
-fn sha1_hex(text: &str) -> String {
+pub(crate) fn sha1_hex(text: &str) -> String {
     Sha1::digest(text.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
@@ -476,6 +476,9 @@ macro_rules! worker_options {
         }
     };
 }
+
+// The consumer's options (consumer.rs) are declared with the same macro.
+pub(crate) use worker_options;
 
 worker_options! {
     /// Options of the dispatcher: direct, commit-triggered dispatch of unordered rows (§4).

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use relayer_core::{DispatcherOptions, Namespace, TransportRegistry, error_chain};
 use relayer_delivery::SendPath;
 use relayer_postgres::{
-    Enqueued, Executor, LaneStatements, OutboxStatements, OutboxWriter, PgPool, StorageError, notify_channel,
-    verify_schema,
+    Enqueued, Executor, LaneStatements, OutboxStatements, OutboxWriter, PgPool, StorageError, listen,
+    notify_channel, verify_schema,
 };
 use relayer_worker::{Leadership, PassLoop, WorkerEvent, WorkerKind};
 use tokio::sync::broadcast;
@@ -16,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::error::DispatchError;
-use crate::listen::listen;
 use crate::pass::{DispatchPass, Work};
 use crate::report::PassReport;
 use crate::wake::Wake;
@@ -143,12 +142,15 @@ impl Dispatcher {
         }
         let shared = &self.shared;
         let listener = self.listen.clone().map(|config| {
+            // Every notification, and every (re)connect (rows may have committed while nobody
+            // listened), wakes every pass loop (OUT-4).
+            let wake = Arc::clone(&shared.wake);
             tokio::spawn(listen(
                 config,
                 notify_channel(&shared.namespace),
-                Arc::clone(&shared.wake),
                 shared.options.pass_backoff(),
                 shutdown.child_token(),
+                move |_heard| wake.all(),
             ))
         });
         let backoff = shared.options.pass_backoff();

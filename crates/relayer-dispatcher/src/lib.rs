@@ -63,7 +63,6 @@
 mod dispatcher;
 mod error;
 mod lanes;
-mod listen;
 mod pass;
 mod report;
 mod unordered;

@@ -10,9 +10,11 @@
 
 mod error;
 pub mod exec;
+pub mod inbox;
 pub mod instances;
 pub mod lanes;
 pub mod leases;
+pub mod listen;
 mod migrate;
 pub mod outbox;
 mod pool;
@@ -26,9 +28,11 @@ mod store;
 
 pub use error::{StorageError, StorageErrorKind};
 pub use exec::{Executor, Prepared};
+pub use inbox::{Inbox, InboxEntry};
 pub use instances::{InstanceSettings, InstanceStatements};
 pub use lanes::{HeadFailure, LaneClaim, LaneHead, LaneStatements, ParkedLane};
 pub use leases::{Lease, LeaseStatements};
+pub use listen::{Heard, listen};
 pub use migrate::{MigrationReport, current_version, migrate, migration_lock_resource, verify_schema};
 pub use outbox::{
     Claimed, ClaimedMessage, Completion, CompletionReport, DEFAULT_MAX_BODY_BYTES, EnqueueError, Enqueued,
@@ -38,7 +42,10 @@ pub use pool::{
     LOST_STATEMENTS_BEFORE_GIVING_UP, PgClient, PgConnection, PgConnectionManager, PgPool, StatementCache,
     StatementMode, connect_pool, connect_pool_with,
 };
-pub use queue::QueueStatements;
+pub use queue::{
+    ConsumeStatements, DEFAULT_NOTIFY_INTERVAL, DeadLetter, QueueMessage, QueueStatements, QueueWriter,
+    Receipt, Received, Requeue, Undecodable, queue_channel,
+};
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
 pub use status::{NamespaceStatus, namespace_status};
 pub use store::PgStore;

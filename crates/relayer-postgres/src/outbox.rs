@@ -43,12 +43,14 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 /// deterministic, the same in every process and well within PostgreSQL's 63-byte limit
 /// whatever the namespace.
 pub fn notify_channel(namespace: &Namespace) -> String {
+    channel("outbox-channel", namespace)
+}
+
+/// `relayer_` + 16 hex digits of SHA-1(`relayer:` + `kind:{schema}.{prefix}`).
+pub(crate) fn channel(kind: &str, namespace: &Namespace) -> String {
     // advisory_lock_key is the first 8 bytes of SHA-1("relayer:" + resource).
-    let key = relayer_core::advisory_lock_key(&format!(
-        "outbox-channel:{}.{}",
-        namespace.schema(),
-        namespace.prefix()
-    ));
+    let key =
+        relayer_core::advisory_lock_key(&format!("{kind}:{}.{}", namespace.schema(), namespace.prefix()));
     format!("relayer_{:016x}", u64::from_be_bytes(key.to_be_bytes()))
 }
 
@@ -224,32 +226,10 @@ impl OutboxWriter {
             return Ok(Vec::new());
         }
         let count = messages.len();
-        let mut ids = Vec::with_capacity(count);
-        let mut transports = Vec::with_capacity(count);
-        let mut destinations = Vec::with_capacity(count);
-        let mut bodies = Vec::with_capacity(count);
-        let mut headers = Vec::with_capacity(count);
-        let mut trace_contexts = Vec::with_capacity(count);
-        let mut lanes = Vec::with_capacity(count);
-        let mut deliver_at: Vec<Option<SystemTime>> = Vec::with_capacity(count);
-        let mut delays: Vec<Option<i64>> = Vec::with_capacity(count);
-        for message in messages {
-            ids.push(*message.message_id().as_uuid());
-            transports.push(message.transport());
-            destinations.push(message.destination());
-            bodies.push(message.body());
-            headers.push(headers_to_json(message.header_map()));
-            trace_contexts.push(message.creation_context());
-            lanes.push(message.lane_key());
-            let (at, after) = match message.delivery_time() {
-                Delivery::Immediate => (None, None),
-                Delivery::At(at) => (Some(at.to_system_time()), None),
-                // Computed on the database clock (NS-4): now() + delay.
-                Delivery::After(delay) => (None, Some(micros(delay))),
-            };
-            deliver_at.push(at);
-            delays.push(after);
-        }
+        let WrittenColumns { ids, destinations, bodies, headers, trace_contexts, deliver_at, delays } =
+            WrittenColumns::of(messages);
+        let transports: Vec<&str> = messages.iter().map(NewMessage::transport).collect();
+        let lanes: Vec<Option<&str>> = messages.iter().map(NewMessage::lane_key).collect();
         let lane_keys: Vec<i64> = lanes
             .iter()
             .flatten()
@@ -278,6 +258,42 @@ impl OutboxWriter {
             .iter()
             .map(|row| Enqueued { seq: row.get(0), id: MessageId::from_uuid(row.get(1)) })
             .collect())
+    }
+}
+
+/// The columns every writer binds (outbox and direct queue), one array per column, in the
+/// messages' order.
+pub(crate) struct WrittenColumns<'a> {
+    pub(crate) ids: Vec<uuid::Uuid>,
+    pub(crate) destinations: Vec<&'a str>,
+    pub(crate) bodies: Vec<&'a [u8]>,
+    pub(crate) headers: Vec<serde_json::Value>,
+    pub(crate) trace_contexts: Vec<Option<&'a str>>,
+    /// A delivery instant, or `None`.
+    pub(crate) deliver_at: Vec<Option<SystemTime>>,
+    /// A delay in microseconds, computed on the database clock (NS-4): `now() + delay`.
+    pub(crate) delays: Vec<Option<i64>>,
+}
+
+impl<'a> WrittenColumns<'a> {
+    pub(crate) fn of(messages: &'a [NewMessage]) -> Self {
+        let (deliver_at, delays) = messages
+            .iter()
+            .map(|message| match message.delivery_time() {
+                Delivery::Immediate => (None, None),
+                Delivery::At(at) => (Some(at.to_system_time()), None),
+                Delivery::After(delay) => (None, Some(micros(delay))),
+            })
+            .unzip();
+        WrittenColumns {
+            ids: messages.iter().map(|m| *m.message_id().as_uuid()).collect(),
+            destinations: messages.iter().map(NewMessage::destination).collect(),
+            bodies: messages.iter().map(NewMessage::body).collect(),
+            headers: messages.iter().map(|m| headers_to_json(m.header_map())).collect(),
+            trace_contexts: messages.iter().map(NewMessage::creation_context).collect(),
+            deliver_at,
+            delays,
+        }
     }
 }
 

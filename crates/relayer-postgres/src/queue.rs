@@ -4,8 +4,14 @@
 //! queue name in `queue`. Producing is one multi-row insert per batch (through `unnest`,
 //! one round trip); the message's id, headers, body, creation context and `created_at` are
 //! kept as the outbox had them, and `visible_at` defaults to the insert's `now()`, so the
-//! message is receivable at once. Consumers (a later layer) receive with
-//! `FOR UPDATE SKIP LOCKED` through `queue_receive_idx`.
+//! message is receivable at once. The insert notifies the namespace's queue channel
+//! ([`queue_channel`], the queue's name as payload) so consumers in any process wake on
+//! commit; the transport's batches are few, so the commit serialization a NOTIFY costs
+//! (docs/performance.md) is paid once per batch.
+//!
+//! The consumer side ([`ConsumeStatements`]: receive, ack, requeue, dead-letter, heartbeat)
+//! is in `queue/consume.rs`; writing straight into the queue inside the caller's
+//! transaction ([`QueueWriter`], QUE-4) in `queue/direct.rs`.
 
 use std::time::SystemTime;
 
@@ -15,10 +21,26 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::error::StorageError;
 use crate::exec::Executor;
 
+mod consume;
+mod direct;
+
+pub use consume::{ConsumeStatements, DeadLetter, QueueMessage, Receipt, Received, Requeue, Undecodable};
+pub use direct::{DEFAULT_NOTIFY_INTERVAL, QueueWriter};
+
+/// The LISTEN/NOTIFY channel of a namespace's queue table: every insert notifies it with
+/// the queue's name as payload, and every pump of the namespace listens on it.
+///
+/// `relayer_` followed by 16 hex digits of SHA-1 over the schema and prefix, like the
+/// outbox's channel and distinct from it.
+pub fn queue_channel(namespace: &Namespace) -> String {
+    crate::outbox::channel("queue-channel", namespace)
+}
+
 /// The queue statements rendered for one namespace.
 #[derive(Clone, Debug)]
 pub struct QueueStatements {
     insert: String,
+    channel: String,
 }
 
 impl QueueStatements {
@@ -26,14 +48,19 @@ impl QueueStatements {
     pub fn new(namespace: &Namespace) -> Self {
         let queue = namespace.table("queue");
         QueueStatements {
-            // Index: none read; maintains queue_pkey and queue_receive_idx.
+            // Index: none read; maintains queue_pkey and queue_receive_idx. The NOTIFY runs
+            // once, after the insert, and only when it inserted rows.
             insert: format!(
-                "INSERT INTO {queue} (message_id, queue, body, headers, trace_context, created_at) \
-                 SELECT m.id, $1, m.body, m.headers, m.trace_context, m.created_at \
-                 FROM unnest($2::uuid[], $3::bytea[], $4::jsonb[], $5::text[], $6::timestamptz[]) \
-                      WITH ORDINALITY AS m(id, body, headers, trace_context, created_at, ord) \
-                 ORDER BY m.ord"
+                "WITH inserted AS ( \
+                   INSERT INTO {queue} (message_id, queue, body, headers, trace_context, created_at) \
+                   SELECT m.id, $1, m.body, m.headers, m.trace_context, m.created_at \
+                   FROM unnest($2::uuid[], $3::bytea[], $4::jsonb[], $5::text[], $6::timestamptz[]) \
+                        WITH ORDINALITY AS m(id, body, headers, trace_context, created_at, ord) \
+                   ORDER BY m.ord RETURNING 1), \
+                 counted AS (SELECT count(*) AS n FROM inserted) \
+                 SELECT n, CASE WHEN n > 0 THEN pg_notify($7, $1) END FROM counted"
             ),
+            channel: queue_channel(namespace),
         }
     }
 
@@ -51,16 +78,18 @@ impl QueueStatements {
             messages.iter().map(|m| crate::row_codec::headers_to_json(&m.headers)).collect();
         let trace_contexts: Vec<Option<&str>> = messages.iter().map(|m| m.trace_context.as_deref()).collect();
         let created_at: Vec<SystemTime> = messages.iter().map(|m| m.created_at.to_system_time()).collect();
-        let params: [(&(dyn ToSql + Sync), Type); 6] = [
+        let params: [(&(dyn ToSql + Sync), Type); 7] = [
             (&queue, Type::TEXT),
             (&ids, Type::UUID_ARRAY),
             (&bodies, Type::BYTEA_ARRAY),
             (&headers, Type::JSONB_ARRAY),
             (&trace_contexts, Type::TEXT_ARRAY),
             (&created_at, Type::TIMESTAMPTZ_ARRAY),
+            (&self.channel, Type::TEXT),
         ];
-        client.affected(&self.insert, &params).await.map_err(|e| {
-            StorageError::database(format!("inserting {} messages into queue {queue:?}", messages.len()), e)
-        })
+        let context = || format!("inserting {} messages into queue {queue:?}", messages.len());
+        let row = crate::exec::one_row(client, &self.insert, &params, &context()).await?;
+        let inserted: i64 = row.try_get(0).map_err(|e| StorageError::database(context(), e))?;
+        Ok(u64::try_from(inserted).unwrap_or(0))
     }
 }

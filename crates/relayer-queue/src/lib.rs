@@ -2,7 +2,8 @@
 //!
 //! The model: a message dispatched to the transport named `"queue"` (configurable) becomes
 //! a row of the namespace's `queue` table, its destination the queue name. A batch is one
-//! multi-row insert (one round trip) on the transport's own pool — which may point at the
+//! multi-row insert (one round trip, with a NOTIFY on the namespace's queue channel that
+//! wakes `relayer-consumer` pumps on commit) on the transport's own pool — which may point at the
 //! same database as the outbox or another one. The outcome is all or nothing: every
 //! message accepted, or the whole batch failed with a transient error that the dispatcher
 //! retries. Identity, headers, body, creation context and `created_at` are kept as written.

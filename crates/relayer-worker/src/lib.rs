@@ -35,7 +35,9 @@
 #![deny(missing_docs)]
 
 mod leadership;
+mod panic;
 mod pass_loop;
 
 pub use leadership::Leadership;
+pub use panic::catch_panic;
 pub use pass_loop::{Pass, PassLoop, PassOutcome, WorkerEvent, WorkerHandle, WorkerKind};

@@ -2,7 +2,6 @@
 
 use std::error::Error;
 use std::fmt;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::leadership::Leadership;
+use crate::panic::catch_panic;
 
 /// Test signals kept for slow subscribers; older ones are dropped (they see `Lagged`).
 const EVENT_CAPACITY: usize = 256;
@@ -344,10 +344,10 @@ impl<P: Pass> PassLoop<P> {
                 }
             }
         }
-        match AssertUnwindSafe(self.pass.run_pass(shutdown)).catch_unwind().await {
+        match catch_panic(self.pass.run_pass(shutdown)).await {
             Ok(Ok(outcome)) => Ok(outcome),
             Ok(Err(error)) => Err(Failure { what: "failed", chain: relayer_core::error_chain(&error) }),
-            Err(panic) => Err(Failure { what: "panicked", chain: panic_message(panic.as_ref()) }),
+            Err(panic) => Err(Failure { what: "panicked", chain: panic }),
         }
     }
 }
@@ -392,13 +392,4 @@ async fn woken(wake: Option<&Notify>) {
         Some(notify) => notify.notified().await,
         None => std::future::pending().await,
     }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a non-string panic payload");
-    format!("panic: {text}")
 }

@@ -28,6 +28,8 @@ impl Relayer {
             instance_id: None,
             pool_size: DEFAULT_POOL_SIZE,
             statements: relayer_postgres::StatementMode::Prepared,
+            #[cfg(feature = "consumer")]
+            consumers: Vec::new(),
         }
     }
 }
@@ -92,6 +94,8 @@ pub struct RelayerBuilder {
     pub(crate) instance_id: Option<String>,
     pub(crate) pool_size: u32,
     pub(crate) statements: relayer_postgres::StatementMode,
+    #[cfg(feature = "consumer")]
+    pub(crate) consumers: Vec<crate::consumers::ConsumerSpec>,
 }
 
 impl std::fmt::Debug for RelayerBuilder {
@@ -144,6 +148,20 @@ impl RelayerBuilder {
     #[cfg(feature = "cleanup")]
     pub fn cleanup(mut self, options: CleanupOptions) -> Self {
         self.options.cleanup = Some(options);
+        self
+    }
+
+    /// Runs a pump of `subscription` with `handler` (§10): a plain
+    /// [`Handler`](relayer_consumer::Handler) (`Arc::new(MyHandler)`) or an inbox-wrapped one
+    /// (`Handling::Inbox(Arc::new(MyInboxHandler))`, QUE-3). One subscription per queue per
+    /// host; every instance runs its pumps (replicas share the queue through `SKIP LOCKED`).
+    #[cfg(feature = "consumer")]
+    pub fn consumer(
+        mut self,
+        subscription: relayer_consumer::Subscription,
+        handler: impl Into<relayer_consumer::Handling>,
+    ) -> Self {
+        self.consumers.push(crate::consumers::ConsumerSpec { subscription, handling: handler.into() });
         self
     }
 

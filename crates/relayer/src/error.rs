@@ -32,6 +32,15 @@ pub enum StartError {
     /// `send_timeout` and the sweeper's `lease_duration` (TRN-5); the message names both.
     #[error("relayer setup: {0}")]
     Options(#[source] relayer_core::OptionsError),
+    /// A queue subscription does not fit the host (OPT-5).
+    #[cfg(feature = "consumer")]
+    #[error("relayer setup: queue {queue:?} {reason}")]
+    Subscription {
+        /// The subscribed queue.
+        queue: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// The instance id is empty.
     #[error("relayer setup: the instance id must not be empty")]
     EmptyInstanceId,

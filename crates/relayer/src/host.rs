@@ -36,6 +36,8 @@ pub struct RelayerHost {
     #[cfg(feature = "dispatcher")]
     dispatcher: Option<relayer_dispatcher::Dispatcher>,
     pool: PgPool,
+    #[cfg(feature = "consumer")]
+    consumer_stats: Vec<(String, Arc<relayer_consumer::ConsumerStats>)>,
     instances: InstanceStatements,
     disagreements: Arc<Mutex<Vec<SettingsDisagreement>>>,
     shutdown: CancellationToken,
@@ -74,6 +76,8 @@ impl RelayerHost {
             instance_id,
             pool_size,
             statements,
+            #[cfg(feature = "consumer")]
+            consumers,
         } = builder;
 
         // Whole-setup checks that need no database come first (OPT-5).
@@ -128,6 +132,9 @@ impl RelayerHost {
                 });
             }
         }
+
+        #[cfg(feature = "consumer")]
+        crate::consumers::check(&consumers)?;
 
         // Then the database: reachable, schema present and current (NS-3).
         let pool =
@@ -220,6 +227,11 @@ impl RelayerHost {
             )
         });
 
+        #[cfg(feature = "consumer")]
+        let consumers = crate::consumers::build(consumers, &config, &namespace, statements).await?;
+        #[cfg(feature = "consumer")]
+        let consumer_stats = crate::consumers::stats(&consumers);
+
         // OPT-4: record this instance's settings and compare with the other live instances'.
         let worker_settings = worker_settings(&options);
         let instances = InstanceStatements::new(&namespace);
@@ -265,6 +277,19 @@ impl RelayerHost {
             let token = shutdown.child_token();
             tasks.push(("cleanup", tokio::spawn(cleanup.run(token))));
         }
+        #[cfg(feature = "consumer")]
+        for consumer in consumers {
+            let token = shutdown.child_token();
+            tasks.push((
+                "consumer",
+                tokio::spawn(async move {
+                    let queue = consumer.subscription().queue().to_owned();
+                    if let Err(error) = consumer.run(token).await {
+                        tracing::error!(target: TARGET, %queue, error = %relayer_core::error_chain(&error), "a queue consumer stopped");
+                    }
+                }),
+            ));
+        }
         if !worker_settings.is_empty() {
             let refresh = refresh_fingerprints(
                 pool.clone(),
@@ -290,6 +315,8 @@ impl RelayerHost {
             #[cfg(feature = "dispatcher")]
             dispatcher,
             pool,
+            #[cfg(feature = "consumer")]
+            consumer_stats,
             instances,
             disagreements,
             shutdown,
@@ -321,6 +348,19 @@ impl RelayerHost {
             return dispatcher.writer();
         }
         OutboxWriter::for_registry(&self.namespace, &self.transports)
+    }
+
+    /// A writer straight into this namespace's queue table, inside your own transaction
+    /// (QUE-4): for messages to relayer's own queue in this database, without the outbox
+    /// hop. Clones share the NOTIFY throttle; keep one and clone it.
+    pub fn queue_writer(&self) -> relayer_postgres::QueueWriter {
+        relayer_postgres::QueueWriter::new(&self.namespace, "queue")
+    }
+
+    /// The counters of the pump consuming `queue`, when this host runs one.
+    #[cfg(feature = "consumer")]
+    pub fn consumer_stats(&self, queue: &str) -> Option<Arc<relayer_consumer::ConsumerStats>> {
+        self.consumer_stats.iter().find(|(name, _)| name == queue).map(|(_, stats)| Arc::clone(stats))
     }
 
     /// The dispatcher, when this host runs one: for

@@ -61,19 +61,22 @@
 //! | `sweeper` | [`sweeper`] and [`RelayerBuilder::sweeper`] |
 //! | `cleanup` | [`cleanup`] and [`RelayerBuilder::cleanup`] |
 //! | `queue` | [`queue`] and [`RelayerBuilder::queue_transport`] |
+//! | `consumer` | [`consumer`] and [`RelayerBuilder::consumer`] |
 //! | `advisory-lock` | [`advisory_lock`] and [`LeaderElection::AdvisoryLock`] |
 //! | `full` | all of the above |
 #![deny(missing_docs)]
 
 pub use relayer_core as core;
 pub use relayer_core::{
-    CleanupOptions, Delivery, DispatcherOptions, DistributedLock, Envelope, Headers, LockGuard, MessageId,
-    Namespace, NewMessage, Retention, SendOutcome, SweeperOptions, Timestamp, Transport, TransportError,
-    TransportRegistry, async_trait,
+    CleanupOptions, ConsumerOptions, Delivery, DispatcherOptions, DistributedLock, Envelope, Headers,
+    LockGuard, MessageId, Namespace, NewMessage, Retention, SendOutcome, SweeperOptions, Timestamp,
+    Transport, TransportError, TransportRegistry, async_trait,
 };
 
 #[cfg(feature = "postgres")]
 mod builder;
+#[cfg(feature = "consumer")]
+mod consumers;
 #[cfg(feature = "postgres")]
 mod error;
 #[cfg(feature = "postgres")]
@@ -120,3 +123,7 @@ pub use relayer_queue as queue;
 /// Session advisory locks (`relayer-advisory-lock`).
 #[cfg(feature = "advisory-lock")]
 pub use relayer_advisory_lock as advisory_lock;
+
+/// relayer's queue consumer: subscriptions, handlers, the inbox boundary.
+#[cfg(feature = "consumer")]
+pub use relayer_consumer as consumer;

@@ -1,38 +1,52 @@
-//! Waking on the namespace's channel (OUT-4).
+//! Waking on a LISTEN/NOTIFY channel: [`listen`].
 //!
-//! A dedicated connection (not from the pool: it is held for the dispatcher's life and must
-//! not starve passes, LIF-2) LISTENs on the channel the writer notifies when its
-//! transaction commits. Each notification wakes every pass loop. After every (re)connect the
-//! loop is woken once, since rows may have committed while nobody listened. A broken
-//! connection is reopened with backoff; polling covers the gap.
+//! A dedicated connection (not from a pool: it is held for the listener's life and must
+//! not starve passes, LIF-2) LISTENs on one channel and reports every notification. After
+//! every (re)connect it reports [`Heard::Connected`] once, since notifications sent while
+//! nobody listened are lost. A broken connection is reopened with backoff; the listener's
+//! owner polls to cover the gap.
 
 use std::future::poll_fn;
-use std::sync::Arc;
 use std::time::Duration;
 
 use relayer_core::{PassBackoff, error_chain};
-
-use crate::wake::Wake;
 use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 
-const TARGET: &str = "relayer::dispatcher";
+const TARGET: &str = "relayer::listen";
 
-/// Listens until `shutdown`, waking every pass loop on every notification.
-pub(crate) async fn listen(
+/// How long opening the LISTEN connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a listener heard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Heard<'a> {
+    /// The listener (re)connected: anything may have been missed meanwhile.
+    Connected,
+    /// A notification with this payload.
+    Notification(&'a str),
+}
+
+/// Listens on `channel` until `shutdown` is cancelled, calling `heard` for every notification
+/// and after every (re)connect; reconnects after `backoff.wait_after(failures)`.
+///
+/// `channel` must be a plain identifier (relayer's channels are `relayer_` + hex).
+pub async fn listen(
     config: tokio_postgres::Config,
     channel: String,
-    wake: Arc<Wake>,
     backoff: PassBackoff,
     shutdown: CancellationToken,
+    heard: impl Fn(Heard<'_>) + Send + Sync + 'static,
 ) {
+    let heard = std::sync::Arc::new(heard);
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
-        match listen_once(&config, &channel, &wake, &shutdown).await {
+        match listen_once(&config, &channel, &heard, &shutdown).await {
             Ok(()) => failures = 0,
             Err(error) => {
                 failures = failures.saturating_add(1);
-                tracing::warn!(target: TARGET, %channel, error = %error_chain(error.as_ref()), failures, "LISTEN connection failed");
+                tracing::warn!(target: TARGET, %channel, error = %error_chain(error.as_ref()), failures,
+                    "LISTEN connection failed");
             }
         }
         let wait = if failures == 0 { Duration::from_millis(100) } else { backoff.wait_after(failures) };
@@ -46,29 +60,27 @@ pub(crate) async fn listen(
 /// Why a LISTEN session ended other than by shutdown.
 type ListenError = Box<dyn std::error::Error + Send + Sync>;
 
-/// One LISTEN session: returns when the connection ends (an error) or at shutdown.
-async fn listen_once(
+async fn listen_once<F: Fn(Heard<'_>) + Send + Sync + 'static>(
     config: &tokio_postgres::Config,
     channel: &str,
-    wake: &Arc<Wake>,
+    heard: &std::sync::Arc<F>,
     shutdown: &CancellationToken,
 ) -> Result<(), ListenError> {
-    // Raced against shutdown, and bounded: an unreachable server must not hold up `run`.
+    // Raced against shutdown, and bounded: an unreachable server must not hold up shutdown.
     let connecting = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls));
     let (client, mut connection) = tokio::select! {
         () = shutdown.cancelled() => return Ok(()),
         connected = connecting => connected.map_err(|_| "connecting timed out")??,
     };
-    let notify = Arc::clone(wake);
+    let notify = std::sync::Arc::clone(heard);
     let mut driver = tokio::spawn(async move {
         while let Some(message) = poll_fn(|cx| connection.poll_message(cx)).await {
-            if let AsyncMessage::Notification(_) = message? {
-                notify.all();
+            if let AsyncMessage::Notification(notification) = message? {
+                notify(Heard::Notification(notification.payload()));
             }
         }
         Ok::<(), tokio_postgres::Error>(())
     });
-    // The channel is a fixed `relayer_` + hex name: safe to splice, quoted anyway.
     let statement = format!("LISTEN \"{channel}\"");
     let listening = tokio::select! {
         result = client.batch_execute(&statement) => result,
@@ -79,7 +91,7 @@ async fn listen_once(
         return Err(error.into());
     }
     tracing::debug!(target: TARGET, %channel, "listening");
-    wake.all();
+    heard(Heard::Connected);
     let ended = tokio::select! {
         () = shutdown.cancelled() => { driver.abort(); Ok(()) }
         ended = &mut driver => driver_ended(ended),
@@ -87,9 +99,6 @@ async fn listen_once(
     drop(client);
     ended
 }
-
-/// How long opening the LISTEN connection may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The connection driver's end: a closed connection is an error to back off from, and so
 /// is a driver that panicked (never reported as a clean end).

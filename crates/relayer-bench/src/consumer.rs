@@ -1,0 +1,336 @@
+//! `cargo xtask bench consumer [--quick]`: the queue consumer against the raw SQL limit on
+//! the same server in the same run.
+//!
+//! - **consumer_ratio**: a prefilled queue drained by a [`Consumer`] (receive → no-op
+//!   handler → ack), against one raw loop doing the least SQL for the same work: a
+//!   visibility-timeout read of a batch of 100 (the same `UPDATE … SKIP LOCKED RETURNING`
+//!   columns) and a delete of what it read, both prepared.
+//! - **queue_e2e_ratio**: four writers writing straight into the queue ([`QueueWriter`],
+//!   one message per transaction, its NOTIFY throttled per queue) while a pump handles
+//!   them, woken only by the database (LISTEN, as a consumer in another process is);
+//!   against four raw single-row `INSERT` writers and the raw read-and-delete loop. The
+//!   same run with a NOTIFY in every writing transaction is reported beside it.
+//! - **idle_inbox_cleanup_buffers**: the shared buffers an idle retention pass reads on a
+//!   1M-row inbox, after VACUUM and after an inbox-wrapped pump's churn (the larger).
+//!
+//! It also prints the plans (`EXPLAIN ANALYZE, BUFFERS` through `auto_explain`) of the
+//! consumer's statements on a 100k-row queue. The last line is
+//! `RESULT consumer_ratio=<x> queue_e2e_ratio=<x> idle_inbox_cleanup_buffers=<n>`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use relayer_cleanup::{Cleanup, LEASE_JOB};
+use relayer_consumer::{Consumer, Handler, Handling, InboxHandler, Outcome, Subscription};
+use relayer_core::{CleanupOptions, ConsumerOptions, NewMessage};
+use relayer_postgres::{ConsumeStatements, QueueMessage, QueueWriter, connect_pool};
+use relayer_worker::Leadership;
+use tokio_util::sync::CancellationToken;
+
+use crate::maintenance::{ExplainedSession, vacuum};
+use crate::{BenchResult, Scratch, WRITERS, connect};
+
+const QUEUE: &str = "bench";
+const BATCH: u32 = 100;
+
+pub(crate) async fn run(quick: bool) -> BenchResult<()> {
+    let (prefill, per_writer, inbox_rows) =
+        if quick { (20_000, 1_500, 1_000_000) } else { (100_000, 5_000, 1_000_000) };
+    let scratch = Scratch::new().await?;
+    let outcome = run_in(&scratch, prefill, per_writer, inbox_rows).await;
+    scratch.drop_schema().await?;
+    let (consumer_ratio, e2e_ratio, idle_buffers) = outcome?;
+    println!(
+        "RESULT consumer_ratio={consumer_ratio:.2} queue_e2e_ratio={e2e_ratio:.2} idle_inbox_cleanup_buffers={idle_buffers}"
+    );
+    Ok(())
+}
+
+async fn run_in(
+    scratch: &Scratch,
+    prefill: i64,
+    per_writer: usize,
+    inbox_rows: i64,
+) -> BenchResult<(f64, f64, u64)> {
+    let total = usize::try_from(prefill)?;
+    println!("=== consumer: drain {prefill} prefilled messages (batch {BATCH}), same server, same run");
+    fill_queue(scratch, prefill).await?;
+    let raw = raw_drain(scratch, total, None).await?;
+    fill_queue(scratch, prefill).await?;
+    let pumped = pump_drain(scratch, total, None).await?;
+    let consumer_ratio = pumped / raw;
+    println!("  raw {raw:>8.0} msg/s   consumer {pumped:>8.0} msg/s   ratio {consumer_ratio:.2}");
+
+    let messages = per_writer * WRITERS;
+    println!("\n=== end to end: {WRITERS} writers × {per_writer} (1 message per transaction) → handler ack");
+    truncate_queue(scratch).await?;
+    let raw_e2e = raw_end_to_end(scratch, per_writer).await?;
+    truncate_queue(scratch).await?;
+    let throttled =
+        pump_drain(scratch, messages, Some((per_writer, relayer_postgres::DEFAULT_NOTIFY_INTERVAL))).await?;
+    truncate_queue(scratch).await?;
+    let every = pump_drain(scratch, messages, Some((per_writer, Duration::ZERO))).await?;
+    let e2e_ratio = throttled / raw_e2e;
+    println!(
+        "  raw {raw_e2e:>8.0} msg/s   relayer {throttled:>8.0} msg/s   ratio {e2e_ratio:.2}   \
+         (NOTIFY in every transaction: {every:>8.0} msg/s, ratio {:.2})",
+        every / raw_e2e
+    );
+
+    println!("\n=== plans of the consumer's statements on a 100k-row queue");
+    explain_statements(scratch).await?;
+
+    println!("\n=== idle inbox cleanup pass on a {inbox_rows}-row inbox");
+    let idle = idle_inbox_cleanup(scratch, inbox_rows).await?;
+    Ok((consumer_ratio, e2e_ratio, idle))
+}
+
+/// Bulk rows for the drain runs (no component writes 100k rows in one statement).
+async fn fill_queue(scratch: &Scratch, rows: i64) -> BenchResult<()> {
+    let client = connect(&scratch.config).await?;
+    let queue = scratch.namespace.table("queue");
+    client
+        .execute(
+            &format!(
+                "INSERT INTO {queue} (message_id, queue, body, headers) \
+                 SELECT gen_random_uuid(), $1, '\\x7b226e223a317d', '{{\"content-type\":\"application/json\"}}' \
+                 FROM generate_series(1, $2::bigint)"
+            ),
+            &[&QUEUE, &rows],
+        )
+        .await?;
+    vacuum(&client, scratch).await
+}
+
+async fn truncate_queue(scratch: &Scratch) -> BenchResult<()> {
+    let client = connect(&scratch.config).await?;
+    let queue = scratch.namespace.table("queue");
+    client.batch_execute(&format!("TRUNCATE {queue}")).await?;
+    client.batch_execute(&format!("VACUUM ANALYZE {queue}")).await?;
+    Ok(())
+}
+
+/// The raw limit: one loop reading a batch with a visibility timeout, then deleting it.
+/// With `writers`, raw single-row inserts run meanwhile; returns messages per second.
+async fn raw_drain(scratch: &Scratch, total: usize, writers: Option<usize>) -> BenchResult<f64> {
+    let queue = scratch.namespace.table("queue");
+    let client = connect(&scratch.config).await?;
+    let read = client
+        .prepare(&format!(
+            "UPDATE {queue} AS q SET visible_at = now() + interval '30 seconds', receipt = gen_random_uuid() \
+             WHERE q.seq = ANY(ARRAY(SELECT seq FROM {queue} WHERE queue = $1 AND visible_at <= now() \
+                                     ORDER BY visible_at, seq LIMIT {BATCH} FOR UPDATE SKIP LOCKED)) \
+             RETURNING q.seq, q.message_id, q.queue, q.body, q.headers, q.trace_context, q.created_at, q.handled_count"
+        ))
+        .await?;
+    let delete = client.prepare(&format!("DELETE FROM {queue} WHERE seq = ANY($1)")).await?;
+    let clock = Instant::now();
+    let mut tasks = Vec::new();
+    if let Some(per_writer) = writers {
+        for _ in 0..WRITERS {
+            let config = scratch.config.clone();
+            let queue = queue.clone();
+            tasks.push(tokio::spawn(async move {
+                let client = connect(&config).await?;
+                let insert = client
+                    .prepare(&format!("INSERT INTO {queue} (message_id, queue, body) VALUES ($1, $2, $3)"))
+                    .await?;
+                for n in 0..per_writer {
+                    let body = format!("{{\"n\":{n}}}").into_bytes();
+                    client.execute(&insert, &[&uuid::Uuid::new_v4(), &QUEUE, &body]).await?;
+                }
+                Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+            }));
+        }
+    }
+    let mut handled = 0;
+    while handled < total {
+        let rows = client.query(&read, &[&QUEUE]).await?;
+        if rows.is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            continue;
+        }
+        let seqs: Vec<i64> = rows.iter().map(|row| row.get(0)).collect();
+        client.execute(&delete, &[&seqs]).await?;
+        handled += seqs.len();
+    }
+    let elapsed = clock.elapsed();
+    for task in tasks {
+        task.await??;
+    }
+    Ok(count_per_second(total, elapsed))
+}
+
+async fn raw_end_to_end(scratch: &Scratch, per_writer: usize) -> BenchResult<f64> {
+    raw_drain(scratch, per_writer * WRITERS, Some(per_writer)).await
+}
+
+struct Noop;
+
+#[relayer_core::async_trait]
+impl Handler for Noop {
+    async fn handle(&self, _message: &QueueMessage) -> Outcome {
+        Outcome::Ack
+    }
+}
+
+/// A pump (plain no-op handler) draining `total` messages; with `writers`
+/// (`per_writer`, notify interval), four direct-enqueue writers run meanwhile.
+async fn pump_drain(scratch: &Scratch, total: usize, writers: Option<(usize, Duration)>) -> BenchResult<f64> {
+    let options = ConsumerOptions::builder().concurrency(2 * BATCH).batch_size(BATCH).build()?;
+    let subscription = Subscription::new(QUEUE, options)?;
+    let pool = connect_pool(scratch.config.clone(), 3).await?;
+    let consumer =
+        Consumer::new(scratch.config.clone(), pool, scratch.namespace.clone(), subscription, Arc::new(Noop));
+    let stats = consumer.stats();
+    let shutdown = CancellationToken::new();
+    let mut tasks = Vec::new();
+    if let Some((per_writer, interval)) = writers {
+        // Connected before the clock starts, as the raw writers' are before their first insert.
+        let writer = QueueWriter::new(&scratch.namespace, "queue").with_notify_interval(interval);
+        for _ in 0..WRITERS {
+            let client = connect(&scratch.config).await?;
+            let writer = writer.clone();
+            tasks.push(tokio::spawn(async move {
+                for n in 0..per_writer {
+                    let message = NewMessage::new("queue", QUEUE, format!("{{\"n\":{n}}}").into_bytes());
+                    writer.enqueue(&client, &[message]).await?;
+                }
+                Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+            }));
+        }
+    }
+    let clock = Instant::now();
+    let running = tokio::spawn(consumer.run(shutdown.clone()));
+    while usize::try_from(stats.snapshot().acked)? < total {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed = clock.elapsed();
+    shutdown.cancel();
+    running.await??;
+    for task in tasks {
+        task.await??;
+    }
+    Ok(count_per_second(total, elapsed))
+}
+
+fn count_per_second(count: usize, elapsed: Duration) -> f64 {
+    #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+    let count = count as f64;
+    count / elapsed.as_secs_f64()
+}
+
+/// Receive, heartbeat, requeue, dead-letter and ack once each on a 100k-row queue, with
+/// their plans.
+async fn explain_statements(scratch: &Scratch) -> BenchResult<()> {
+    truncate_queue(scratch).await?;
+    fill_queue(scratch, 100_000).await?;
+    let mut session = ExplainedSession::open(scratch).await?;
+    let statements = ConsumeStatements::new(&scratch.namespace);
+    let visibility = Duration::from_secs(30);
+    // Warm the session's caches and prepared statements first.
+    let warm = statements.receive(&session.client, QUEUE, BATCH, visibility).await?;
+    let receipts: Vec<_> = warm.iter().map(|r| r.receipt).collect();
+    statements.ack(&session.client, &receipts).await?;
+    session.drain();
+    let clock = Instant::now();
+    let received = statements.receive(&session.client, QUEUE, BATCH, visibility).await?;
+    let receipts: Vec<_> = received.iter().map(|r| r.receipt).collect();
+    statements.extend(&session.client, &receipts, visibility).await?;
+    let requeue = [relayer_postgres::Requeue { receipt: receipts[0], delay: Duration::from_secs(1) }];
+    statements.requeue(&session.client, &requeue).await?;
+    let dead = [relayer_postgres::DeadLetter {
+        receipt: receipts[1],
+        queue: "bench.dead_letters".into(),
+        reason: relayer_core::RejectionReason::Rejected,
+        message: "bench".into(),
+        handled: true,
+    }];
+    statements.dead_letter(&session.client, &dead).await?;
+    statements.ack(&session.client, &receipts[2..]).await?;
+    session.report(
+        "consumer",
+        "receive 100, heartbeat, requeue 1, dead-letter 1, ack 98",
+        clock.elapsed(),
+        true,
+    );
+    Ok(())
+}
+
+struct InboxNoop;
+
+#[relayer_core::async_trait]
+impl InboxHandler for InboxNoop {
+    async fn handle(&self, _tx: &tokio_postgres::Transaction<'_>, _message: &QueueMessage) -> Outcome {
+        Outcome::Ack
+    }
+}
+
+/// An idle cleanup pass on a `rows`-row inbox after VACUUM, then after an inbox-wrapped
+/// pump recorded 5,000 messages and a pass deleted 10,000 expired rows (no VACUUM);
+/// returns the larger buffer count.
+async fn idle_inbox_cleanup(scratch: &Scratch, rows: i64) -> BenchResult<u64> {
+    let client = connect(&scratch.config).await?;
+    let inbox = scratch.namespace.table("inbox");
+    let clock = Instant::now();
+    client
+        .execute(
+            &format!(
+                "INSERT INTO {inbox} (consumer, message_id, processed_at) \
+                 SELECT 'billing', gen_random_uuid(), now() - interval '1 hour' FROM generate_series(1, $1::bigint)"
+            ),
+            &[&rows],
+        )
+        .await?;
+    vacuum(&client, scratch).await?;
+    println!("  inbox filled with {rows} rows in {:.1} s", clock.elapsed().as_secs_f64());
+    let mut session = ExplainedSession::open(scratch).await?;
+    let options = CleanupOptions::default();
+    let cleanup = Cleanup::new(
+        connect_pool(scratch.config.clone(), 1).await?,
+        scratch.namespace.clone(),
+        options.clone(),
+        Leadership::lease(LEASE_JOB, "bench", options.lease_duration()),
+    );
+    cleanup.run_once(&mut session.client).await?;
+    session.drain();
+    println!("  idle, after VACUUM:");
+    let vacuumed = session.clean(&cleanup, true).await?;
+
+    // Churn: an inbox-wrapped pump records 5,000 messages; 10,000 rows expire and are deleted.
+    truncate_queue(scratch).await?;
+    fill_queue(scratch, 5_000).await?;
+    let options = ConsumerOptions::builder().concurrency(16).build()?;
+    let pool = connect_pool(scratch.config.clone(), 19).await?;
+    let handling = Handling::Inbox(Arc::new(InboxNoop));
+    let consumer = Consumer::new(
+        scratch.config.clone(),
+        pool,
+        scratch.namespace.clone(),
+        Subscription::new(QUEUE, options)?,
+        handling,
+    );
+    let stats = consumer.stats();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(consumer.run(shutdown.clone()));
+    while stats.snapshot().acked < 5_000 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    shutdown.cancel();
+    running.await??;
+    client
+        .execute(
+            &format!(
+                "UPDATE {inbox} SET processed_at = now() - interval '8 days' \
+                 WHERE ctid = ANY(ARRAY(SELECT ctid FROM {inbox} LIMIT 10000))"
+            ),
+            &[],
+        )
+        .await?;
+    println!("  a pass deleting 10,000 expired rows:");
+    session.clean(&cleanup, false).await?;
+    println!("  idle, after that churn (no VACUUM):");
+    let churned = session.clean(&cleanup, true).await?;
+    println!("  idle inbox cleanup pass: {vacuumed} buffers after VACUUM, {churned} after churn");
+    Ok(vacuumed.max(churned))
+}

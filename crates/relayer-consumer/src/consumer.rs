@@ -1,0 +1,185 @@
+//! The public face of a pump: [`Consumer::new`] → [`Consumer::run`] until shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use relayer_core::{Namespace, PassBackoff};
+use relayer_postgres::{
+    ConsumeStatements, DEFAULT_NOTIFY_INTERVAL, Heard, Inbox, PgPool, listen, queue_channel, verify_schema,
+};
+use relayer_worker::{Leadership, PassLoop, WorkerKind};
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::ConsumerError;
+use crate::handler::Handling;
+use crate::heartbeat::HeartbeatPass;
+use crate::in_flight::InFlight;
+use crate::pump::Pump;
+use crate::receive::ReceivePass;
+use crate::settle::SettlePass;
+use crate::stats::{ConsumerStats, Counter};
+use crate::subscription::Subscription;
+
+const TARGET: &str = "relayer::consumer";
+
+/// The pump of one subscription (§10). See the [crate docs](crate).
+pub struct Consumer {
+    pump: Arc<Pump>,
+    config: tokio_postgres::Config,
+    namespace: Namespace,
+}
+
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("namespace", &self.namespace)
+            .field("subscription", &self.pump.subscription)
+            .field("handling", &self.pump.handling)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Consumer {
+    /// A pump of `subscription` in `namespace`, running `handling` (a plain handler or an
+    /// inbox-wrapped one). It borrows connections of `pool` — one per pass, and one per
+    /// handler call in flight for an inbox handler, so size the pool `concurrency + 3` for
+    /// those — and LISTENs on a dedicated connection to `config`.
+    pub fn new(
+        config: tokio_postgres::Config,
+        pool: PgPool,
+        namespace: Namespace,
+        subscription: Subscription,
+        handling: impl Into<Handling>,
+    ) -> Self {
+        let concurrency = subscription.options().concurrency() as usize;
+        let pump = Pump {
+            statements: ConsumeStatements::new(&namespace),
+            inbox: Inbox::new(&namespace),
+            pool,
+            handling: handling.into(),
+            slots: Arc::new(Semaphore::new(concurrency)),
+            in_flight: InFlight::default(),
+            pending: std::sync::Mutex::default(),
+            receive_wake: Arc::new(Notify::new()),
+            settle_wake: Arc::new(Notify::new()),
+            handlers: TaskTracker::new(),
+            abandon: CancellationToken::new(),
+            stats: Arc::new(ConsumerStats::default()),
+            subscription,
+        };
+        Consumer { pump: Arc::new(pump), config, namespace }
+    }
+
+    /// The subscription this pump serves.
+    pub fn subscription(&self) -> &Subscription {
+        &self.pump.subscription
+    }
+
+    /// The pump's counters, readable while it runs and after.
+    pub fn stats(&self) -> Arc<ConsumerStats> {
+        Arc::clone(&self.pump.stats)
+    }
+
+    /// Checks the schema, then consumes until `shutdown` is cancelled. A failed receive,
+    /// settlement or heartbeat (a lost connection, a restarting database) is logged and
+    /// retried with backoff; nothing a handler does ends the pump (RES-1, QUE-5).
+    ///
+    /// At shutdown it stops receiving, lets handlers in flight finish within
+    /// `shutdown_grace`, writes their settlements, and abandons the rest: their messages
+    /// reappear after the visibility timeout (QUE-5). Returns an error only when it cannot
+    /// start.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ConsumerError> {
+        let pump = self.pump;
+        {
+            let connection = pump.pool.get().await.map_err(ConsumerError::Pool)?;
+            verify_schema(&**connection, &self.namespace).await.map_err(ConsumerError::Schema)?;
+        }
+        let options = pump.subscription.options().clone();
+        let queue = pump.subscription.queue().to_owned();
+        tracing::info!(target: TARGET, %queue, settings = %options.canonical_settings(), "consumer starting");
+
+        let background = CancellationToken::new();
+        let listener = tokio::spawn(listen(
+            self.config,
+            queue_channel(&self.namespace),
+            options.pass_backoff(),
+            background.clone(),
+            waker(queue.clone(), Arc::clone(&pump.receive_wake)),
+        ));
+        let heartbeat_interval = options.heartbeat_interval();
+        let heartbeat_backoff = PassBackoff::new(heartbeat_interval, heartbeat_interval)
+            .unwrap_or_else(|_| options.pass_backoff());
+        let mut heartbeat = PassLoop::new(
+            WorkerKind::Consumer,
+            HeartbeatPass { pump: Arc::clone(&pump) },
+            heartbeat_backoff,
+            Leadership::EveryInstance,
+        )
+        .spawn(background.child_token());
+        let mut settle = PassLoop::new(
+            WorkerKind::Consumer,
+            SettlePass { pump: Arc::clone(&pump) },
+            options.pass_backoff(),
+            Leadership::EveryInstance,
+        )
+        .wake_on(Arc::clone(&pump.settle_wake))
+        .spawn(background.child_token());
+        let mut receive = PassLoop::new(
+            WorkerKind::Consumer,
+            ReceivePass { pump: Arc::clone(&pump) },
+            options.pass_backoff(),
+            Leadership::EveryInstance,
+        )
+        .wake_on(Arc::clone(&pump.receive_wake))
+        .spawn(shutdown.child_token());
+
+        shutdown.cancelled().await;
+        receive.shutdown().await;
+        pump.handlers.close();
+        if tokio::time::timeout(options.shutdown_grace(), pump.handlers.wait()).await.is_err() {
+            tracing::warn!(target: TARGET, %queue, in_flight = pump.in_flight.len(),
+                "handlers still running after the shutdown grace; abandoning them, their messages reappear \
+                 after the visibility timeout");
+            pump.abandon.cancel();
+            pump.handlers.wait().await;
+        }
+        settle.shutdown().await;
+        if let Err(error) = pump.settle_pending().await {
+            let left = pump.pending().len() as u64;
+            pump.stats.add(Counter::Abandoned, left);
+            tracing::warn!(target: TARGET, %queue, left, error = %relayer_core::error_chain(&error),
+                "the last settlements could not be written; those messages reappear after the visibility timeout");
+        }
+        heartbeat.shutdown().await;
+        background.cancel();
+        if let Err(error) = listener.await {
+            tracing::error!(target: TARGET, %queue, %error, "the LISTEN task ended abnormally");
+        }
+        tracing::info!(target: TARGET, %queue, stats = %pump.stats.snapshot(), "consumer stopped");
+        Ok(())
+    }
+}
+
+/// Wakes the receive loop on (re)connect and on every notification for `queue`, and once
+/// more [`DEFAULT_NOTIFY_INTERVAL`] later: writers notify a queue at most once per such
+/// interval, so what committed after a notification is read then (QUE-4).
+fn waker(queue: String, wake: Arc<Notify>) -> impl Fn(Heard<'_>) + Send + Sync + 'static {
+    let trailing = Arc::new(AtomicBool::new(false));
+    move |heard| match heard {
+        Heard::Connected => wake.notify_one(),
+        Heard::Notification(payload) if payload == queue => {
+            wake.notify_one();
+            if !trailing.swap(true, Ordering::AcqRel) {
+                let (wake, trailing) = (Arc::clone(&wake), Arc::clone(&trailing));
+                tokio::spawn(async move {
+                    tokio::time::sleep(DEFAULT_NOTIFY_INTERVAL).await;
+                    trailing.store(false, Ordering::Release);
+                    wake.notify_one();
+                });
+            }
+        }
+        Heard::Notification(_) => {}
+    }
+}

@@ -1,0 +1,64 @@
+//! The messages a pump holds: received and not yet settled.
+//!
+//! The heartbeat renews the visibility of each of them (QUE-5) while its handler runs and
+//! is within its deadline, and after the handler finished until its settlement is written.
+//! A handler that overran is abandoned by the deadline; one that blocks its thread and
+//! cannot be abandoned stops being renewed at its deadline, so its message reappears.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use relayer_postgres::Receipt;
+use tokio::time::Instant;
+
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    entries: Mutex<HashMap<i64, Entry>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    receipt: Receipt,
+    /// Renewed until then (the handler's deadline); `None` once the handler is done and
+    /// the settlement is pending.
+    renew_until: Option<Instant>,
+}
+
+impl InFlight {
+    /// A message whose handler starts now and must end by `deadline`.
+    pub(crate) fn received(&self, receipt: Receipt, deadline: Instant) {
+        self.entries().insert(receipt.seq, Entry { receipt, renew_until: Some(deadline) });
+    }
+
+    /// The handler of `receipt` is done; its settlement is pending.
+    pub(crate) fn settling(&self, receipt: Receipt) {
+        if let Some(entry) = self.entries().get_mut(&receipt.seq).filter(|e| e.receipt == receipt) {
+            entry.renew_until = None;
+        }
+    }
+
+    /// `receipt` is settled, or given up: no longer renewed.
+    pub(crate) fn forget(&self, receipt: Receipt) {
+        let mut entries = self.entries();
+        if entries.get(&receipt.seq).is_some_and(|e| e.receipt == receipt) {
+            entries.remove(&receipt.seq);
+        }
+    }
+
+    /// The receipts to renew at `now`.
+    pub(crate) fn to_renew(&self, now: Instant) -> Vec<Receipt> {
+        self.entries()
+            .values()
+            .filter(|e| e.renew_until.is_none_or(|until| until > now))
+            .map(|e| e.receipt)
+            .collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries().len()
+    }
+
+    fn entries(&self) -> MutexGuard<'_, HashMap<i64, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,251 @@
+//! A pump's shared state, and the life of one handler call: run it under its deadline with
+//! panics caught, then turn what happened into a settlement (QUE-2, QUE-5).
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use relayer_core::{AfterFailure, RejectionReason};
+use relayer_postgres::{
+    ConsumeStatements, DeadLetter, Inbox, InboxEntry, PgPool, Prepared, QueueMessage, Receipt, Requeue,
+    Undecodable,
+};
+use relayer_worker::catch_panic;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::handler::{Handling, InboxHandler, Outcome};
+use crate::in_flight::InFlight;
+use crate::settle::{Settlement, SettlementKind};
+use crate::stats::{ConsumerStats, Counter};
+use crate::subscription::Subscription;
+
+const TARGET: &str = "relayer::consumer";
+
+/// Everything the receive, settle and heartbeat loops and the handler tasks of one
+/// subscription share.
+pub(crate) struct Pump {
+    pub(crate) subscription: Subscription,
+    pub(crate) statements: ConsumeStatements,
+    pub(crate) inbox: Inbox,
+    pub(crate) pool: PgPool,
+    pub(crate) handling: Handling,
+    /// One permit per handler slot; a message holds one from receive to settlement.
+    pub(crate) slots: Arc<Semaphore>,
+    pub(crate) in_flight: InFlight,
+    pub(crate) pending: Mutex<Vec<Settlement>>,
+    pub(crate) receive_wake: Arc<Notify>,
+    pub(crate) settle_wake: Arc<Notify>,
+    pub(crate) handlers: TaskTracker,
+    /// Cancelled when shutdown's grace is spent: handler calls still running are dropped.
+    pub(crate) abandon: CancellationToken,
+    pub(crate) stats: Arc<ConsumerStats>,
+}
+
+/// How a handler call ended.
+enum Ran {
+    Returned(Outcome),
+    Panicked(String),
+    Overran(Duration),
+    Abandoned,
+}
+
+impl Pump {
+    pub(crate) fn pending(&self) -> MutexGuard<'_, Vec<Settlement>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts handling one received, decoded message on its own task.
+    pub(crate) fn spawn_handler(
+        self: &Arc<Self>,
+        receipt: Receipt,
+        message: QueueMessage,
+        slot: OwnedSemaphorePermit,
+    ) {
+        let deadline = self.subscription.options().handler_deadline();
+        self.in_flight.received(receipt, Instant::now() + deadline);
+        let pump = Arc::clone(self);
+        self.handlers.spawn(async move {
+            match &pump.handling {
+                Handling::Plain(handler) => {
+                    let ran = pump.run_guarded(handler.handle(&message)).await;
+                    pump.finish(receipt, &message, ran, slot);
+                }
+                Handling::Inbox(handler) => {
+                    let handler = Arc::clone(handler);
+                    pump.handle_in_inbox(handler.as_ref(), receipt, &message, slot).await;
+                }
+            }
+        });
+    }
+
+    /// Moves an undecodable row aside (QUE-2, §15): to the invalid-message queue, else to
+    /// the dead-letter queue as `unacceptable`, with the reason naming table, seq and column.
+    pub(crate) fn set_aside(&self, receipt: Receipt, undecodable: &Undecodable, slot: OwnedSemaphorePermit) {
+        self.stats.add(Counter::Undecodable, 1);
+        tracing::error!(target: TARGET, queue = %self.subscription.queue(), error = %undecodable,
+            "a queue row cannot be decoded; moving it aside");
+        self.in_flight.received(receipt, Instant::now());
+        let target =
+            self.subscription.invalid_message_queue().unwrap_or(self.subscription.dead_letter_queue());
+        let kind = SettlementKind::DeadLetter(DeadLetter {
+            receipt,
+            queue: target.to_owned(),
+            reason: RejectionReason::Unacceptable,
+            message: undecodable.to_string(),
+            handled: false,
+        });
+        self.settle(Settlement { receipt, kind, slot });
+    }
+
+    async fn run_guarded(&self, call: impl Future<Output = Outcome>) -> Ran {
+        let deadline = self.subscription.options().handler_deadline();
+        tokio::select! {
+            ran = tokio::time::timeout(deadline, catch_panic(call)) => match ran {
+                Ok(Ok(outcome)) => Ran::Returned(outcome),
+                Ok(Err(panic)) => Ran::Panicked(panic),
+                Err(_) => Ran::Overran(deadline),
+            },
+            () = self.abandon.cancelled() => Ran::Abandoned,
+        }
+    }
+
+    /// Turns how the call ended into a settlement and queues it.
+    fn finish(&self, receipt: Receipt, message: &QueueMessage, ran: Ran, slot: OwnedSemaphorePermit) {
+        let queue = self.subscription.queue();
+        let failure = match ran {
+            Ran::Returned(Outcome::Ack) => {
+                self.settle(Settlement { receipt, kind: SettlementKind::Ack, slot });
+                return;
+            }
+            Ran::Returned(Outcome::Reject { reason }) => {
+                let kind = self.dead_letter(receipt, RejectionReason::Rejected, &reason);
+                self.settle(Settlement { receipt, kind, slot });
+                return;
+            }
+            Ran::Returned(Outcome::Requeue { delay, reason }) => (delay, reason),
+            Ran::Panicked(panic) => {
+                self.stats.add(Counter::Panicked, 1);
+                tracing::error!(target: TARGET, %queue, seq = receipt.seq, id = %message.id, %panic,
+                    "the handler panicked; requeueing");
+                (None, format!("the handler panicked: {panic}"))
+            }
+            Ran::Overran(deadline) => {
+                self.stats.add(Counter::Overran, 1);
+                tracing::error!(target: TARGET, %queue, seq = receipt.seq, id = %message.id, ?deadline,
+                    "the handler overran its deadline and was abandoned; requeueing");
+                (None, format!("the handler overran its deadline of {deadline:?}"))
+            }
+            Ran::Abandoned => {
+                // Shutdown's grace is spent: the message reappears after its visibility.
+                self.stats.add(Counter::Abandoned, 1);
+                self.in_flight.forget(receipt);
+                return;
+            }
+        };
+        let (delay, reason) = failure;
+        let kind = match self.subscription.options().after_failure(message.handled_count) {
+            AfterFailure::Requeue(backoff) => {
+                tracing::debug!(target: TARGET, %queue, seq = receipt.seq, %reason, "requeueing");
+                SettlementKind::Requeue(Requeue { receipt, delay: delay.unwrap_or(backoff) })
+            }
+            AfterFailure::DeadLetter => self.dead_letter(receipt, RejectionReason::MaxHandledCount, &reason),
+        };
+        self.settle(Settlement { receipt, kind, slot });
+    }
+
+    /// A dead-letter of a handled message; its rejection message names the row (§15).
+    fn dead_letter(&self, receipt: Receipt, reason: RejectionReason, message: &str) -> SettlementKind {
+        let message = format!("row seq {} of {}: {message}", receipt.seq, self.statements.table());
+        tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = receipt.seq, %reason, %message,
+            "dead-lettering");
+        SettlementKind::DeadLetter(DeadLetter {
+            receipt,
+            queue: self.subscription.dead_letter_queue().to_owned(),
+            reason,
+            message,
+            handled: true,
+        })
+    }
+
+    /// The inbox boundary (QUE-3): record, effects and ack in one transaction. Anything
+    /// but an ack rolls the effects back and settles like a plain handler's outcome. A
+    /// database error leaves the message to reappear after its visibility timeout.
+    async fn handle_in_inbox(
+        &self,
+        handler: &dyn InboxHandler,
+        receipt: Receipt,
+        message: &QueueMessage,
+        slot: OwnedSemaphorePermit,
+    ) {
+        match self.inbox_transaction(handler, receipt, message).await {
+            Ok(Committed::RolledBack(ran)) => return self.finish(receipt, message, ran, slot),
+            Ok(Committed::Acked) => self.stats.add(Counter::Acked, 1),
+            Ok(Committed::Duplicate) => {
+                self.stats.add(Counter::Acked, 1);
+                self.stats.add(Counter::Duplicates, 1);
+            }
+            Ok(Committed::Lapsed) => {
+                self.stats.add(Counter::Lapsed, 1);
+                tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = receipt.seq,
+                    "the message's visibility lapsed and another reader received it: effects rolled back");
+            }
+            Err(error) => {
+                self.stats.add(Counter::Abandoned, 1);
+                tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = receipt.seq,
+                    error = %relayer_core::error_chain(&error),
+                    "the inbox transaction failed; the message reappears after its visibility timeout");
+            }
+        }
+        // Settled in its own transaction: free the slot, then let the receive loop fill it.
+        self.in_flight.forget(receipt);
+        drop(slot);
+        self.receive_wake.notify_one();
+    }
+
+    async fn inbox_transaction(
+        &self,
+        handler: &dyn InboxHandler,
+        receipt: Receipt,
+        message: &QueueMessage,
+    ) -> Result<Committed, crate::error::ConsumerError> {
+        use crate::error::ConsumerError;
+        let mut connection = self.pool.get().await.map_err(ConsumerError::Pool)?;
+        let (client, cache) = connection.split();
+        let tx = client.transaction().await.map_err(|e| ConsumerError::Transaction("beginning", e))?;
+        let entry = {
+            let prepared = Prepared::new(&tx, cache);
+            self.inbox.record(&prepared, self.subscription.inbox_consumer(), message.id).await?
+        };
+        let duplicate = entry == InboxEntry::Duplicate;
+        if !duplicate {
+            let ran = self.run_guarded(handler.handle(&tx, message)).await;
+            if !matches!(ran, Ran::Returned(Outcome::Ack)) {
+                // Dropping the transaction rolls the effects and the inbox row back.
+                drop(tx);
+                return Ok(Committed::RolledBack(ran));
+            }
+        }
+        let acked = self.statements.ack(&Prepared::new(&tx, cache), &[receipt]).await?;
+        if acked.is_empty() {
+            tx.rollback().await.map_err(|e| ConsumerError::Transaction("rolling back", e))?;
+            return Ok(Committed::Lapsed);
+        }
+        tx.commit().await.map_err(|e| ConsumerError::Transaction("committing", e))?;
+        Ok(if duplicate { Committed::Duplicate } else { Committed::Acked })
+    }
+}
+
+/// How an inbox transaction ended.
+enum Committed {
+    /// Effects, inbox row and ack committed.
+    Acked,
+    /// Already in the inbox: acked without the handler.
+    Duplicate,
+    /// The receipt had lapsed: rolled back, another reader owns the message.
+    Lapsed,
+    /// The handler did not ack: rolled back; settle as its outcome says.
+    RolledBack(Ran),
+}

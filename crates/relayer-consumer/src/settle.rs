@@ -1,0 +1,174 @@
+//! Settling messages: ack, requeue or dead-letter, batched, fenced by receipt.
+//!
+//! Handler tasks do not write their outcome themselves: they queue a [`Settlement`] and
+//! wake the settle loop, whose pass writes everything queued since the last one in at most
+//! three statements (one per kind) on one connection. Under load the batches form on their
+//! own while the previous statement runs, so acks cost a round trip per batch, not per
+//! message. A settlement keeps its handler slot until it is written; a failed write is kept
+//! and retried with the loop's backoff while the heartbeat keeps the messages invisible.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use relayer_postgres::{DeadLetter, Receipt, Requeue};
+use relayer_worker::{Pass, PassOutcome};
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ConsumerError;
+use crate::pump::Pump;
+use crate::stats::Counter;
+
+/// What to write for one handled message.
+#[derive(Debug)]
+pub(crate) struct Settlement {
+    pub(crate) receipt: Receipt,
+    pub(crate) kind: SettlementKind,
+    /// The message's handler slot, freed once this is written.
+    pub(crate) slot: OwnedSemaphorePermit,
+}
+
+#[derive(Debug)]
+pub(crate) enum SettlementKind {
+    Ack,
+    Requeue(Requeue),
+    DeadLetter(DeadLetter),
+}
+
+/// What one settle pass wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SettleReport {
+    settled: usize,
+    lapsed: usize,
+}
+
+impl std::fmt::Display for SettleReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "settled={} lapsed={}", self.settled, self.lapsed)
+    }
+}
+
+pub(crate) struct SettlePass {
+    pub(crate) pump: Arc<Pump>,
+}
+
+#[async_trait]
+impl Pass for SettlePass {
+    type Report = SettleReport;
+    type Error = ConsumerError;
+
+    async fn run_pass(
+        &self,
+        _shutdown: &CancellationToken,
+    ) -> Result<PassOutcome<SettleReport>, ConsumerError> {
+        self.pump.settle_pending().await.map(PassOutcome::Led)
+    }
+}
+
+impl Pump {
+    /// Queues `settlement` for the settle loop.
+    pub(crate) fn settle(&self, settlement: Settlement) {
+        self.in_flight.settling(settlement.receipt);
+        self.pending().push(settlement);
+        self.settle_wake.notify_one();
+    }
+
+    /// Writes every queued settlement: acks, then requeues, then dead-letters. A group whose
+    /// statement fails goes back to the queue with the ones not yet tried.
+    pub(crate) async fn settle_pending(&self) -> Result<SettleReport, ConsumerError> {
+        let batch = std::mem::take(&mut *self.pending());
+        if batch.is_empty() {
+            return Ok(SettleReport::default());
+        }
+        let (mut acks, mut requeues, mut dead) = (Vec::new(), Vec::new(), Vec::new());
+        for settlement in batch {
+            match settlement.kind {
+                SettlementKind::Ack => acks.push(settlement),
+                SettlementKind::Requeue(_) => requeues.push(settlement),
+                SettlementKind::DeadLetter(_) => dead.push(settlement),
+            }
+        }
+        let mut report = SettleReport::default();
+        let mut groups = [acks, requeues, dead].into_iter();
+        let result = async {
+            let connection = self.pool.get().await.map_err(ConsumerError::Pool)?;
+            for group in groups.by_ref() {
+                if group.is_empty() {
+                    continue;
+                }
+                let written = match self.write(&connection, &group).await {
+                    Ok(written) => written,
+                    Err(error) => {
+                        self.pending().extend(group);
+                        return Err(error);
+                    }
+                };
+                self.settled(group, &written, &mut report);
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(error) = result {
+            self.pending().extend(groups.flatten());
+            return Err(error);
+        }
+        self.receive_wake.notify_one();
+        Ok(report)
+    }
+
+    async fn write(
+        &self,
+        connection: &relayer_postgres::PgClient,
+        group: &[Settlement],
+    ) -> Result<Vec<i64>, ConsumerError> {
+        let written = match &group[0].kind {
+            SettlementKind::Ack => {
+                let receipts: Vec<Receipt> = group.iter().map(|s| s.receipt).collect();
+                self.statements.ack(connection, &receipts).await?
+            }
+            SettlementKind::Requeue(_) => {
+                let requeues: Vec<Requeue> = group
+                    .iter()
+                    .filter_map(|s| match &s.kind {
+                        SettlementKind::Requeue(requeue) => Some(*requeue),
+                        _ => None,
+                    })
+                    .collect();
+                self.statements.requeue(connection, &requeues).await?
+            }
+            SettlementKind::DeadLetter(_) => {
+                let dead: Vec<DeadLetter> = group
+                    .iter()
+                    .filter_map(|s| match &s.kind {
+                        SettlementKind::DeadLetter(dead) => Some(dead.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                self.statements.dead_letter(connection, &dead).await?
+            }
+        };
+        Ok(written)
+    }
+
+    /// Counts a written group, forgets its messages and frees their slots.
+    fn settled(&self, group: Vec<Settlement>, written: &[i64], report: &mut SettleReport) {
+        for Settlement { receipt, kind, slot } in group {
+            if written.contains(&receipt.seq) {
+                report.settled += 1;
+                let counter = match kind {
+                    SettlementKind::Ack => Counter::Acked,
+                    SettlementKind::Requeue(_) => Counter::Requeued,
+                    SettlementKind::DeadLetter(_) => Counter::DeadLettered,
+                };
+                self.stats.add(counter, 1);
+            } else {
+                report.lapsed += 1;
+                self.stats.add(Counter::Lapsed, 1);
+                tracing::warn!(target: "relayer::consumer", queue = %self.subscription.queue(), seq = receipt.seq,
+                    "the message's visibility lapsed and another reader received it: this settlement changed nothing");
+            }
+            self.in_flight.forget(receipt);
+            drop(slot);
+        }
+    }
+}

@@ -1,0 +1,349 @@
+//! The queue table, consumer side (QUE-1, QUE-2, QUE-5): receive, settle, heartbeat.
+//!
+//! A receive takes up to n visible messages of one queue (`visible_at <= now()`, oldest
+//! first, `FOR UPDATE SKIP LOCKED` so receivers never wait on each other), moves their
+//! `visible_at` to `now() + visibility` and stamps them with one fresh receipt token, in one
+//! statement. Every later statement about a received message — ack (delete), requeue,
+//! dead-letter, heartbeat — matches its `(seq, receipt)`: once its visibility lapsed and
+//! another reader received it, the first reader's statements match nothing (QUE-5). All of
+//! them take arrays, so a batch of settlements is one round trip. Deadlines are on the
+//! database clock (NS-4).
+
+use std::time::{Duration, SystemTime};
+
+use relayer_core::{Headers, MessageId, Namespace, RejectionReason, Timestamp, Uuid};
+use tokio_postgres::Row;
+use tokio_postgres::types::{ToSql, Type};
+
+use crate::error::StorageError;
+use crate::exec::Executor;
+use crate::recovery::micros;
+
+/// What fences a received message: its row and the token of the receive that took it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Receipt {
+    /// The queue row's `seq`.
+    pub seq: i64,
+    /// The receive's token; ack, requeue, dead-letter and heartbeat match it.
+    pub token: Uuid,
+}
+
+/// A message received from relayer's queue, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueMessage {
+    /// The queue row's `seq`.
+    pub seq: i64,
+    /// The message id (the inbox deduplicates on it).
+    pub id: MessageId,
+    /// The queue it was received from.
+    pub queue: String,
+    /// The body, as written.
+    pub body: Vec<u8>,
+    /// The headers, as written.
+    pub headers: Headers,
+    /// The creation context recorded at enqueue, if any.
+    pub trace_context: Option<String>,
+    /// When the message was written, on the database clock.
+    pub created_at: Timestamp,
+    /// How many times a handler failed, requeued or overran on it before this delivery.
+    pub handled_count: u32,
+}
+
+/// A row that could not be decoded: it names the table, the row and the column (§15).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("row seq {seq} of {table}, column {column}: {problem}")]
+pub struct Undecodable {
+    /// The queue table, qualified.
+    pub table: String,
+    /// The row's `seq`.
+    pub seq: i64,
+    /// The column that could not be decoded.
+    pub column: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// One message a receive took: its receipt, and the message or why it cannot be decoded.
+#[derive(Clone, Debug)]
+pub struct Received {
+    /// What fences every later statement about it.
+    pub receipt: Receipt,
+    /// The decoded message, or why its row could not be decoded.
+    pub message: Result<QueueMessage, Undecodable>,
+}
+
+/// A received message to move to a dead-letter queue (QUE-2).
+#[derive(Clone, Debug)]
+pub struct DeadLetter {
+    /// The message, fenced by its receive.
+    pub receipt: Receipt,
+    /// The dead-letter (or invalid-message) queue it moves to.
+    pub queue: String,
+    /// The `rejection_reason` stamp.
+    pub reason: RejectionReason,
+    /// The `rejection_message` stamp: the handler's reason, its last error, or what could
+    /// not be decoded.
+    pub message: String,
+    /// Whether this delivery counts as handled (a handler ran): raises `handled_count`.
+    pub handled: bool,
+}
+
+/// A received message to make visible again later (QUE-2).
+#[derive(Clone, Copy, Debug)]
+pub struct Requeue {
+    /// The message, fenced by its receive.
+    pub receipt: Receipt,
+    /// How long it stays invisible, from the statement's `now()`.
+    pub delay: Duration,
+}
+
+/// The consumer statements rendered for one namespace.
+#[derive(Clone, Debug)]
+pub struct ConsumeStatements {
+    table: String,
+    receive: String,
+    ack: String,
+    requeue: String,
+    dead_letter: String,
+    extend: String,
+}
+
+impl ConsumeStatements {
+    /// Renders the statements for `namespace`.
+    pub fn new(namespace: &Namespace) -> Self {
+        let queue = namespace.table("queue");
+        ConsumeStatements {
+            // Index: queue_receive_idx (queue, visible_at, seq) for the locked page, then the
+            // pkey. The `seq = ANY(ARRAY(… LIMIT n …))` shape stays bounded under a generic
+            // plan (DRV-1b, BASELINE.md).
+            receive: format!(
+                "UPDATE {queue} AS q SET visible_at = now() + $3::int8 * interval '1 microsecond', receipt = $4 \
+                 WHERE q.seq = ANY(ARRAY( \
+                   SELECT seq FROM {queue} WHERE queue = $1 AND visible_at <= now() \
+                   ORDER BY visible_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED)) \
+                 RETURNING q.seq, q.message_id, q.queue, q.body, q.headers, q.trace_context, q.created_at, \
+                           q.handled_count"
+            ),
+            // Index: queue_pkey per element; the receipt is checked on the row.
+            ack: format!(
+                "DELETE FROM {queue} AS q USING unnest($1::int8[], $2::uuid[]) AS a(seq, receipt) \
+                 WHERE q.seq = a.seq AND q.receipt = a.receipt RETURNING q.seq"
+            ),
+            requeue: format!(
+                "UPDATE {queue} AS q SET visible_at = now() + a.delay_us * interval '1 microsecond', \
+                        handled_count = q.handled_count + 1, receipt = NULL \
+                 FROM unnest($1::int8[], $2::uuid[], $3::int8[]) AS a(seq, receipt, delay_us) \
+                 WHERE q.seq = a.seq AND q.receipt = a.receipt RETURNING q.seq"
+            ),
+            // The move is an update in place: the dead-letter queue is rows of the same
+            // table, stamped with where they came from (QUE-2, DLP-4).
+            dead_letter: format!(
+                "UPDATE {queue} AS q SET queue = a.target, original_topic = q.queue, \
+                        rejection_reason = a.reason, rejection_message = a.message, dead_lettered_at = now(), \
+                        visible_at = now(), receipt = NULL, handled_count = q.handled_count + a.handled \
+                 FROM unnest($1::int8[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::int4[]) \
+                      AS a(seq, receipt, target, reason, message, handled) \
+                 WHERE q.seq = a.seq AND q.receipt = a.receipt RETURNING q.seq"
+            ),
+            // The heartbeat (QUE-5): counted from the statement's clock, not its transaction's.
+            extend: format!(
+                "UPDATE {queue} AS q SET visible_at = clock_timestamp() + $3::int8 * interval '1 microsecond' \
+                 FROM unnest($1::int8[], $2::uuid[]) AS a(seq, receipt) \
+                 WHERE q.seq = a.seq AND q.receipt = a.receipt"
+            ),
+            table: queue,
+        }
+    }
+
+    /// The qualified queue table, as errors about its rows name it.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Receives up to `limit` visible messages of `queue`, invisible to others for
+    /// `visibility`, under one new receipt token. Rows that cannot be decoded are received
+    /// too, each with the reason, so the caller can move them aside (§15).
+    pub async fn receive(
+        &self,
+        client: &impl Executor,
+        queue: &str,
+        limit: u32,
+        visibility: Duration,
+    ) -> Result<Vec<Received>, StorageError> {
+        let token = Uuid::new_v4();
+        let limit = i64::from(limit);
+        let visibility = micros(visibility);
+        let params: [(&(dyn ToSql + Sync), Type); 4] =
+            [(&queue, Type::TEXT), (&limit, Type::INT8), (&visibility, Type::INT8), (&token, Type::UUID)];
+        let rows = client
+            .rows(&self.receive, &params)
+            .await
+            .map_err(|e| StorageError::database(format!("receiving from queue {queue:?}"), e))?;
+        Ok(rows.iter().map(|row| self.decode(row, token)).collect())
+    }
+
+    fn decode(&self, row: &Row, token: Uuid) -> Received {
+        // `seq` is an identity column and the receipt was just written: both always decode.
+        let seq: i64 = row.get(0);
+        let receipt = Receipt { seq, token };
+        let undecodable = |column: &'static str, problem: String| Undecodable {
+            table: self.table.clone(),
+            seq,
+            column,
+            problem,
+        };
+        let message = decode_message(row, seq).map_err(|(column, problem)| undecodable(column, problem));
+        Received { receipt, message }
+    }
+
+    /// Deletes the acknowledged messages whose receipt still holds; returns their seqs.
+    pub async fn ack(&self, client: &impl Executor, receipts: &[Receipt]) -> Result<Vec<i64>, StorageError> {
+        let (seqs, tokens) = split(receipts.iter().copied());
+        let params: [(&(dyn ToSql + Sync), Type); 2] =
+            [(&seqs, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY)];
+        settled(client.rows(&self.ack, &params).await, || format!("acknowledging {} messages", seqs.len()))
+    }
+
+    /// Makes messages visible again after their delay, one more handled each; returns the
+    /// seqs whose receipt still held.
+    pub async fn requeue(
+        &self,
+        client: &impl Executor,
+        requeues: &[Requeue],
+    ) -> Result<Vec<i64>, StorageError> {
+        let (seqs, tokens) = split(requeues.iter().map(|r| r.receipt));
+        let delays: Vec<i64> = requeues.iter().map(|r| micros(r.delay)).collect();
+        let params: [(&(dyn ToSql + Sync), Type); 3] =
+            [(&seqs, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&delays, Type::INT8_ARRAY)];
+        settled(client.rows(&self.requeue, &params).await, || format!("requeueing {} messages", seqs.len()))
+    }
+
+    /// Moves messages to their dead-letter queues with the QUE-2 stamps; returns the seqs
+    /// whose receipt still held.
+    pub async fn dead_letter(
+        &self,
+        client: &impl Executor,
+        dead_letters: &[DeadLetter],
+    ) -> Result<Vec<i64>, StorageError> {
+        let (seqs, tokens) = split(dead_letters.iter().map(|d| d.receipt));
+        let targets: Vec<&str> = dead_letters.iter().map(|d| d.queue.as_str()).collect();
+        let reasons: Vec<&str> = dead_letters.iter().map(|d| d.reason.as_str()).collect();
+        // PostgreSQL text cannot hold NUL; a handler's message might.
+        let messages: Vec<String> =
+            dead_letters.iter().map(|d| d.message.replace('\0', "\u{fffd}")).collect();
+        let handled: Vec<i32> = dead_letters.iter().map(|d| i32::from(d.handled)).collect();
+        let params: [(&(dyn ToSql + Sync), Type); 6] = [
+            (&seqs, Type::INT8_ARRAY),
+            (&tokens, Type::UUID_ARRAY),
+            (&targets, Type::TEXT_ARRAY),
+            (&reasons, Type::TEXT_ARRAY),
+            (&messages, Type::TEXT_ARRAY),
+            (&handled, Type::INT4_ARRAY),
+        ];
+        settled(client.rows(&self.dead_letter, &params).await, || {
+            format!("dead-lettering {} messages", seqs.len())
+        })
+    }
+
+    /// The heartbeat: keeps messages invisible for `visibility` more, counted from now;
+    /// returns how many receipts still held.
+    pub async fn extend(
+        &self,
+        client: &impl Executor,
+        receipts: &[Receipt],
+        visibility: Duration,
+    ) -> Result<u64, StorageError> {
+        let (seqs, tokens) = split(receipts.iter().copied());
+        let visibility = micros(visibility);
+        let params: [(&(dyn ToSql + Sync), Type); 3] =
+            [(&seqs, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&visibility, Type::INT8)];
+        client.affected(&self.extend, &params).await.map_err(|e| {
+            StorageError::database(format!("extending the visibility of {} messages", seqs.len()), e)
+        })
+    }
+}
+
+fn split(receipts: impl Iterator<Item = Receipt>) -> (Vec<i64>, Vec<Uuid>) {
+    receipts.map(|r| (r.seq, r.token)).unzip()
+}
+
+fn settled(
+    result: Result<Vec<Row>, tokio_postgres::Error>,
+    what: impl FnOnce() -> String,
+) -> Result<Vec<i64>, StorageError> {
+    let rows = result.map_err(|e| StorageError::database(what(), e))?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+/// Decodes the received columns after `seq`; on failure, the column and the problem.
+fn decode_message(row: &Row, seq: i64) -> Result<QueueMessage, (&'static str, String)> {
+    fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
+        row: &'a Row,
+        index: usize,
+        name: &'static str,
+    ) -> Result<T, (&'static str, String)> {
+        row.try_get(index).map_err(|e| (name, e.to_string()))
+    }
+    let id: Uuid = column(row, 1, "message_id")?;
+    let headers: serde_json::Value = column(row, 4, "headers")?;
+    let created_at: SystemTime = column(row, 6, "created_at")?;
+    let handled_count: i32 = column(row, 7, "handled_count")?;
+    Ok(QueueMessage {
+        seq,
+        id: MessageId::from_uuid(id),
+        queue: column(row, 2, "queue")?,
+        body: column(row, 3, "body")?,
+        headers: decode_headers(headers).map_err(|problem| ("headers", problem))?,
+        trace_context: column(row, 5, "trace_context")?,
+        created_at: Timestamp::from_system_time(created_at),
+        handled_count: u32::try_from(handled_count)
+            .map_err(|_| ("handled_count", format!("{handled_count} is negative")))?,
+    })
+}
+
+/// Headers are a JSON object of strings, as every writer stores them.
+fn decode_headers(value: serde_json::Value) -> Result<Headers, String> {
+    let serde_json::Value::Object(map) = value else {
+        return Err(format!("expected a JSON object of strings, found {}", json_kind(&value)));
+    };
+    map.into_iter()
+        .map(|(name, value)| match value {
+            serde_json::Value::String(text) => Ok((name, text)),
+            other => Err(format!("header {name:?} is {}, not a string", json_kind(&other))),
+        })
+        .collect()
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_must_be_an_object_of_strings_naming_the_problem() {
+        assert_eq!(
+            decode_headers(serde_json::json!(null)).unwrap_err(),
+            "expected a JSON object of strings, found null"
+        );
+        assert_eq!(
+            decode_headers(serde_json::json!([1])).unwrap_err(),
+            "expected a JSON object of strings, found an array"
+        );
+        assert_eq!(
+            decode_headers(serde_json::json!({"a": 1})).unwrap_err(),
+            "header \"a\" is a number, not a string"
+        );
+        let headers = decode_headers(serde_json::json!({"a": "b"})).unwrap();
+        assert_eq!(headers.get("a").map(String::as_str), Some("b"));
+    }
+}

@@ -1,0 +1,70 @@
+//! The host's queue consumers against a real PostgreSQL (§10, OPT-5): a message enqueued
+//! through the outbox and dispatched to relayer's queue, and one written straight into the
+//! queue (QUE-4), are both handled by the host's pump; two subscriptions of one queue are
+//! refused at start, before anything runs.
+#![allow(clippy::unwrap_used)] // In tests, a failed unwrap is a failed test.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use relayer::consumer::{Handler, Outcome, QueueMessage, Subscription};
+use relayer::{ConsumerOptions, DispatcherOptions, NewMessage, Relayer, StartError};
+use relayer_test_support::{TestDb, eventually};
+
+#[derive(Default)]
+struct Bodies(Mutex<Vec<Vec<u8>>>);
+
+#[relayer::core::async_trait]
+impl Handler for Bodies {
+    async fn handle(&self, message: &QueueMessage) -> Outcome {
+        self.0.lock().unwrap().push(message.body.clone());
+        Outcome::Ack
+    }
+}
+
+fn subscription() -> Subscription {
+    let options = ConsumerOptions::builder().poll_interval(Duration::from_millis(100)).build().unwrap();
+    Subscription::new("orders", options).unwrap()
+}
+
+#[tokio::test]
+async fn the_host_runs_a_pump_for_outbox_and_direct_messages_que_1_que_4() {
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    relayer::postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    let bodies = Arc::new(Bodies::default());
+    let host = Relayer::builder(db.config(), db.namespace().clone())
+        .queue_transport()
+        .dispatcher(DispatcherOptions::builder().poll_interval(Duration::from_millis(100)).build().unwrap())
+        .consumer(subscription(), Arc::clone(&bodies))
+        .start()
+        .await
+        .unwrap();
+    let tx = client.transaction().await.unwrap();
+    host.writer().enqueue(&tx, &[NewMessage::new("queue", "orders", b"via outbox".to_vec())]).await.unwrap();
+    host.queue_writer()
+        .enqueue(&tx, &[NewMessage::new("queue", "orders", b"direct".to_vec())])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    eventually("both messages are handled", || async { bodies.0.lock().unwrap().len() == 2 }).await;
+    let stats = host.consumer_stats("orders").unwrap();
+    host.shutdown().await;
+    let mut handled = bodies.0.lock().unwrap().clone();
+    handled.sort();
+    assert_eq!(handled, vec![b"direct".to_vec(), b"via outbox".to_vec()]);
+    assert_eq!(stats.snapshot().acked, 2);
+}
+
+#[tokio::test]
+async fn two_subscriptions_of_one_queue_are_refused_at_start_opt_5() {
+    let db = TestDb::new().await; // not even migrated: the check comes before the database
+    let error = Relayer::builder(db.config(), db.namespace().clone())
+        .consumer(subscription(), Arc::new(Bodies::default()))
+        .consumer(subscription(), Arc::new(Bodies::default()))
+        .start()
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StartError::Subscription { .. }), "{error:?}");
+    assert!(error.to_string().contains("\"orders\" has two subscriptions"), "{error}");
+}
