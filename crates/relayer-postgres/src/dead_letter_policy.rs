@@ -62,7 +62,11 @@ impl DeadLetterPolicyStatements {
         let decodable = format!("rejection_reason IS DISTINCT FROM '{UNACCEPTABLE}'");
         DeadLetterPolicyStatements {
             // Index: queue_dead_letter_idx (queue, original_topic, dead_lettered_at)
-            // WHERE original_topic IS NOT NULL: a range up to the `after` cutoff.
+            // WHERE original_topic IS NOT NULL: the range between the give-up and the `after`
+            // cut-offs. A message is dead-lettered after it was created, so one created within
+            // `give_up_after` was dead-lettered within it too: the lower bound is implied by
+            // the created_at test, and lets the scan skip the stuck dead letters (DLP-5)
+            // instead of reading them in every batch.
             queue_redrive: format!(
                 "UPDATE {queue} q SET queue = q.original_topic, visible_at = now(), handled_count = 0, \
                         original_topic = NULL, rejection_reason = NULL, rejection_message = NULL, \
@@ -71,6 +75,7 @@ impl DeadLetterPolicyStatements {
                    SELECT seq FROM {queue} \
                    WHERE queue = $1 AND original_topic = $2 \
                      AND dead_lettered_at <= now() - $3::int8 * interval '1 microsecond' \
+                     AND dead_lettered_at > now() - $4::int8 * interval '1 microsecond' \
                      AND created_at > now() - $4::int8 * interval '1 microsecond' AND {decodable} \
                    ORDER BY dead_lettered_at LIMIT $5 FOR UPDATE SKIP LOCKED)) \
                    AND q.queue = $1 AND q.original_topic = $2"
@@ -92,7 +97,8 @@ impl DeadLetterPolicyStatements {
                    AND dead_lettered_at <= now() - $3::int8 * interval '1 microsecond' \
                    AND created_at <= now() - $4::int8 * interval '1 microsecond' AND {decodable}"
             ),
-            // Index: dead_failed_at_idx, a range up to the `after` cutoff filtered by type
+            // Index: dead_failed_at_idx, the range between the give-up and the `after`
+            // cut-offs (a row fails after it was created, as above), filtered by type
             // (the dead table is bounded by cleanup's dead_retention); outbox indexes are
             // maintained by the insert. The NOTIFY wakes dispatchers when rows came back.
             outbox_redrive: format!(
@@ -102,6 +108,7 @@ impl DeadLetterPolicyStatements {
                      SELECT seq FROM {dead} \
                      WHERE transport = $1 AND destination = $2 AND lane IS NULL \
                        AND failed_at <= now() - $3::int8 * interval '1 microsecond' \
+                       AND failed_at > now() - $4::int8 * interval '1 microsecond' \
                        AND created_at > now() - $4::int8 * interval '1 microsecond' \
                      ORDER BY failed_at LIMIT $5 FOR UPDATE SKIP LOCKED)) \
                      AND d.transport = $1 AND d.destination = $2 AND d.lane IS NULL \
