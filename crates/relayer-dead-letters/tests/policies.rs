@@ -245,9 +245,41 @@ async fn rows_without_original_topic_and_the_invalid_message_queue_are_never_tou
     assert_eq!(in_queue(&client, &db, "orders.invalid").await, 1);
 }
 
-/// DLP-5: dead letters past their redrive window stay, and every pass counts them again.
+/// A writer collecting formatted log lines, for a subscriber set on the test's thread.
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn errors(&self) -> Vec<String> {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        text.lines().filter(|line| line.contains("ERROR")).map(str::to_owned).collect()
+    }
+}
+
+/// DLP-5: dead letters past their redrive window stay, and every pass counts them again
+/// and logs the count at ERROR.
 #[tokio::test]
 async fn stuck_dead_letters_are_left_and_counted_by_every_pass_dlp_5() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::ERROR)
+        .with_writer(move || writer.clone())
+        .finish();
+    // The test runs on one thread: the subscriber sees the worker's passes.
+    let _logging = tracing::subscriber::set_default(subscriber);
     let (db, mut client) = setup().await;
     let now = db_now(&client).await;
     send(&db, "orders", 3, now.saturating_sub(10 * DAY)).await;
@@ -260,6 +292,12 @@ async fn stuck_dead_letters_are_left_and_counted_by_every_pass_dlp_5() {
         assert_eq!(report.types[0].stuck, 3);
     }
     assert_eq!(in_queue(&client, &db, "dead").await, 3);
+    let errors = logs.errors();
+    assert_eq!(errors.len(), 3, "one ERROR per pass: {errors:?}");
+    for line in &errors {
+        assert!(line.contains("relayer::dead_letter") && line.contains("stuck=3"), "{line}");
+        assert!(line.contains("past their redrive window"), "{line}");
+    }
 }
 
 /// DLP-6 (the pure start-time check the facade calls): a policy needs exactly one
