@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use relayer_core::store::{HoldLease, Lease};
-use relayer_core::{
-    DeadLetterAction, DeadLetterOptions, DeadLetterPolicies, DeadLetterRule, DeadLetterType, Namespace,
-};
+use relayer_core::{DeadLetterAction, DeadLetterOptions, DeadLetterPolicies, DeadLetterRule, Namespace};
 use relayer_postgres::{
     DeadLetterPolicyStatements, LeaseStatements, PgClient, PgPool, PgStore, Prepared, StorageError,
     verify_schema,
@@ -197,30 +195,14 @@ impl PolicyPass {
         let mut report = TypeReport::new(rule.message_type().clone());
         let limit = self.options.batch_size();
         let statements = &self.statements;
+        let message_type = rule.message_type();
         loop {
-            let moved = match (rule.message_type(), rule.policy().action()) {
-                (
-                    DeadLetterType::Queue { original_topic, dead_letter_queue },
-                    DeadLetterAction::Redrive { after, give_up_after },
-                ) => {
-                    statements
-                        .redrive_queue(client, dead_letter_queue, original_topic, after, give_up_after, limit)
-                        .await?
+            let moved = match rule.policy().action() {
+                DeadLetterAction::Redrive { after, give_up_after } => {
+                    statements.redrive(client, message_type, after, give_up_after, limit).await?
                 }
-                (
-                    DeadLetterType::Queue { original_topic, dead_letter_queue },
-                    DeadLetterAction::Expire { after },
-                ) => statements.expire_queue(client, dead_letter_queue, original_topic, after, limit).await?,
-                (
-                    DeadLetterType::Outbox { transport, destination },
-                    DeadLetterAction::Redrive { after, give_up_after },
-                ) => {
-                    statements
-                        .redrive_outbox(client, transport, destination, after, give_up_after, limit)
-                        .await?
-                }
-                (DeadLetterType::Outbox { transport, destination }, DeadLetterAction::Expire { after }) => {
-                    statements.expire_outbox(client, transport, destination, after, limit).await?
+                DeadLetterAction::Expire { after } => {
+                    statements.expire(client, message_type, after, limit).await?
                 }
             };
             *batches = batches.saturating_add(1);
@@ -233,16 +215,7 @@ impl PolicyPass {
             }
         }
         if let DeadLetterAction::Redrive { after, give_up_after } = rule.policy().action() {
-            report.stuck = match rule.message_type() {
-                DeadLetterType::Queue { original_topic, dead_letter_queue } => {
-                    statements
-                        .stuck_in_queue(client, dead_letter_queue, original_topic, after, give_up_after)
-                        .await?
-                }
-                DeadLetterType::Outbox { transport, destination } => {
-                    statements.stuck_in_outbox(client, transport, destination, after, give_up_after).await?
-                }
-            };
+            report.stuck = statements.stuck(client, message_type, after, give_up_after).await?;
         }
         Ok(report)
     }

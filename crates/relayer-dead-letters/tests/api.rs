@@ -5,13 +5,10 @@
 
 mod common;
 
-use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{DAY, SwitchTransport, count, db_now, dead_letter, dead_lettered_ago, in_queue, send, setup};
-use relayer_core::{DispatcherOptions, MessageId, NewMessage, TransportRegistry};
-use relayer_dispatcher::Dispatcher;
+use common::{DAY, count, db_now, dead_letter, dead_lettered_ago, failing_dispatcher, in_queue, send, setup};
+use relayer_core::{MessageId, NewMessage};
 use relayer_postgres::{
     DeadLetterApi, DeadLetterApiError, Mode, OutboxDeadFilter, OutboxWriter, QueueDeadLetterFilter, Touched,
 };
@@ -201,16 +198,7 @@ async fn filtered_actions_are_bounded_and_refuse_empty_filters_and_anonymous_act
 #[tokio::test]
 async fn outbox_dead_rows_are_listed_redriven_by_id_delivered_and_purged_with_audit_dlp_7() {
     let (db, client) = setup().await;
-    let transport = SwitchTransport::failing();
-    let dispatcher = Dispatcher::new(
-        DispatcherOptions::builder().max_attempts(NonZeroU32::new(1)).build().unwrap(),
-        db.namespace().clone(),
-        Arc::new(TransportRegistry::new().with(transport.clone()).unwrap()),
-        db.config(),
-        1,
-    )
-    .await
-    .unwrap();
+    let (dispatcher, transport) = failing_dispatcher(&db).await;
     let writer = OutboxWriter::new(db.namespace(), ["switch"]);
     let messages = [
         NewMessage::new("switch", "orders", b"first".to_vec())

@@ -11,16 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    DAY, HOUR, SwitchTransport, count, db_now, dead_letter, dead_lettered_ago, in_queue, pool, send, setup,
-    worker,
+    DAY, HOUR, count, db_now, dead_letter, dead_lettered_ago, failing_dispatcher, in_queue, pool, send,
+    setup, worker,
 };
 use relayer_core::dead_letter::UNACCEPTABLE;
-use relayer_core::{
-    DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule, DispatcherOptions, NewMessage,
-    TransportRegistry,
-};
+use relayer_core::{DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule, NewMessage};
 use relayer_dead_letters::{DeadLetterReport, DeadLetterWorker, lock_resource};
-use relayer_dispatcher::Dispatcher;
 use relayer_postgres::{OutboxWriter, PgClient};
 use relayer_test_support::within;
 use relayer_worker::{Leadership, PassOutcome, WorkerEvent};
@@ -325,16 +321,7 @@ fn a_policy_needs_exactly_one_subscription_with_its_dead_letter_queue_dlp_6() {
 #[tokio::test]
 async fn outbox_dead_rows_are_redriven_by_policy_and_the_dispatcher_delivers_them_dlp_1() {
     let (db, mut client) = setup().await;
-    let transport = SwitchTransport::failing();
-    let dispatcher = Dispatcher::new(
-        DispatcherOptions::builder().max_attempts(std::num::NonZeroU32::new(1)).build().unwrap(),
-        db.namespace().clone(),
-        Arc::new(TransportRegistry::new().with(transport.clone()).unwrap()),
-        db.config(),
-        1,
-    )
-    .await
-    .unwrap();
+    let (dispatcher, transport) = failing_dispatcher(&db).await;
     let writer = OutboxWriter::new(db.namespace(), ["switch"]);
     let messages: Vec<NewMessage> = (0..5u8)
         .map(|n| {
