@@ -8,8 +8,7 @@ use async_trait::async_trait;
 use relayer_core::store::{HoldLease, Lease};
 use relayer_core::{DeadLetterAction, DeadLetterOptions, DeadLetterPolicies, DeadLetterRule, Namespace};
 use relayer_postgres::{
-    DeadLetterPolicyStatements, LeaseStatements, PgClient, PgPool, PgStore, Prepared, StorageError,
-    verify_schema,
+    DeadLetterPolicyStatements, LeaseStatements, PgClient, PgPool, PgStore, StorageError, verify_schema,
 };
 use relayer_worker::{Leadership, Pass, PassLoop, PassOutcome, WorkerEvent, WorkerKind};
 use tokio::sync::broadcast;
@@ -139,16 +138,7 @@ impl PolicyPass {
         let mut report = DeadLetterReport::default();
         let lease = match &self.leadership {
             Leadership::Lease { job, owner, lease_duration } => {
-                let (connection, statements) = client.split();
-                let tx = connection
-                    .transaction()
-                    .await
-                    .map_err(|e| DeadLetterError::Transaction("beginning the lease transaction", e))?;
-                let lease = PgStore::new(&Prepared::new(&tx, statements), &self.leases)
-                    .acquire(job, owner, *lease_duration)
-                    .await?;
-                tx.commit().await.map_err(|e| DeadLetterError::Transaction("committing the lease", e))?;
-                match lease {
+                match self.leases.acquire_committed(client, job, owner, *lease_duration).await? {
                     Some(lease) => Some(lease),
                     None => return Ok(report),
                 }

@@ -393,3 +393,32 @@ async fn one_replica_leads_through_the_advisory_lock_ldr_5() {
     assert_eq!((leaders, followers), (1, 1), "{outcomes:?}");
     assert_eq!(in_queue(&client, &db, "orders").await, 5);
 }
+
+/// LDR-5: a lease may lead the pass instead: while one owner holds it, another skips.
+#[tokio::test]
+async fn a_lease_can_lead_the_pass_instead_ldr_5() {
+    let (db, mut client) = setup().await;
+    send(&db, "orders", 2, db_now(&client).await).await;
+    dead_letter(&client, &db, "orders", "dead", "handler", 2).await;
+    let rule = DeadLetterRule::queue("orders", "dead", redrive(Duration::ZERO, DAY));
+    let leased = |owner: &'static str| {
+        let db = &db;
+        let rule = rule.clone();
+        async move {
+            DeadLetterWorker::new(
+                pool(db, 1).await,
+                db.namespace().clone(),
+                DeadLetterPolicies::new([rule]).unwrap(),
+                DeadLetterOptions::default(),
+                Leadership::lease(relayer_dead_letters::LEASE_JOB, owner, Duration::from_secs(30)),
+            )
+        }
+    };
+    let (a, b) = (leased("a").await, leased("b").await);
+    let first = a.run_once(&mut client).await.unwrap();
+    assert!(first.led);
+    assert_eq!(first.redriven, 2);
+    let second = b.run_once(&mut client).await.unwrap();
+    assert!(!second.led && second.redriven == 0, "{second:?}");
+    assert!(a.run_once(&mut client).await.unwrap().led, "the holder renews its lease");
+}
