@@ -268,3 +268,50 @@ async fn outbox_dead_rows_are_listed_redriven_by_id_delivered_and_purged_with_au
     assert_eq!(records[0].3["attempts"].as_i64(), Some(1));
     assert_eq!(count(&client, &db, "dead").await, 1);
 }
+
+/// DLP-7, LAN-5: a skipped lane head in the dead table is left alone by policies, and an
+/// operator's redrive puts it back into its lane (behind the lane's writer lock), where the
+/// lane dispatcher delivers it after the rows that overtook it.
+#[tokio::test]
+async fn a_skipped_lane_head_is_left_by_policies_and_redriven_by_hand_into_its_lane_dlp_7() {
+    use relayer_core::{DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule};
+    let (db, mut client) = setup().await;
+    let (dispatcher, transport) = failing_dispatcher(&db).await;
+    let writer = OutboxWriter::new(db.namespace(), ["switch"]);
+    let head = NewMessage::new("switch", "orders", b"head".to_vec()).lane("customer-7");
+    writer.enqueue(&*client, std::slice::from_ref(&head)).await.unwrap();
+    assert_eq!(dispatcher.run_once(&*client).await.unwrap().lanes_parked, 1);
+    let next = NewMessage::new("switch", "orders", b"next".to_vec()).lane("customer-7");
+    writer.enqueue(&*client, std::slice::from_ref(&next)).await.unwrap();
+    assert!(dispatcher.skip_lane_head("customer-7", "ops:erin").await.unwrap().is_some());
+    transport.heal();
+
+    let policy = DeadLetterPolicy::redrive(Duration::ZERO, DAY).unwrap();
+    let worker = relayer_dead_letters::DeadLetterWorker::new(
+        relayer_postgres::connect_pool(db.config(), 1).await.unwrap(),
+        db.namespace().clone(),
+        DeadLetterPolicies::new([DeadLetterRule::outbox("switch", "orders", policy)]).unwrap(),
+        DeadLetterOptions::default(),
+        relayer_worker::Leadership::EveryInstance,
+    );
+    assert_eq!(worker.run_once(&mut client).await.unwrap().redriven, 0, "policies leave lane rows alone");
+    assert_eq!(count(&client, &db, "dead").await, 1);
+
+    let api = DeadLetterApi::new(db.namespace());
+    let moved = api
+        .redrive_outbox(&*client, &OutboxDeadFilter::new().lane("customer-7"), "ops:erin", Mode::Apply)
+        .await
+        .unwrap();
+    assert_eq!(touched_ids(&moved), [head.message_id()]);
+    for _ in 0..3 {
+        dispatcher.run_once(&*client).await.unwrap();
+    }
+    let bodies: Vec<(Vec<u8>, Option<String>)> =
+        transport.accepted().into_iter().map(|(_, e)| (e.body, e.lane)).collect();
+    let lane = Some("customer-7".to_owned());
+    assert_eq!(bodies, [(b"next".to_vec(), lane.clone()), (b"head".to_vec(), lane)]);
+    let records = audit(&client, &db).await;
+    let actions: Vec<&str> = records.iter().map(|(_, action, _, _)| action.as_str()).collect();
+    assert_eq!(actions, ["lane.skip_head", "outbox_dead.redrive"]);
+    assert_eq!(records[1].3["lane"].as_str(), Some("customer-7"));
+}
