@@ -54,7 +54,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::{StorageError, StorageErrorKind};
 use crate::exec::Executor;
-use crate::outbox::{headers_from_json, notify_channel};
+use crate::outbox::{headers_from_json, lane_lock_prefix, notify_channel};
 use crate::recovery::micros;
 
 /// Rows a listing or an action takes unless told otherwise.
@@ -437,7 +437,7 @@ impl DeadLetterApi {
             channel: notify_channel(namespace),
             // The outbox writer's lane lock resource (LAN-1c): the same lock, so a redriven
             // lane row is ordered with concurrent writers of its lane.
-            lane_lock_prefix: format!("lane:{}.{}:", namespace.schema(), namespace.prefix()),
+            lane_lock_prefix: lane_lock_prefix(namespace),
         }
     }
 
