@@ -86,6 +86,22 @@ async fn queue_dead_letters_are_listed_by_filter_paged_by_keyset_and_shown_dlp_7
     assert!(shown.trace_context.is_some() && shown.dead_lettered_at >= shown.created_at);
     assert!(api.show_queue(&*client, MessageId::new()).await.unwrap().is_none());
 
+    // `relayer status` counts them per dead-letter queue, topic and reason (OBS-3).
+    let status = relayer_postgres::namespace_status(&*client, db.namespace()).await.unwrap();
+    let counts: Vec<(&str, Option<&str>, Option<&str>, i64)> = status
+        .dead_letters
+        .iter()
+        .map(|c| (c.queue.as_str(), c.original_topic.as_deref(), c.reason.as_deref(), c.count))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ("billing.dead", Some("invoices"), Some("handler"), 2),
+            ("dead", Some("orders"), Some("handler"), 3),
+            ("dead", Some("orders"), Some("max_handled"), 2),
+        ]
+    );
+
     let error = api.list_queue(&*client, &QueueDeadLetterFilter::new().limit(0)).await.unwrap_err();
     assert_eq!(error.to_string(), "dead letters: limit: 0 is out of range (1..=10000)");
 }

@@ -46,5 +46,5 @@ pub use pool::{
 };
 pub use queue::QueueStatements;
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
-pub use status::{NamespaceStatus, namespace_status};
+pub use status::{DeadLetterCount, NamespaceStatus, namespace_status};
 pub use store::PgStore;
