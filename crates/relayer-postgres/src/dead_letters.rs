@@ -189,16 +189,9 @@ impl DeadLetterApi {
         client: &impl Executor,
         filter: &QueueDeadLetterFilter,
     ) -> Result<Vec<QueueDeadLetter>, DeadLetterApiError> {
-        let limit = check_limit(filter.common.limit)?;
-        let mut clauses = filter.render("dead_lettered_at IS NOT NULL");
-        let limit = clauses.bind(limit, Type::INT8);
-        let sql = format!(
-            "SELECT {QUEUE_COLUMNS} FROM {} WHERE {} ORDER BY seq LIMIT {limit}",
-            self.queue,
-            clauses.sql()
-        );
-        let rows = read(client, &sql, &clauses, "listing queue dead letters").await?;
-        Ok(rows.iter().map(decode_queue).collect::<Result<_, _>>()?)
+        let clauses = filter.render("dead_lettered_at IS NOT NULL");
+        let listing = (self.queue.as_str(), QUEUE_COLUMNS, "listing queue dead letters");
+        list(client, listing, clauses, filter.common.limit, decode_queue).await
     }
 
     /// The queue dead letter with id `message_id` (the oldest, should there be several).
@@ -316,16 +309,8 @@ impl DeadLetterApi {
         client: &impl Executor,
         filter: &OutboxDeadFilter,
     ) -> Result<Vec<OutboxDeadRow>, DeadLetterApiError> {
-        let limit = check_limit(filter.common.limit)?;
-        let mut clauses = filter.render();
-        let limit = clauses.bind(limit, Type::INT8);
-        let sql = format!(
-            "SELECT {DEAD_COLUMNS} FROM {} WHERE {} ORDER BY seq LIMIT {limit}",
-            self.dead,
-            clauses.sql()
-        );
-        let rows = read(client, &sql, &clauses, "listing dead outbox rows").await?;
-        Ok(rows.iter().map(decode_dead).collect::<Result<_, _>>()?)
+        let listing = (self.dead.as_str(), DEAD_COLUMNS, "listing dead outbox rows");
+        list(client, listing, filter.render(), filter.common.limit, decode_dead).await
     }
 
     /// The dead outbox row with id `message_id` (the oldest, should there be several).
@@ -467,6 +452,21 @@ impl DeadLetterApi {
         let touched = touched(&rows)?;
         Ok(touched.into_iter().zip(rows.iter().map(|row| row.get::<_, Option<String>>(2))).collect())
     }
+}
+
+/// Reads `columns` of the rows of `table` that `clauses` select, at most `limit`, in `seq`
+/// order, decoded by `decode`; `what` names the listing in errors.
+async fn list<T>(
+    client: &impl Executor,
+    (table, columns, what): (&str, &str, &str),
+    mut clauses: Where,
+    limit: u32,
+    decode: fn(&Row) -> Result<T, StorageError>,
+) -> Result<Vec<T>, DeadLetterApiError> {
+    let limit = clauses.bind(check_limit(limit)?, Type::INT8);
+    let sql = format!("SELECT {columns} FROM {table} WHERE {} ORDER BY seq LIMIT {limit}", clauses.sql());
+    let rows = read(client, &sql, &clauses, what).await?;
+    Ok(rows.iter().map(decode).collect::<Result<_, _>>()?)
 }
 
 fn check_limit(limit: u32) -> Result<i64, DeadLetterApiError> {
