@@ -12,6 +12,12 @@ COMMANDS:
     schema print     Print the schema SQL for a namespace (for your own migration tool)
     schema apply     Apply the schema to a namespace (idempotent, safe from several replicas)
     status           Show a namespace's backlog, oldest message, lanes, dead rows, queues, leases
+    dead-letters list|show <ID>|redrive|purge
+                     Queue dead letters (with --outbox: the outbox's dead rows); redrive and
+                     purge are audited and need --actor and a filter; --dry-run shows what
+                     they would touch. Filters: --queue --topic --reason (queue),
+                     --transport --destination --lane (outbox), --older-than <DURATION>,
+                     --id <MESSAGE ID>, --after <SEQ>, --limit <N> [default: 100]
     demo             The end-to-end run: apply the schema, write, dispatch, crash, recover, clean up
     help             Show this text
 
@@ -29,6 +35,8 @@ pub(crate) enum Command {
     SchemaApply,
     Status,
     Demo,
+    /// `dead-letters list|show|redrive|purge` (DLP-7).
+    DeadLetters(crate::dead_letters::Action),
     /// Hidden: the demo's dispatcher process, killed on purpose by `demo`.
     DemoChild,
     Help,
@@ -40,11 +48,14 @@ pub(crate) struct Args {
     pub(crate) command: Command,
     pub(crate) database_url: String,
     pub(crate) namespace: Namespace,
+    /// The `dead-letters` options (`--queue value`, `--dry-run`, …), checked by that command.
+    pub(crate) dead_letter_options: Vec<(String, Option<String>)>,
 }
 
 /// Parses `args` (without the program name). Errors name the offending argument.
 pub(crate) fn parse(args: &[String], env_database_url: Option<String>) -> Result<Args, String> {
     let mut words = Vec::new();
+    let mut dead_letter_options = Vec::new();
     let (mut url, mut schema, mut prefix) = (env_database_url, None, None);
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
@@ -54,6 +65,12 @@ pub(crate) fn parse(args: &[String], env_database_url: Option<String>) -> Result
             "--schema" => schema = Some(value("--schema")?),
             "--prefix" => prefix = Some(value("--prefix")?),
             "-h" | "--help" => words.push("help".to_owned()),
+            flag if crate::dead_letters::FLAGS.contains(&flag) => {
+                dead_letter_options.push((flag.to_owned(), None));
+            }
+            option if crate::dead_letters::OPTIONS.contains(&option) => {
+                dead_letter_options.push((option.to_owned(), Some(value(option)?)));
+            }
             flag if flag.starts_with('-') => {
                 return Err(format!("unknown option {flag:?}; see `relayer help`"));
             }
@@ -67,6 +84,7 @@ pub(crate) fn parse(args: &[String], env_database_url: Option<String>) -> Result
         ["demo"] => Command::Demo,
         ["demo-child"] => Command::DemoChild,
         [] | ["help", ..] | [_, "help"] => Command::Help,
+        ["dead-letters", action @ ..] => Command::DeadLetters(crate::dead_letters::Action::parse(action)?),
         other => return Err(format!("unknown command {:?}; see `relayer help`", other.join(" "))),
     };
     let default_schema =
@@ -76,8 +94,12 @@ pub(crate) fn parse(args: &[String], env_database_url: Option<String>) -> Result
         prefix.unwrap_or_else(|| relayer_core::namespace::DEFAULT_PREFIX.to_owned()),
     )
     .map_err(|e| e.to_string())?;
+    if !dead_letter_options.is_empty() && !matches!(command, Command::DeadLetters(_)) {
+        return Err(format!("option {:?} belongs to `relayer dead-letters`", dead_letter_options[0].0));
+    }
     Ok(Args {
         command,
+        dead_letter_options,
         database_url: url.unwrap_or_else(|| "host=127.0.0.1 user=postgres dbname=test".to_owned()),
         namespace,
     })

@@ -4,6 +4,7 @@
 #![allow(clippy::print_stdout)]
 
 mod args;
+mod dead_letters;
 mod demo;
 mod status;
 
@@ -40,6 +41,7 @@ async fn main() -> ExitCode {
         Command::SchemaApply => status::apply(&args).await,
         Command::Status => status::show(&args).await,
         Command::Demo => demo::run(&args).await,
+        Command::DeadLetters(ref action) => dead_letters::run(&args, action.clone()).await,
         Command::DemoChild => demo::child::run(&args).await,
     };
     match result {

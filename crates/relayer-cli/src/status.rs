@@ -49,6 +49,14 @@ pub(crate) fn render(namespace: &str, status: &NamespaceStatus) -> String {
     for (queue, count) in &status.queues {
         text.push_str(&format!("  queue {queue:<10} {count:>10}\n"));
     }
+    for letters in &status.dead_letters {
+        let topic = letters.original_topic.as_deref().unwrap_or("-");
+        let reason = letters.reason.as_deref().unwrap_or("-");
+        text.push_str(&format!(
+            "  dead letters {:<10} {:>10}  (from {topic}, reason {reason})\n",
+            letters.queue, letters.count
+        ));
+    }
     for (job, owner, term, live) in &status.leases {
         let state = if *live { "held" } else { "expired" };
         text.push_str(&format!("  lease {job:<10} {state} by {owner} (term {term})\n"));

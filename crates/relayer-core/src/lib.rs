@@ -1,6 +1,6 @@
 //! relayer's core: the message model, the transport, lock and store traits, and every
 //! piece of pure policy (backoff, keyset cursor, eligibility, retry decisions, circuit
-//! breakers, options, identifiers).
+//! breakers, dead-letter policies, options, identifiers).
 //!
 //! This crate does no I/O and depends on no database driver. Decisions take the
 //! database's `now` as an argument, so they can be tested — and reused in your own
@@ -11,6 +11,8 @@ pub mod backoff;
 pub mod breaker;
 pub mod consumer;
 pub mod cursor;
+pub mod dead_letter;
+pub mod dead_letter_config;
 pub mod duration;
 pub mod eligibility;
 pub mod lock;
@@ -55,10 +57,12 @@ pub use backoff::{PassBackoff, RetryBackoff};
 pub use breaker::{BreakerState, CircuitBreaker, CircuitBreakers};
 pub use consumer::{AfterFailure, ConsumerOptions, ConsumerOptionsBuilder, RejectionReason};
 pub use cursor::{KeysetCursor, PageEnd, PassPlan, RecoveryPage, ScanWindow};
-pub use duration::{DurationError, HumanDuration, Retention};
-pub use eligibility::{
-    DeadLetterAction, DeadLetterDecision, DeadLetterPolicy, DeadLetterRow, OutboxRow, RetentionTable,
+pub use dead_letter::{
+    DeadLetterAction, DeadLetterDecision, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRow,
+    DeadLetterRule, DeadLetterSetupError, DeadLetterType, SubscriptionQueues,
 };
+pub use duration::{DurationError, HumanDuration, Retention};
+pub use eligibility::{OutboxRow, RetentionTable};
 pub use options::{
     CleanupOptions, CleanupOptionsBuilder, DeadLetterOptions, DeadLetterOptionsBuilder, DispatcherOptions,
     DispatcherOptionsBuilder, OptionsError, SweeperOptions, SweeperOptionsBuilder,

@@ -8,6 +8,9 @@
 //! the capabilities they use rather than on this crate's statement types.
 #![deny(missing_docs)]
 
+mod dead_letter_filter;
+pub mod dead_letter_policy;
+pub mod dead_letters;
 mod error;
 pub mod exec;
 pub mod inbox;
@@ -26,6 +29,11 @@ mod schema;
 mod status;
 mod store;
 
+pub use dead_letter_policy::DeadLetterPolicyStatements;
+pub use dead_letters::{
+    DeadLetterApi, DeadLetterApiError, Mode, OutboxDeadFilter, OutboxDeadRow, QueueDeadLetter,
+    QueueDeadLetterFilter, Touched,
+};
 pub use error::{StorageError, StorageErrorKind};
 pub use exec::{Executor, Prepared};
 pub use inbox::{Inbox, InboxEntry};
@@ -47,5 +55,5 @@ pub use queue::{
     Receipt, Received, Requeue, Undecodable, queue_channel,
 };
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
-pub use status::{NamespaceStatus, namespace_status};
+pub use status::{DeadLetterCount, NamespaceStatus, namespace_status};
 pub use store::PgStore;

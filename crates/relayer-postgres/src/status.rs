@@ -1,5 +1,5 @@
 //! A namespace's health at a glance (OBS-3 `status`): backlog, oldest pending message,
-//! parked lanes, dead rows, queue depths and leases. Counting is O(table): this is for an
+//! parked lanes, dead rows, queue depths, dead letters per queue and reason, and leases. Counting is O(table): this is for an
 //! operator's command, not for a worker's pass.
 
 use std::time::Duration;
@@ -34,6 +34,23 @@ pub struct NamespaceStatus {
     pub queues: Vec<(String, i64)>,
     /// Leases: job, owner, term, and whether it is still live.
     pub leases: Vec<(String, String, i64, bool)>,
+    /// Queue dead letters per dead-letter queue, original topic and rejection reason, with
+    /// their count (OBS-3, DLP-7).
+    pub dead_letters: Vec<DeadLetterCount>,
+}
+
+/// How many dead letters one (queue, original topic, reason) holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadLetterCount {
+    /// The dead-letter queue.
+    pub queue: String,
+    /// Where they came from (`None`: not stamped by relayer).
+    pub original_topic: Option<String>,
+    /// Why they were dead-lettered.
+    pub reason: Option<String>,
+    /// How many.
+    pub count: i64,
 }
 
 /// Reads the status of `namespace`.
@@ -93,8 +110,28 @@ pub async fn namespace_status(
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
         .collect();
+    let dead_letters = client
+        .query(
+            &format!(
+                "SELECT queue, original_topic, rejection_reason, count(*) FROM {} \
+                 WHERE dead_lettered_at IS NOT NULL GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+                namespace.table("queue")
+            ),
+            &[],
+        )
+        .await
+        .map_err(|e| StorageError::database(context(), e))?
+        .iter()
+        .map(|r| DeadLetterCount {
+            queue: r.get(0),
+            original_topic: r.get(1),
+            reason: r.get(2),
+            count: r.get(3),
+        })
+        .collect();
     Ok(NamespaceStatus {
         schema_version,
+        dead_letters,
         outbox_pending: row.get(0),
         outbox_due: row.get(1),
         outbox_ordered: row.get(2),
