@@ -7,6 +7,7 @@
 #![deny(missing_docs)]
 
 pub mod backoff;
+pub mod context_headers;
 pub mod cursor;
 pub mod duration;
 pub mod eligibility;

@@ -62,7 +62,9 @@
 //! | `cleanup` | [`cleanup`] and [`RelayerBuilder::cleanup`] |
 //! | `queue` | [`queue`] and [`RelayerBuilder::queue_transport`] |
 //! | `advisory-lock` | [`advisory_lock`] and [`LeaderElection::AdvisoryLock`] |
-//! | `full` | all of the above |
+//! | `nats` | [`nats`]: the NATS JetStream transport |
+//! | `rabbitmq` | [`rabbitmq`]: the RabbitMQ transport |
+//! | `full` | all of the above but the broker transports |
 #![deny(missing_docs)]
 
 pub use relayer_core as core;
@@ -115,3 +117,11 @@ pub use relayer_queue as queue;
 /// Session advisory locks (`relayer-advisory-lock`).
 #[cfg(feature = "advisory-lock")]
 pub use relayer_advisory_lock as advisory_lock;
+
+/// The NATS JetStream transport (`relayer-nats`).
+#[cfg(feature = "nats")]
+pub use relayer_nats as nats;
+
+/// The RabbitMQ transport (`relayer-rabbitmq`).
+#[cfg(feature = "rabbitmq")]
+pub use relayer_rabbitmq as rabbitmq;
