@@ -29,7 +29,8 @@ impl SkipLog {
     /// The skip lines, sorted and without duplicates.
     pub(crate) fn lines(&self) -> Vec<String> {
         let text = std::fs::read_to_string(&self.path).unwrap_or_default();
-        let mut lines: Vec<String> = text.lines().filter(|l| l.starts_with("SKIPPED ")).map(str::to_owned).collect();
+        let mut lines: Vec<String> =
+            text.lines().filter(|l| l.starts_with("SKIPPED ")).map(str::to_owned).collect();
         lines.sort();
         lines.dedup();
         lines

@@ -27,6 +27,7 @@
 #![deny(missing_docs)]
 #![allow(clippy::print_stdout)] // A benchmark's output is its report.
 
+mod brokers;
 mod explain;
 mod maintenance;
 
@@ -58,7 +59,8 @@ async fn main() {
         Some("dispatch") => dispatch(quick).await,
         Some("explain") => explain::run(quick).await,
         Some("maintenance") => maintenance::run(quick).await,
-        _ => Err("usage: relayer-bench dispatch|explain|maintenance [--quick]".into()),
+        Some("brokers") => brokers::run(quick).await,
+        _ => Err("usage: relayer-bench dispatch|explain|maintenance|brokers [--quick]".into()),
     };
     if let Err(error) = outcome {
         eprintln!("relayer-bench: {}", relayer_core::error_chain(error.as_ref()));
