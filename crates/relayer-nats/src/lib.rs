@@ -57,7 +57,7 @@ mod publish;
 mod transport;
 
 pub use options::{NatsOptions, OptionError};
-pub use transport::{ConnectError, NatsTransport};
+pub use transport::{CONNECT_TIMEOUT, ConnectError, NatsTransport};
 
 /// The async-nats version this crate is built on, for building a client yourself
 /// ([`NatsTransport::new`]).

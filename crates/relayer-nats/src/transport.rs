@@ -16,6 +16,9 @@ use crate::publish::publish_message;
 /// came back within a second or two.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
 
+/// How long [`NatsTransport::connect`] (and each reconnection attempt) may take to connect.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Publishes to NATS JetStream; see the [crate docs](crate) for the model.
 pub struct NatsTransport {
     options: NatsOptions,
@@ -48,12 +51,12 @@ pub enum ConnectError {
 
 impl NatsTransport {
     /// Connects to the server at `url` (`nats://host:4222`, or several separated by
-    /// commas). The first connection must succeed within the ack timeout; later losses
-    /// are reconnected in the background, retrying every ≤ 2 s forever.
+    /// commas). The first connection must succeed within [`CONNECT_TIMEOUT`]; later
+    /// losses are reconnected in the background, retrying every ≤ 2 s forever.
     pub async fn connect(url: &str, options: NatsOptions) -> Result<Self, ConnectError> {
         options.validate()?;
         let client = ConnectOptions::new()
-            .connection_timeout(options.ack_timeout())
+            .connection_timeout(CONNECT_TIMEOUT)
             .reconnect_delay_callback(reconnect_delay)
             .connect(url)
             .await

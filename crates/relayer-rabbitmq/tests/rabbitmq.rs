@@ -113,6 +113,17 @@ fn ids(received: &[Received]) -> BTreeSet<String> {
     received.iter().map(|r| r.properties.message_id().as_ref().unwrap().to_string()).collect()
 }
 
+/// Sends one message until it is accepted, so the transport holds an open connection and
+/// channel (a short confirm timeout may expire while a loaded machine connects), then
+/// empties the queue.
+async fn connect(fixture: &Fixture, rabbitmq: &RabbitMqTransport) {
+    eventually("the transport connects and delivers", || async {
+        rabbitmq.send(&fixture.queue, &[envelope(9)]).await.ok() == Some(vec![SendOutcome::Accepted])
+    })
+    .await;
+    fixture.received().await;
+}
+
 fn envelope(n: u8) -> Envelope {
     Envelope {
         id: relayer::MessageId::new(),
@@ -242,8 +253,7 @@ async fn a_broker_restart_keeps_the_rows_trips_the_breaker_and_the_transport_rec
     let proxy = TcpProxy::start(fixture.broker).await;
     let rabbitmq = Arc::new(transport(proxy.address(), Duration::from_secs(2)));
     // Connected before the outage, so recovering means reconnecting.
-    assert_eq!(rabbitmq.send(&fixture.queue, &[envelope(9)]).await.unwrap(), vec![SendOutcome::Accepted]);
-    fixture.received().await;
+    connect(&fixture, &rabbitmq).await;
     let options = quick_retries()
         .breaker_threshold(NonZeroU32::new(2).unwrap())
         .breaker_cool_down(Duration::from_secs(3))
@@ -289,8 +299,7 @@ async fn a_broker_that_never_confirms_fails_the_send_at_the_confirm_timeout_trn_
     };
     let proxy = TcpProxy::start(fixture.broker).await;
     let rabbitmq = Arc::new(transport(proxy.address(), Duration::from_millis(500)));
-    assert_eq!(rabbitmq.send(&fixture.queue, &[envelope(9)]).await.unwrap(), vec![SendOutcome::Accepted]);
-    fixture.received().await;
+    connect(&fixture, &rabbitmq).await; // the connection and a channel exist before the stall
     let options = quick_retries().breaker_threshold(NonZeroU32::new(1000).unwrap()).build().unwrap();
     let dispatcher = fixture.dispatcher(rabbitmq, options).await;
     let written = dispatcher.writer().enqueue(&fixture.client, &fixture.messages(4)).await.unwrap();
