@@ -53,3 +53,21 @@ impl Drop for SkipLog {
         let _ = std::fs::remove_file(&self.path);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_names_each_skipped_test_once_tst_1() {
+        let log = SkipLog::new();
+        assert_eq!(log.summary(), "broker tests skipped: 0");
+        let lines = "SKIPPED b: NATS not reachable at x\nother output\nSKIPPED a: RabbitMQ not reachable at y\n\
+                     SKIPPED b: NATS not reachable at x\n";
+        std::fs::write(&log.path, lines).expect("write the log");
+        assert_eq!(
+            log.summary(),
+            "broker tests skipped: 2\n  SKIPPED a: RabbitMQ not reachable at y\n  SKIPPED b: NATS not reachable at x"
+        );
+    }
+}
