@@ -34,6 +34,7 @@
 #![deny(missing_docs)]
 #![allow(clippy::print_stdout)] // A benchmark's output is its report.
 
+mod brokers;
 mod consumer;
 mod explain;
 mod maintenance;
@@ -68,7 +69,8 @@ async fn main() {
         Some("explain") => explain::run(quick).await,
         Some("maintenance") => maintenance::run(quick).await,
         Some("consumer") => consumer::run(quick).await,
-        _ => Err("usage: relayer-bench dispatch|explain|maintenance|consumer [--quick]".into()),
+        Some("brokers") => brokers::run(quick).await,
+        _ => Err("usage: relayer-bench dispatch|explain|maintenance|consumer|brokers [--quick]".into()),
     };
     if let Err(error) = outcome {
         eprintln!("relayer-bench: {}", relayer_core::error_chain(error.as_ref()));

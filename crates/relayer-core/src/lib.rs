@@ -10,6 +10,7 @@
 pub mod backoff;
 pub mod breaker;
 pub mod consumer;
+pub mod context_headers;
 pub mod cursor;
 pub mod dead_letter;
 pub mod dead_letter_config;

@@ -52,7 +52,16 @@
 //! pending again, untouched, and a later pass sends them again. **Delivery is at least
 //! once**: sends a pass made before such a late failure are replayed by a later pass, and a
 //! transport that accepted a message before a crash sees it again with the same id
-//! (DSP-7). Transports that deduplicate by message id absorb this.
+//! (DSP-7). Transports that deduplicate by message id absorb this
+//! ([`Capabilities::deduplicates_by_id`](relayer_core::Capabilities)). The NATS JetStream
+//! transport (`relayer-nats`) is one: it sends the message id as `Nats-Msg-Id`, so a
+//! replay that reaches the stream inside its duplicate window (two minutes by default) is
+//! acknowledged and dropped — subscribers see the message once. What that buys depends on
+//! timing: a replay by this sweeper comes at least `recovery_delay` (or a claim's
+//! `claim_duration`) after the first send, so keep those well inside the stream's window;
+//! a replay after the window, or through a transport without the capability (RabbitMQ,
+//! webhooks), reaches the receiver twice, and the receiver's inbox (QUE-3) is where it is
+//! deduplicated by the same id.
 //!
 //! The cursor moves one page per pass, and after an empty or short page it wraps and
 //! captures a new boundary. Newer traffic

@@ -1,4 +1,7 @@
 //! Test fixtures for relayer: a real PostgreSQL server, and a fresh random schema per test.
+//! For the broker transports: [`broker_or_skip`] (a test without its broker is skipped by
+//! name, loudly, never passed silently) and [`TcpProxy`] (a loopback forwarder a test can
+//! cut, stall and restore).
 //!
 //! Every storage and worker test runs against a real PostgreSQL (SPEC §16). A test asks for
 //! a [`TestDb`]; it gets its own schema (`t_` + 16 hex digits) on a shared server, so tests
@@ -53,9 +56,11 @@
 //! # }
 //! ```
 
+mod brokers;
 mod cluster;
 mod container;
 mod owned;
+mod proxy;
 mod server;
 mod wait;
 
@@ -66,7 +71,9 @@ use bb8_postgres::PostgresConnectionManager;
 use relayer_core::Namespace;
 use tokio_postgres::NoTls;
 
+pub use crate::brokers::{Broker, broker_or_skip};
 pub use crate::owned::OwnedCluster;
+pub use crate::proxy::TcpProxy;
 use crate::server::{Server, Sources};
 pub use crate::wait::{PATIENCE, eventually, within};
 

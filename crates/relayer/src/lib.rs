@@ -65,7 +65,9 @@
 //! | `consumer` | [`consumer`] and [`RelayerBuilder::consumer`] |
 //! | `advisory-lock` | [`advisory_lock`] and [`LeaderElection::AdvisoryLock`] |
 //! | `dead-letters` | [`dead_letters`] and [`RelayerBuilder::dead_letters`] (brings `advisory-lock`) |
-//! | `full` | all of the above |
+//! | `nats` | [`nats`]: the NATS JetStream transport |
+//! | `rabbitmq` | [`rabbitmq`]: the RabbitMQ transport |
+//! | `full` | all of the above but the broker transports |
 #![deny(missing_docs)]
 
 pub use relayer_core as core;
@@ -136,3 +138,11 @@ pub use relayer_advisory_lock as advisory_lock;
 /// relayer's queue consumer: subscriptions, handlers, the inbox boundary.
 #[cfg(feature = "consumer")]
 pub use relayer_consumer as consumer;
+
+/// The NATS JetStream transport (`relayer-nats`).
+#[cfg(feature = "nats")]
+pub use relayer_nats as nats;
+
+/// The RabbitMQ transport (`relayer-rabbitmq`).
+#[cfg(feature = "rabbitmq")]
+pub use relayer_rabbitmq as rabbitmq;

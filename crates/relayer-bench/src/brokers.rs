@@ -1,0 +1,359 @@
+//! `cargo xtask bench brokers [--quick]`: outbox → broker throughput of the NATS JetStream
+//! and RabbitMQ transports against a raw publish loop to the same broker, in one run.
+//!
+//! - **raw**: `PUBLISHERS` loops publish `messages` messages straight to the broker in
+//!   batches of `BATCH` — every message of a batch published, then every ack (JetStream)
+//!   or publisher confirm (RabbitMQ, persistent and mandatory) awaited together — with the
+//!   same message id and creation-context header relayer sends. No database.
+//! - **relayer**: the same number of messages already committed in the outbox; a
+//!   [`Dispatcher`] with `PUBLISHERS` unordered loops and batches of `BATCH` claims
+//!   them, sends them through the transport (publishing and awaiting acks the same way)
+//!   and deletes their rows. The clock stops when the outbox is empty.
+//!
+//! A third run per round sends through a transport that accepts at once: the dispatch
+//! path's own ceiling on this database, which bounds the relayer run whatever the broker.
+//! The ratio relayer/raw (the median over the rounds) is what the outbox costs on top of
+//! the broker. The last line is
+//! `RESULT nats_ratio=<x> rabbitmq_ratio=<x>`; a broker that does not answer is reported
+//! as `skipped` there.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use relayer_core::context_headers::CREATED_AT;
+use relayer_core::{
+    DispatcherOptions, Envelope, NewMessage, SendOutcome, Transport, TransportError, TransportRegistry,
+    async_trait,
+};
+use relayer_dispatcher::Dispatcher;
+use relayer_nats::async_nats::{self, jetstream};
+use relayer_nats::{NatsOptions, NatsTransport};
+use relayer_rabbitmq::lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use relayer_rabbitmq::lapin::types::{AMQPValue, FieldTable, LongString};
+use relayer_rabbitmq::lapin::{BasicProperties, Connection, ConnectionProperties};
+use relayer_rabbitmq::{RabbitMqOptions, RabbitMqTransport};
+use tokio_util::sync::CancellationToken;
+
+use crate::{BenchResult, Scratch, body, connect};
+
+/// Messages per batch, raw and relayer alike (the dispatcher's default batch size);
+/// `RELAYER_BENCH_BATCH` overrides it.
+static BATCH: std::sync::LazyLock<usize> = std::sync::LazyLock::new(|| knob("RELAYER_BENCH_BATCH", 100));
+/// Concurrent publishers: the dispatcher's default unordered loops;
+/// `RELAYER_BENCH_PUBLISHERS` overrides it.
+static PUBLISHERS: std::sync::LazyLock<usize> =
+    std::sync::LazyLock::new(|| knob("RELAYER_BENCH_PUBLISHERS", 2));
+
+fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(default)
+}
+
+const NATS: &str = "127.0.0.1:4222";
+const RABBITMQ: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+pub(crate) async fn run(quick: bool) -> BenchResult<()> {
+    let messages = if quick { 3_000 } else { 20_000 };
+    let rounds = if quick { 3 } else { 5 };
+    println!(
+        "brokers benchmark: {messages} messages per run, batches of {}, {} publishers, \
+         median ratio of {rounds} rounds",
+        *BATCH, *PUBLISHERS
+    );
+    let scratch = Scratch::new().await?;
+    let nats = match nats_bench(&scratch, messages, rounds).await {
+        Ok(ratio) => ratio,
+        Err(error) => report_skip("NATS", &*error),
+    };
+    let rabbitmq = match rabbitmq_bench(&scratch, messages, rounds).await {
+        Ok(ratio) => ratio,
+        Err(error) => report_skip("RabbitMQ", &*error),
+    };
+    scratch.drop_schema().await?;
+    println!("RESULT nats_ratio={nats} rabbitmq_ratio={rabbitmq}");
+    Ok(())
+}
+
+fn report_skip(broker: &str, error: &(dyn std::error::Error + Send + Sync + 'static)) -> String {
+    eprintln!("  {broker}: skipped: {}", relayer_core::error_chain(error));
+    "skipped".to_owned()
+}
+
+/// Runs `rounds` rounds of a raw run, a relayer run and a relayer run through a transport
+/// that accepts at once (the dispatch path's own ceiling on this database); prints each
+/// round and returns the median of the per-round relayer/raw ratios. Back-to-back runs
+/// share the machine's momentary load, so their ratio is steadier than either rate.
+async fn compare<Raw, RawFut, Relay, RelayFut>(
+    broker: &str,
+    scratch: &Scratch,
+    messages: usize,
+    rounds: usize,
+    mut raw: Raw,
+    mut relay: Relay,
+) -> BenchResult<String>
+where
+    Raw: FnMut() -> RawFut,
+    RawFut: Future<Output = BenchResult<f64>>,
+    Relay: FnMut() -> RelayFut,
+    RelayFut: Future<Output = BenchResult<f64>>,
+{
+    let mut ratios = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let raw = raw().await?;
+        let relayer = relay().await?;
+        let ceiling = relayer_run(scratch, Arc::new(AcceptAll), "accept-all", "orders", messages).await?;
+        println!(
+            "  {broker:<8}: raw {raw:>8.0} msg/s   relayer {relayer:>8.0} msg/s   ratio {:.2}   \
+             (dispatch through a transport that accepts at once: {ceiling:>8.0} msg/s)",
+            relayer / raw
+        );
+        ratios.push(relayer / raw);
+    }
+    ratios.sort_by(f64::total_cmp);
+    Ok(format!("{:.2}", ratios[ratios.len() / 2]))
+}
+
+/// Accepts every message at once: what dispatch costs without a broker.
+struct AcceptAll;
+
+#[async_trait]
+impl Transport for AcceptAll {
+    fn name(&self) -> &str {
+        "accept-all"
+    }
+    fn batch_limit(&self) -> std::num::NonZeroUsize {
+        std::num::NonZeroUsize::MAX
+    }
+    async fn send(&self, _: &str, batch: &[Envelope]) -> Result<Vec<SendOutcome>, TransportError> {
+        Ok(vec![SendOutcome::Accepted; batch.len()])
+    }
+}
+
+// NATS JetStream.
+
+async fn nats_bench(scratch: &Scratch, messages: usize, rounds: usize) -> BenchResult<String> {
+    let client = async_nats::connect(NATS).await?;
+    let context = jetstream::new(client);
+    let stream = scratch.namespace.schema().to_owned();
+    context
+        .create_stream(jetstream::stream::Config {
+            name: stream.clone(),
+            subjects: vec![format!("{stream}.>")],
+            ..Default::default()
+        })
+        .await?;
+    let subject = format!("{stream}.orders");
+    let outcome = compare(
+        "NATS",
+        scratch,
+        messages,
+        rounds,
+        || nats_raw(&context, &subject, messages),
+        || async {
+            let transport = NatsTransport::connect(NATS, NatsOptions::default()).await?;
+            relayer_run(scratch, Arc::new(transport), "nats", &subject, messages).await
+        },
+    )
+    .await;
+    context.delete_stream(&stream).await?;
+    outcome
+}
+
+async fn nats_raw(context: &jetstream::Context, subject: &str, messages: usize) -> BenchResult<f64> {
+    let started = Instant::now();
+    let publishers = (0..*PUBLISHERS).map(|publisher| async move {
+        let share = messages / *PUBLISHERS;
+        for start in (0..share).step_by(*BATCH) {
+            let mut acks = Vec::with_capacity(*BATCH);
+            for n in start..(start + *BATCH).min(share) {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert(CREATED_AT, "2026-12-03T00:00:00.000000Z");
+                let message = jetstream::message::PublishMessage::build()
+                    .payload(body(publisher * messages + n).into())
+                    .headers(headers)
+                    .message_id(uuid::Uuid::now_v7().to_string());
+                acks.push(context.send_publish(subject.to_owned(), message).await?);
+            }
+            for ack in join_all(acks.into_iter().map(IntoFuture::into_future)).await {
+                ack?;
+            }
+        }
+        BenchResult::Ok(())
+    });
+    for outcome in join_all(publishers).await {
+        outcome?;
+    }
+    Ok(rate(messages / *PUBLISHERS * *PUBLISHERS, started))
+}
+
+// RabbitMQ.
+
+async fn rabbitmq_bench(scratch: &Scratch, messages: usize, rounds: usize) -> BenchResult<String> {
+    let properties = ConnectionProperties::default()
+        .with_executor(tokio_executor_trait::Tokio::current())
+        .with_reactor(tokio_reactor_trait::Tokio::current());
+    let connection = Connection::connect(RABBITMQ, properties).await?;
+    let admin = connection.create_channel().await?;
+    let queue = scratch.namespace.schema().to_owned();
+    let durable = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+    admin.queue_declare(&queue, durable, FieldTable::default()).await?;
+    let outcome = compare(
+        "RabbitMQ",
+        scratch,
+        messages,
+        rounds,
+        || rabbitmq_raw(&connection, &queue, messages),
+        || async {
+            let options = RabbitMqOptions::default()
+                .with_channels(std::num::NonZeroUsize::new(*PUBLISHERS + 1).expect("not zero"));
+            let transport = RabbitMqTransport::new(RABBITMQ, options)?;
+            relayer_run(scratch, Arc::new(transport), "rabbitmq", &queue, messages).await
+        },
+    )
+    .await;
+    admin.queue_delete(&queue, QueueDeleteOptions::default()).await?;
+    outcome
+}
+
+async fn rabbitmq_raw(connection: &Connection, queue: &str, messages: usize) -> BenchResult<f64> {
+    let mut channels = Vec::new();
+    for _ in 0..*PUBLISHERS {
+        let channel = connection.create_channel().await?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await?;
+        channels.push(channel);
+    }
+    let mandatory = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
+    let started = Instant::now();
+    let publishers = channels.iter().enumerate().map(|(publisher, channel)| async move {
+        let share = messages / *PUBLISHERS;
+        for start in (0..share).step_by(*BATCH) {
+            let mut confirms = Vec::with_capacity(*BATCH);
+            for n in start..(start + *BATCH).min(share) {
+                let mut headers = FieldTable::default();
+                headers.insert(
+                    CREATED_AT.into(),
+                    AMQPValue::LongString(LongString::from("2026-12-03T00:00:00.000000Z")),
+                );
+                let properties = BasicProperties::default()
+                    .with_message_id(uuid::Uuid::now_v7().to_string().into())
+                    .with_delivery_mode(2)
+                    .with_headers(headers);
+                let payload = body(publisher * messages + n);
+                confirms.push(channel.basic_publish("", queue, mandatory, &payload, properties).await?);
+            }
+            for confirm in join_all(confirms).await {
+                if !confirm?.is_ack() {
+                    return Err("the broker did not confirm a raw publish".into());
+                }
+            }
+        }
+        BenchResult::Ok(())
+    });
+    for outcome in join_all(publishers).await {
+        outcome?;
+    }
+    let elapsed = rate(messages / *PUBLISHERS * *PUBLISHERS, started);
+    for channel in channels {
+        channel.close(200, "raw run done").await?;
+    }
+    Ok(elapsed)
+}
+
+// The relayer side, for either transport.
+
+/// Counts the messages a transport accepted, so the run watches a counter rather than
+/// polling `count(*)` (which would load the database the raw run does not use).
+struct Counted {
+    inner: Arc<dyn Transport>,
+    accepted: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Transport for Counted {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn batch_limit(&self) -> std::num::NonZeroUsize {
+        self.inner.batch_limit()
+    }
+    async fn send(&self, destination: &str, batch: &[Envelope]) -> Result<Vec<SendOutcome>, TransportError> {
+        let outcomes = self.inner.send(destination, batch).await?;
+        let accepted = outcomes.iter().filter(|outcome| **outcome == SendOutcome::Accepted).count();
+        self.accepted.fetch_add(accepted, Ordering::Relaxed);
+        Ok(outcomes)
+    }
+}
+
+/// `messages` rows committed in the outbox first; then a dispatcher drains them to the
+/// broker. Returns messages per second from its start until the outbox is empty.
+async fn relayer_run(
+    scratch: &Scratch,
+    transport: Arc<dyn Transport>,
+    name: &str,
+    destination: &str,
+    messages: usize,
+) -> BenchResult<f64> {
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = Counted { inner: transport, accepted: Arc::clone(&accepted) };
+    let registry = Arc::new(TransportRegistry::new().with(Arc::new(counted))?);
+    let options = DispatcherOptions::builder()
+        .batch_size(u32::try_from(*BATCH)?)
+        .concurrency(u32::try_from(*PUBLISHERS)?)
+        .build()?;
+    let pool = relayer_postgres::connect_pool(
+        relayer_dispatcher::asynchronous_commit(scratch.config.clone()),
+        u32::try_from(*PUBLISHERS + 1)?,
+    )
+    .await?;
+    let dispatcher = Dispatcher::new(pool, scratch.namespace.clone(), options, registry)?
+        .listening(scratch.config.clone());
+    let client = connect(&scratch.config).await?;
+    let writer = dispatcher.writer().without_notify();
+    for start in (0..messages).step_by(1000) {
+        let batch: Vec<NewMessage> = (start..(start + 1000).min(messages))
+            .map(|n| NewMessage::new(name, destination, body(n)))
+            .collect();
+        writer.enqueue(&client, &batch).await?;
+    }
+    let outbox = scratch.namespace.table("outbox");
+    client.batch_execute(&format!("VACUUM ANALYZE {outbox}")).await?;
+
+    let started = Instant::now();
+    let shutdown = CancellationToken::new();
+    let worker = tokio::spawn({
+        let (dispatcher, shutdown) = (dispatcher.clone(), shutdown.clone());
+        async move { dispatcher.run(shutdown).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while accepted.load(Ordering::Relaxed) < messages {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "only {} of {messages} messages sent after 300 s",
+                accepted.load(Ordering::Relaxed)
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Every message is at the broker; the run ends when their rows are gone too.
+    loop {
+        let left: i64 = client.query_one(&format!("SELECT count(*) FROM {outbox}"), &[]).await?.get(0);
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let rate = rate(messages, started);
+    shutdown.cancel();
+    worker.await??;
+    Ok(rate)
+}
+
+fn rate(messages: usize, started: Instant) -> f64 {
+    #[allow(clippy::cast_precision_loss)]
+    let messages = messages as f64;
+    messages / started.elapsed().as_secs_f64()
+}

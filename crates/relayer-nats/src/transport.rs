@@ -1,0 +1,193 @@
+//! [`NatsTransport`]: pipelined, acknowledged JetStream publishes.
+
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, context::PublishAckFuture};
+use async_nats::{Client, ConnectOptions};
+use futures_util::future::join_all;
+use relayer_core::{Capabilities, Envelope, SendOutcome, Transport, TransportError, async_trait};
+
+use crate::classify::{classify, fails_the_connection};
+use crate::options::{NatsOptions, OptionError};
+use crate::publish::publish_message;
+
+/// The longest pause between reconnection attempts: a relay should notice a server that
+/// came back within a second or two.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
+
+/// How long [`NatsTransport::connect`] (and each reconnection attempt) may take to connect.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Publishes to NATS JetStream; see the [crate docs](crate) for the model.
+pub struct NatsTransport {
+    options: NatsOptions,
+    jetstream: jetstream::Context,
+}
+
+impl std::fmt::Debug for NatsTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsTransport").field("options", &self.options).finish_non_exhaustive()
+    }
+}
+
+/// The transport could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// An option is out of range.
+    #[error(transparent)]
+    Option(#[from] OptionError),
+    /// The first connection to the server failed.
+    #[error("cannot connect to NATS at {url}")]
+    Connect {
+        /// The server address, as given.
+        url: String,
+        /// Why.
+        #[source]
+        source: async_nats::ConnectError,
+    },
+}
+
+impl NatsTransport {
+    /// Connects to the server at `url` (`nats://host:4222`, or several separated by
+    /// commas). The first connection must succeed within [`CONNECT_TIMEOUT`]; later
+    /// losses are reconnected in the background, retrying every ≤ 2 s forever.
+    pub async fn connect(url: &str, options: NatsOptions) -> Result<Self, ConnectError> {
+        options.validate()?;
+        let client = ConnectOptions::new()
+            .connection_timeout(CONNECT_TIMEOUT)
+            .reconnect_delay_callback(reconnect_delay)
+            .connect(url)
+            .await
+            .map_err(|source| ConnectError::Connect { url: url.to_owned(), source })?;
+        NatsTransport::new(client, options)
+    }
+
+    /// A transport over a client you built yourself (credentials, TLS, …). The ack
+    /// timeout of `options` bounds every publish and acknowledgement wait.
+    pub fn new(client: Client, options: NatsOptions) -> Result<Self, ConnectError> {
+        options.validate()?;
+        let mut jetstream = jetstream::new(client);
+        jetstream.set_timeout(options.ack_timeout());
+        Ok(NatsTransport { options, jetstream })
+    }
+
+    /// The options this transport runs with.
+    pub fn options(&self) -> &NatsOptions {
+        &self.options
+    }
+}
+
+/// Reconnection backoff: 0, 100 ms, 200 ms, 400 ms … capped at [`MAX_RECONNECT_DELAY`].
+fn reconnect_delay(attempts: usize) -> Duration {
+    let exponent = u32::try_from(attempts.saturating_sub(1)).unwrap_or(u32::MAX).min(8);
+    if attempts == 0 {
+        Duration::ZERO
+    } else {
+        (Duration::from_millis(100) * 2u32.pow(exponent)).min(MAX_RECONNECT_DELAY)
+    }
+}
+
+/// A message of the batch after the publish step: awaiting its ack, or already failed.
+enum Published {
+    Awaiting(PublishAckFuture),
+    Failed(TransportError),
+}
+
+#[async_trait]
+impl Transport for NatsTransport {
+    fn name(&self) -> &str {
+        self.options.name()
+    }
+
+    fn batch_limit(&self) -> NonZeroUsize {
+        self.options.batch_limit()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::NONE.with_deduplication()
+    }
+
+    async fn send(&self, subject: &str, batch: &[Envelope]) -> Result<Vec<SendOutcome>, TransportError> {
+        if let Some(problem) = subject_problem(subject) {
+            return Err(TransportError::permanent(format!("invalid NATS subject {subject:?}: {problem}")));
+        }
+        // Publish everything first (pipelined on the connection), then await the acks
+        // together: one round trip's wait per batch, not per message.
+        let mut published = Vec::with_capacity(batch.len());
+        let mut broken: Option<TransportError> = None;
+        for envelope in batch {
+            if let Some(error) = &broken {
+                published.push(Published::Failed(error.clone()));
+                continue;
+            }
+            let message = match publish_message(envelope) {
+                Ok(message) => message,
+                Err(error) => {
+                    published.push(Published::Failed(error));
+                    continue;
+                }
+            };
+            match self.jetstream.send_publish(subject.to_owned(), message).await {
+                Ok(ack) => published.push(Published::Awaiting(ack)),
+                Err(error) => {
+                    let connection = fails_the_connection(&error);
+                    let error = classify(subject, error);
+                    if connection {
+                        broken = Some(error.clone());
+                    }
+                    published.push(Published::Failed(error));
+                }
+            }
+        }
+        let outcomes = join_all(published.into_iter().map(|published| async move {
+            match published {
+                Published::Awaiting(ack) => match ack.await {
+                    // A duplicate inside the window is stored already: delivered.
+                    Ok(_) => SendOutcome::Accepted,
+                    Err(error) => SendOutcome::Failed(classify(subject, error)),
+                },
+                Published::Failed(error) => SendOutcome::Failed(error),
+            }
+        }))
+        .await;
+        Ok(outcomes)
+    }
+}
+
+/// Why `subject` cannot be published to, if it cannot: empty, white space, or an empty
+/// token (`a..b`, a leading or trailing dot). Wildcards are for subscribers only.
+fn subject_problem(subject: &str) -> Option<&'static str> {
+    if subject.chars().any(char::is_whitespace) {
+        Some("it contains white space")
+    } else if subject.split('.').any(str::is_empty) {
+        Some("it has an empty token")
+    } else if subject.split('.').any(|token| token == "*" || token == ">") {
+        Some("wildcards cannot be published to")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_that_cannot_be_published_to_are_named() {
+        assert_eq!(subject_problem("orders.created"), None);
+        assert_eq!(subject_problem("orders created"), Some("it contains white space"));
+        for empty in ["", ".a", "a.", "a..b"] {
+            assert_eq!(subject_problem(empty), Some("it has an empty token"), "{empty:?}");
+        }
+        assert_eq!(subject_problem("orders.>"), Some("wildcards cannot be published to"));
+    }
+
+    #[test]
+    fn reconnect_delay_grows_and_is_capped() {
+        let delays: Vec<_> = [0, 1, 2, 3, 50].into_iter().map(reconnect_delay).collect();
+        assert_eq!(delays[..4], [0, 100, 200, 400].map(Duration::from_millis));
+        assert_eq!(delays[4], MAX_RECONNECT_DELAY);
+    }
+}

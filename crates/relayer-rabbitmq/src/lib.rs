@@ -1,0 +1,63 @@
+//! relayer's RabbitMQ transport (TRN-3).
+//!
+//! # The model
+//!
+//! A message's destination is a routing key on the transport's exchange
+//! ([`RabbitMqOptions::with_exchange`]; the default exchange `""` routes a key to the
+//! queue of that name). A send takes a channel from the transport's pool, publishes the
+//! whole batch on it — persistent (`delivery_mode` 2) and **mandatory** — and then awaits
+//! every publisher confirm together. A message counts as accepted only when the broker
+//! confirmed it (`basic.ack`) and did not return it.
+//!
+//! **Properties.** The message id is the AMQP `message-id` property (where the receiver's
+//! inbox finds it), `timestamp` is the creation time in seconds, and the headers table
+//! holds the caller's headers, then the creation context (see
+//! [`relayer_core::context_headers`]).
+//!
+//! **Errors** (TRN-2). An unroutable message — no queue bound for its routing key, so the
+//! broker returns it (`basic.return`, 312 NO_ROUTE) before confirming — is a **permanent**
+//! failure of that message, as are a missing exchange (404) or refused access (403) and a
+//! header AMQP cannot carry. A `basic.nack`, a lost connection or a confirm that does not
+//! come within [`RabbitMqOptions::confirm_timeout`] is **transient**.
+//!
+//! **Deadlines.** Taking a channel (and reconnecting), publishing and awaiting the
+//! confirms all share one deadline of `confirm_timeout` per send, so a broker that
+//! accepts the connection and never answers fails the batch transiently after that long,
+//! whatever deadline the caller adds around the send (TRN-5). A channel whose confirms did
+//! not all arrive is closed rather than reused.
+//!
+//! **Reconnection.** The connection is opened on the first send and again whenever it is
+//! found closed: after the broker restarts, the next send reconnects, without restarting
+//! the process. Sends fail transiently while the broker is away.
+//!
+//! **The channel pool.** Each send holds one channel; at most
+//! [`RabbitMqOptions::with_channels`] sends run at once (others wait for a channel within
+//! their deadline). Size it to the dispatcher's `concurrency` plus one for the ordered
+//! lanes loop, plus one for each sweeper sharing the transport; the default, 3, fits the
+//! default dispatcher.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use relayer_rabbitmq::{RabbitMqOptions, RabbitMqTransport};
+//!
+//! let options = RabbitMqOptions::default().with_exchange("orders");
+//! let rabbitmq = RabbitMqTransport::new("amqp://guest:guest@127.0.0.1:5672/%2f", options)?;
+//! let registry = relayer_core::TransportRegistry::new().with(Arc::new(rabbitmq))?;
+//! // NewMessage::new("rabbitmq", "order.created", body) is now published to the `orders`
+//! // exchange with routing key `order.created`.
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod channels;
+mod classify;
+mod options;
+mod properties;
+mod transport;
+
+pub use options::{OptionError, RabbitMqOptions};
+pub use transport::RabbitMqTransport;
+
+/// The lapin version this crate is built on.
+pub use lapin;

@@ -1,0 +1,139 @@
+//! [`RabbitMqOptions`]: name, exchange, batch limit, confirm deadline and channel pool size.
+
+use std::num::NonZeroUsize;
+use std::time::Duration;
+
+/// The longest confirm deadline accepted.
+const MAX_CONFIRM_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// How a [`RabbitMqTransport`](crate::RabbitMqTransport) publishes. [`Default`] gives the
+/// values documented on each `with_` setter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RabbitMqOptions {
+    name: String,
+    exchange: String,
+    batch_limit: NonZeroUsize,
+    confirm_timeout: Duration,
+    channels: NonZeroUsize,
+}
+
+impl Default for RabbitMqOptions {
+    fn default() -> Self {
+        RabbitMqOptions {
+            name: "rabbitmq".to_owned(),
+            exchange: String::new(),
+            batch_limit: NonZeroUsize::new(256).expect("256 is not zero"),
+            confirm_timeout: Duration::from_secs(5),
+            channels: NonZeroUsize::new(3).expect("3 is not zero"),
+        }
+    }
+}
+
+impl RabbitMqOptions {
+    /// The name messages select the transport by. Default `rabbitmq`.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// The exchange messages are published to; their destination is the routing key.
+    /// Default `""`, the default exchange (routing key = queue name).
+    pub fn with_exchange(mut self, exchange: impl Into<String>) -> Self {
+        self.exchange = exchange.into();
+        self
+    }
+
+    /// The most messages published per send (and awaiting confirms on one channel).
+    /// Default 256.
+    pub fn with_batch_limit(mut self, limit: NonZeroUsize) -> Self {
+        self.batch_limit = limit;
+        self
+    }
+
+    /// How long one send — taking a channel, publishing, and every confirm — may take
+    /// before what is unconfirmed fails transiently. Default 5s; positive, at most 1h.
+    pub fn with_confirm_timeout(mut self, timeout: Duration) -> Self {
+        self.confirm_timeout = timeout;
+        self
+    }
+
+    /// Channels in the pool: sends that may run at once. Default 3 (the default
+    /// dispatcher's two unordered loops and its lanes loop).
+    pub fn with_channels(mut self, channels: NonZeroUsize) -> Self {
+        self.channels = channels;
+        self
+    }
+
+    /// The transport's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The exchange.
+    pub fn exchange(&self) -> &str {
+        &self.exchange
+    }
+
+    /// The batch limit.
+    pub fn batch_limit(&self) -> NonZeroUsize {
+        self.batch_limit
+    }
+
+    /// The confirm deadline of one send.
+    pub fn confirm_timeout(&self) -> Duration {
+        self.confirm_timeout
+    }
+
+    /// The channel pool's size.
+    pub fn channels(&self) -> NonZeroUsize {
+        self.channels
+    }
+
+    /// Checks every field, naming the first one refused.
+    pub(crate) fn validate(&self) -> Result<(), OptionError> {
+        if self.name.trim().is_empty() {
+            return Err(OptionError { field: "name", problem: "is empty".to_owned() });
+        }
+        if self.exchange.len() > 255 {
+            return Err(OptionError {
+                field: "exchange",
+                problem: format!("is {} bytes long; AMQP allows 255", self.exchange.len()),
+            });
+        }
+        if self.confirm_timeout.is_zero() || self.confirm_timeout > MAX_CONFIRM_TIMEOUT {
+            return Err(OptionError {
+                field: "confirm_timeout",
+                problem: format!("is {:?}; it must be positive and at most 1h", self.confirm_timeout),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A [`RabbitMqOptions`] field out of range, or an address that is not an AMQP URI.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("RabbitMQ transport option `{field}` {problem}")]
+pub struct OptionError {
+    pub(crate) field: &'static str,
+    pub(crate) problem: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_range_fields_are_named() {
+        RabbitMqOptions::default().validate().unwrap();
+        let zero = RabbitMqOptions::default().with_confirm_timeout(Duration::ZERO).validate().unwrap_err();
+        assert_eq!(
+            zero.to_string(),
+            "RabbitMQ transport option `confirm_timeout` is 0ns; it must be positive and at most 1h"
+        );
+        let long = RabbitMqOptions::default().with_exchange("x".repeat(256)).validate().unwrap_err();
+        assert_eq!(
+            long.to_string(),
+            "RabbitMQ transport option `exchange` is 256 bytes long; AMQP allows 255"
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! [`RabbitMqTransport`]: confirmed, persistent, mandatory publishes.
+
+use std::num::NonZeroUsize;
+
+use futures_util::future::join_all;
+use lapin::options::BasicPublishOptions;
+use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
+use lapin::uri::AMQPUri;
+use relayer_core::{Envelope, SendOutcome, Transport, TransportError, async_trait};
+use tokio::time::{Instant, timeout_at};
+
+use crate::channels::Channels;
+use crate::classify::classify;
+use crate::options::{OptionError, RabbitMqOptions};
+use crate::properties::properties;
+
+/// Publishes to RabbitMQ; see the [crate docs](crate) for the model.
+pub struct RabbitMqTransport {
+    options: RabbitMqOptions,
+    channels: Channels,
+}
+
+impl std::fmt::Debug for RabbitMqTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RabbitMqTransport").field("options", &self.options).finish_non_exhaustive()
+    }
+}
+
+/// A message of the batch after the publish step: awaiting its confirm, or already failed.
+enum Published {
+    Awaiting(PublisherConfirm),
+    Failed(TransportError),
+}
+
+impl RabbitMqTransport {
+    /// A transport publishing to the broker at `uri`
+    /// (`amqp://user:password@host:5672/vhost`, the vhost `/` written `%2f`). Nothing is
+    /// connected yet: the first send connects, and every send after the connection closed
+    /// reconnects.
+    pub fn new(uri: &str, options: RabbitMqOptions) -> Result<Self, OptionError> {
+        options.validate()?;
+        let uri: AMQPUri = uri.parse().map_err(|problem: String| OptionError {
+            field: "uri",
+            problem: format!("is invalid: {problem}"),
+        })?;
+        let channels = Channels::new(uri, options.channels().get());
+        Ok(RabbitMqTransport { options, channels })
+    }
+
+    /// The options this transport runs with.
+    pub fn options(&self) -> &RabbitMqOptions {
+        &self.options
+    }
+
+    fn confirm_missing(&self, routing_key: &str) -> TransportError {
+        TransportError::transient(format!(
+            "no publisher confirm within {:?} for routing key {routing_key:?}",
+            self.options.confirm_timeout()
+        ))
+    }
+}
+
+#[async_trait]
+impl Transport for RabbitMqTransport {
+    fn name(&self) -> &str {
+        self.options.name()
+    }
+
+    fn batch_limit(&self) -> NonZeroUsize {
+        self.options.batch_limit()
+    }
+
+    async fn send(&self, routing_key: &str, batch: &[Envelope]) -> Result<Vec<SendOutcome>, TransportError> {
+        let deadline = Instant::now() + self.options.confirm_timeout();
+        let exchange = self.options.exchange();
+        let mut pooled = self.channels.take(deadline).await?;
+        let mandatory = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
+
+        // Publish the whole batch, then await the confirms together.
+        let mut published = Vec::with_capacity(batch.len());
+        let mut broken: Option<TransportError> = None;
+        for envelope in batch {
+            if let Some(error) = &broken {
+                published.push(Published::Failed(error.clone()));
+                continue;
+            }
+            let properties = match properties(envelope) {
+                Ok(properties) => properties,
+                Err(error) => {
+                    published.push(Published::Failed(error));
+                    continue;
+                }
+            };
+            let publish =
+                pooled.channel().basic_publish(exchange, routing_key, mandatory, &envelope.body, properties);
+            let error = match timeout_at(deadline, publish).await {
+                Ok(Ok(confirm)) => {
+                    published.push(Published::Awaiting(confirm));
+                    continue;
+                }
+                Ok(Err(error)) => classify(exchange, routing_key, error),
+                Err(_) => self.confirm_missing(routing_key),
+            };
+            broken = Some(error.clone());
+            published.push(Published::Failed(error));
+        }
+
+        let outcomes = join_all(published.into_iter().map(|published| async move {
+            let confirm = match published {
+                Published::Awaiting(confirm) => confirm,
+                Published::Failed(error) => return SendOutcome::Failed(error),
+            };
+            let error = match timeout_at(deadline, confirm).await {
+                Ok(Ok(Confirmation::Ack(None))) => return SendOutcome::Accepted,
+                Ok(Ok(Confirmation::Ack(Some(returned)))) => TransportError::permanent(format!(
+                    "unroutable: exchange {exchange:?} has no queue bound for routing key {routing_key:?} \
+                     (returned {} {})",
+                    returned.reply_code, returned.reply_text
+                )),
+                Ok(Ok(Confirmation::Nack(_))) => TransportError::transient(format!(
+                    "the broker refused the message (basic.nack) for routing key {routing_key:?}"
+                )),
+                Ok(Ok(Confirmation::NotRequested)) => {
+                    TransportError::transient("the channel was not in confirm mode")
+                }
+                Ok(Err(error)) => classify(exchange, routing_key, error),
+                Err(_) => self.confirm_missing(routing_key),
+            };
+            SendOutcome::Failed(error)
+        }))
+        .await;
+        if broken.is_some()
+            || outcomes.iter().any(|outcome| matches!(outcome, SendOutcome::Failed(e) if e.is_transient()))
+        {
+            // Confirms may still be outstanding, or the channel failed: never reuse it.
+            pooled.discard();
+        }
+        Ok(outcomes)
+    }
+}
