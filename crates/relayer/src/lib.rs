@@ -80,6 +80,8 @@ mod error;
 mod fingerprints;
 #[cfg(feature = "postgres")]
 mod host;
+#[cfg(feature = "postgres")]
+mod writer;
 
 #[cfg(feature = "postgres")]
 pub use builder::{LeaderElection, Relayer, RelayerBuilder, RelayerOptions};
@@ -90,7 +92,20 @@ pub use fingerprints::{SettingDifference, SettingsDisagreement};
 #[cfg(feature = "postgres")]
 pub use host::RelayerHost;
 #[cfg(feature = "postgres")]
+pub use relayer_postgres::{EnqueueError, Enqueued, OutboxWriter};
+#[cfg(feature = "postgres")]
 pub use relayer_worker::{Leadership, WorkerKind};
+#[cfg(feature = "postgres")]
+pub use writer::{QUEUE_TRANSPORT, writer};
+
+/// The PostgreSQL driver relayer is built on, at the version relayer uses: name its
+/// `Config`, `Client` and `Transaction` through it rather than guessing a matching version.
+#[cfg(feature = "postgres")]
+pub use tokio_postgres;
+
+/// The connection pool of the host's workers (`bb8`): [`postgres::PgPool`] is a `bb8::Pool`.
+#[cfg(feature = "postgres")]
+pub use bb8;
 
 /// PostgreSQL storage (`relayer-postgres`).
 #[cfg(feature = "postgres")]
