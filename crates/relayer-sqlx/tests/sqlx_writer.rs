@@ -10,7 +10,7 @@ use relayer::core::MessageProblem;
 use relayer::postgres::{OutboxWriter, StatementMode, migrate};
 use relayer::{Delivery, DispatcherOptions, NewMessage, Relayer, Timestamp};
 use relayer_sqlx::{SqlxEnqueueError, SqlxWriter};
-use relayer_test_support::{TestDb, eventually};
+use relayer_test_support::{PoolMode, TestDb, eventually, pgbouncer};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 async fn migrated() -> (TestDb, tokio_postgres::Client, PgPool) {
@@ -198,4 +198,33 @@ async fn a_rollback_is_never_sent_and_a_commit_wakes_the_dispatcher_out_1_out_4(
     assert_eq!(count(&client, &db, "queue").await, 2);
     eventually("the outbox is empty", || async { count(&client, &db, "outbox").await == 0 }).await;
     host.shutdown().await;
+}
+
+/// DRV-1b: behind a transaction-mode pooler that does not track prepared statements, an
+/// sqlx writer with unnamed statements enqueues; a rollback still writes nothing.
+#[tokio::test]
+async fn unnamed_statements_enqueue_behind_a_transaction_mode_pooler_drv_1b() {
+    let (db, client, _) = migrated().await;
+    let test = "unnamed_statements_enqueue_behind_a_transaction_mode_pooler_drv_1b";
+    let Some(config) = pgbouncer(&db, PoolMode::Transaction, test).await else {
+        return;
+    };
+    let url = format!(
+        "postgres://{}@127.0.0.1:{}/{}?application_name={}",
+        config.get_user().unwrap(),
+        config.get_ports()[0],
+        config.get_dbname().unwrap(),
+        db.schema()
+    );
+    let pool = PgPoolOptions::new().max_connections(4).connect(&url).await.unwrap();
+    let writer = SqlxWriter::new(db.namespace(), ["queue"]).with_statement_mode(StatementMode::Unnamed);
+    for round in 0..5 {
+        let mut tx = pool.begin().await.unwrap();
+        writer.enqueue(&mut *tx, &every_shape()).await.unwrap();
+        tx.commit().await.unwrap();
+        let mut tx = pool.begin().await.unwrap();
+        writer.enqueue(&mut *tx, &every_shape()[..1]).await.unwrap();
+        tx.rollback().await.unwrap();
+        assert_eq!(count(&client, &db, "outbox").await, 6 * (round + 1));
+    }
 }

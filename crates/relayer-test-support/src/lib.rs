@@ -49,6 +49,7 @@
 
 mod cluster;
 mod container;
+mod pooler;
 mod server;
 mod wait;
 
@@ -59,6 +60,7 @@ use bb8_postgres::PostgresConnectionManager;
 use relayer_core::Namespace;
 use tokio_postgres::NoTls;
 
+pub use crate::pooler::{PoolMode, pgbouncer};
 use crate::server::{Server, Sources};
 pub use crate::wait::{PATIENCE, eventually, within};
 
