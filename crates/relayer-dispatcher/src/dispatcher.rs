@@ -223,7 +223,8 @@ impl Dispatcher {
                 }
                 Ok(Err(error)) => {
                     failures = failures.saturating_add(1);
-                    tracing::error!(target: TARGET, namespace = %inner.namespace, ?work, failures,
+                    // WARN: a failed pass is retried, as in every worker (docs/architecture.md).
+                    tracing::warn!(target: TARGET, namespace = %inner.namespace, ?work, failures,
                         error = %error_chain(&error), "dispatch pass failed; retrying with backoff");
                     backoff.wait_after(failures)
                 }

@@ -28,6 +28,7 @@ impl Relayer {
             instance_id: None,
             pool_size: DEFAULT_POOL_SIZE,
             statements: relayer_postgres::StatementMode::Prepared,
+            pool: None,
         }
     }
 }
@@ -92,6 +93,8 @@ pub struct RelayerBuilder {
     pub(crate) instance_id: Option<String>,
     pub(crate) pool_size: u32,
     pub(crate) statements: relayer_postgres::StatementMode,
+    /// The application's pool, when it lends one (see [`RelayerBuilder::pool`]).
+    pub(crate) pool: Option<relayer_postgres::PgPool>,
 }
 
 impl std::fmt::Debug for RelayerBuilder {
@@ -175,6 +178,21 @@ impl RelayerBuilder {
     /// 1.21, or without `max_prepared_statements`).
     pub fn statement_mode(mut self, statements: relayer_postgres::StatementMode) -> Self {
         self.statements = statements;
+        self
+    }
+
+    /// Runs the sweeper, cleanup and the host's own bookkeeping (schema check, settings
+    /// fingerprints) on `pool`, a pool the application already has, instead of opening one.
+    ///
+    /// The host only borrows connections from it: shutting the host down leaves the pool
+    /// open for the application. Its connections keep the [`StatementMode`] the pool was
+    /// built with. The dispatcher (its passes and its LISTEN session), the queue transport
+    /// and advisory-lock sessions still connect with the builder's `config`: they need
+    /// connections of their own (docs/connections.md says what each worker needs).
+    ///
+    /// [`StatementMode`]: crate::postgres::StatementMode
+    pub fn pool(mut self, pool: relayer_postgres::PgPool) -> Self {
+        self.pool = Some(pool);
         self
     }
 

@@ -74,6 +74,7 @@ impl RelayerHost {
             instance_id,
             pool_size,
             statements,
+            pool,
         } = builder;
 
         // Whole-setup checks that need no database come first (OPT-5).
@@ -124,8 +125,12 @@ impl RelayerHost {
         }
 
         // Then the database: reachable, schema present and current (NS-3).
-        let pool =
-            connect_pool_with(config.clone(), pool_size, statements).await.map_err(StartError::Connect)?;
+        let pool = match pool {
+            Some(lent) => lent,
+            None => {
+                connect_pool_with(config.clone(), pool_size, statements).await.map_err(StartError::Connect)?
+            }
+        };
         {
             let connection = pool.get().await.map_err(StartError::Pool)?;
             verify_schema(&**connection, &namespace).await.map_err(StartError::Schema)?;

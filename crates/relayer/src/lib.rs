@@ -65,11 +65,21 @@
 //! | `full` | all of the above |
 #![deny(missing_docs)]
 
+// The repository README's examples, compiled with the features its `[dependencies]` line
+// names (the self dev-dependency enables `full`, a superset).
+#[cfg(all(doctest, feature = "dispatcher", feature = "sweeper", feature = "cleanup", feature = "queue"))]
+#[doc = include_str!("../../../README.md")]
+mod readme {}
+
+#[cfg(all(doctest, feature = "cleanup"))]
+#[doc = include_str!("../../../docs/connections.md")]
+mod connections {}
+
 pub use relayer_core as core;
 pub use relayer_core::{
     CleanupOptions, Delivery, DispatcherOptions, DistributedLock, Envelope, Headers, LockGuard, MessageId,
     Namespace, NewMessage, Retention, SendOutcome, SweeperOptions, Timestamp, Transport, TransportError,
-    TransportRegistry, async_trait,
+    TransportRegistry, async_trait, error_chain,
 };
 
 #[cfg(feature = "postgres")]
