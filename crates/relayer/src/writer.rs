@@ -1,22 +1,4 @@
 //! Writing without a host: [`writer`], for a process that only enqueues.
-//!
-//! A web process often only writes messages while separate worker processes (or replicas)
-//! run the host. It needs no host of its own: a writer is plain data, built once and
-//! shared, that enqueues inside the caller's transaction. It must accept the transport
-//! names the hosts register — [`QUEUE_TRANSPORT`] for relayer's PostgreSQL queue — since a
-//! message for an unknown transport is refused before anything is written (OUT-3).
-//!
-//! ```no_run
-//! # async fn example(client: &mut relayer::tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
-//! use relayer::{Namespace, NewMessage, QUEUE_TRANSPORT};
-//!
-//! let writer = relayer::writer(&Namespace::default(), [QUEUE_TRANSPORT]);
-//! let tx = client.transaction().await?;
-//! // … the service's own writes on `tx` …
-//! writer.enqueue(&tx, &[NewMessage::new(QUEUE_TRANSPORT, "orders.created", b"{}".to_vec())]).await?;
-//! tx.commit().await?; // a host's dispatcher (in any process) sends it from here on
-//! # Ok(()) }
-//! ```
 
 use relayer_core::Namespace;
 use relayer_postgres::OutboxWriter;
@@ -27,10 +9,26 @@ use relayer_postgres::OutboxWriter;
 pub const QUEUE_TRANSPORT: &str = "queue";
 
 /// A writer for `namespace` accepting messages for the named transports, for a process
-/// that enqueues without running a host (see the [module docs](self)).
+/// that enqueues without running a host: a web process, say, while other processes run
+/// the workers.
 ///
-/// A host's own [`RelayerHost::writer`](crate::RelayerHost::writer) is the same, with the
-/// host's transports and largest body.
+/// A writer is plain data: build it once and share it. It must accept the transport names
+/// the hosts register ([`QUEUE_TRANSPORT`] for relayer's PostgreSQL queue), since a message
+/// for an unknown transport is refused before anything is written (OUT-3). A host's own
+/// [`RelayerHost::writer`](crate::RelayerHost::writer) is the same, with the host's
+/// transports and largest body.
+///
+/// ```no_run
+/// # async fn example(client: &mut relayer::tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// use relayer::{Namespace, NewMessage, QUEUE_TRANSPORT};
+///
+/// let writer = relayer::writer(&Namespace::default(), [QUEUE_TRANSPORT]);
+/// let tx = client.transaction().await?;
+/// // … the service's own writes on `tx` …
+/// writer.enqueue(&tx, &[NewMessage::new(QUEUE_TRANSPORT, "orders.created", b"{}".to_vec())]).await?;
+/// tx.commit().await?; // a host's dispatcher (in any process) sends it from here on
+/// # Ok(()) }
+/// ```
 pub fn writer<I>(namespace: &Namespace, transports: I) -> OutboxWriter
 where
     I: IntoIterator,
