@@ -31,20 +31,29 @@ const JSONB_ARRAY: u32 = 3807;
 const TIMESTAMPTZ: u32 = 1184;
 const TIMESTAMPTZ_ARRAY: u32 = 1185;
 
+/// `Type` and `PgHasArrayType` for a wrapper: the built-in type and its array type, by OID.
+macro_rules! builtin_type {
+    ($wrapper:ty, $oid:expr, $array_oid:expr) => {
+        impl Type<Postgres> for $wrapper {
+            fn type_info() -> PgTypeInfo {
+                PgTypeInfo::with_oid(Oid($oid))
+            }
+        }
+
+        impl PgHasArrayType for $wrapper {
+            fn array_type_info() -> PgTypeInfo {
+                PgTypeInfo::with_oid(Oid($array_oid))
+            }
+        }
+    };
+}
+
+builtin_type!(PgUuid, UUID, UUID_ARRAY);
+builtin_type!(PgJsonb<'_>, JSONB, JSONB_ARRAY);
+builtin_type!(PgTimestamptz, TIMESTAMPTZ, TIMESTAMPTZ_ARRAY);
+
 /// 2000-01-01T00:00:00Z, PostgreSQL's epoch, in seconds after the Unix epoch.
 const POSTGRES_EPOCH_UNIX_SECONDS: u64 = 946_684_800;
-
-impl Type<Postgres> for PgUuid {
-    fn type_info() -> PgTypeInfo {
-        PgTypeInfo::with_oid(Oid(UUID))
-    }
-}
-
-impl PgHasArrayType for PgUuid {
-    fn array_type_info() -> PgTypeInfo {
-        PgTypeInfo::with_oid(Oid(UUID_ARRAY))
-    }
-}
 
 impl Encode<'_, Postgres> for PgUuid {
     fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
@@ -63,36 +72,12 @@ impl Decode<'_, Postgres> for PgUuid {
     }
 }
 
-impl Type<Postgres> for PgJsonb<'_> {
-    fn type_info() -> PgTypeInfo {
-        PgTypeInfo::with_oid(Oid(JSONB))
-    }
-}
-
-impl PgHasArrayType for PgJsonb<'_> {
-    fn array_type_info() -> PgTypeInfo {
-        PgTypeInfo::with_oid(Oid(JSONB_ARRAY))
-    }
-}
-
 impl Encode<'_, Postgres> for PgJsonb<'_> {
     fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
         // jsonb's binary format: a version byte (1), then the JSON text.
         buf.push(1);
         serde_json::to_writer(&mut **buf, self.0)?;
         Ok(IsNull::No)
-    }
-}
-
-impl Type<Postgres> for PgTimestamptz {
-    fn type_info() -> PgTypeInfo {
-        PgTypeInfo::with_oid(Oid(TIMESTAMPTZ))
-    }
-}
-
-impl PgHasArrayType for PgTimestamptz {
-    fn array_type_info() -> PgTypeInfo {
-        PgTypeInfo::with_oid(Oid(TIMESTAMPTZ_ARRAY))
     }
 }
 

@@ -143,7 +143,7 @@ async fn advisory_locks_refuse_transaction_mode_and_work_in_session_mode_ldr_6()
         panic!("an advisory lock was granted through a transaction-mode pooler");
     };
     assert_eq!(error.kind(), LockErrorKind::Unsupported, "{error}");
-    let text = relayer_test_support_chain(&error);
+    let text = relayer::error_chain(&error);
     assert!(text.contains("transaction-mode") && text.contains(&resource), "{text}");
 
     let (first, second) = (PgAdvisoryLock::new(session.clone()), PgAdvisoryLock::new(session));
@@ -152,16 +152,4 @@ async fn advisory_locks_refuse_transaction_mode_and_work_in_session_mode_ldr_6()
     guard.release().await.unwrap();
     let guard = second.try_lock(&resource).await.unwrap().expect("taken over after release");
     guard.release().await.unwrap();
-}
-
-/// The error and its causes, one after the other.
-fn relayer_test_support_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
