@@ -10,7 +10,8 @@ use relayer::advisory_lock::PgAdvisoryLock;
 use relayer::core::LockErrorKind;
 use relayer::postgres::StatementMode;
 use relayer::{
-    CleanupOptions, DispatcherOptions, DistributedLock, NewMessage, QUEUE_TRANSPORT, Relayer, SweeperOptions,
+    CleanupOptions, DispatcherOptions, DistributedLock, LeaderElection, NewMessage, QUEUE_TRANSPORT, Relayer,
+    SweeperOptions, WorkerKind,
 };
 use relayer_test_support::{PoolMode, TestDb, eventually, pgbouncer};
 use tokio_postgres::{Client, Config, NoTls};
@@ -152,4 +153,28 @@ async fn advisory_locks_refuse_transaction_mode_and_work_in_session_mode_ldr_6()
     guard.release().await.unwrap();
     let guard = second.try_lock(&resource).await.unwrap().expect("taken over after release");
     guard.release().await.unwrap();
+}
+
+/// LDR-6: a host whose every connection goes through a session-mode pooler leads cleanup
+/// with an advisory lock, and releases it at shutdown.
+#[tokio::test]
+async fn a_host_leads_with_an_advisory_lock_through_a_session_mode_pooler_ldr_6() {
+    let (db, direct) = migrated().await;
+    let test = "a_host_leads_with_an_advisory_lock_through_a_session_mode_pooler_ldr_6";
+    let Some(config) = pgbouncer(&db, PoolMode::Session, test).await else {
+        return;
+    };
+    let host = Relayer::builder(config, db.namespace().clone())
+        .cleanup(CleanupOptions::builder().cleanup_interval(Duration::from_millis(100)).build().unwrap())
+        .leadership(WorkerKind::Cleanup, LeaderElection::AdvisoryLock)
+        .start()
+        .await
+        .unwrap();
+    // The lock's session connects with the host's application_name: the test schema.
+    let held = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+                WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = $1";
+    let locks = || async { direct.query_one(held, &[&db.schema()]).await.unwrap().get::<_, i64>(0) };
+    eventually("cleanup holds its advisory lock", || async { locks().await == 1 }).await;
+    host.shutdown().await;
+    eventually("the lock is released at shutdown", || async { locks().await == 0 }).await;
 }
