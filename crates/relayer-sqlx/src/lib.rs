@@ -28,7 +28,15 @@
 //!
 //! The crate depends on sqlx with PostgreSQL and the tokio runtime only (no macros, no
 //! TLS of its own); it encodes the three column types that need sqlx features (uuid, jsonb,
-//! timestamptz) itself, in PostgreSQL's binary format.
+//! timestamptz) itself, in PostgreSQL's binary format. Your application's own sqlx features
+//! (TLS, macros, a runtime) unify with these: a pool you built with `tls-rustls` works here.
+//!
+//! Behind a transaction-mode pooler that does not track prepared statements (PgBouncer
+//! before 1.21), use [`SqlxWriter::with_statement_mode`] with
+//! [`StatementMode::Unnamed`](relayer_postgres::StatementMode::Unnamed).
+//!
+//! Not here yet: the inbox boundary and direct enqueue to the PostgreSQL queue (QUE-4),
+//! which the tokio-postgres side does not offer yet either.
 #![deny(missing_docs)]
 
 mod wire;
