@@ -25,7 +25,8 @@ Commands:
                           then the doctests; ends with `tests: N passed, M failed`.
                           RELAYER_TEST_THREADS sets the test threads (default 4); ARGS go to
                           nextest (or to cargo test).
-  ci                      fmt check, clippy -D warnings, cargo check of each crate on its own,
+  ci                      fmt check, clippy -D warnings, the facade's docs with every feature
+                          (RUSTDOCFLAGS=-D warnings), cargo check of each crate on its own,
                           cargo deny (when installed), `test`, then runs the examples. Stops
                           at the first failure. Broker tests without their broker are listed
                           by name in a `broker tests skipped: N` line.
@@ -159,6 +160,12 @@ fn ci(args: &[String]) -> Result<(), String> {
     let mut steps: Vec<Step> = vec![
         Step::cargo("format", &["fmt", "--all", "--", "--check"]),
         Step::cargo("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+        // The facade's docs with every feature: no warning, no broken intra-doc link.
+        Step::cargo_with_env(
+            "facade docs",
+            &[("RUSTDOCFLAGS", "-D warnings")],
+            &["doc", "-p", "relayer", "--all-features", "--no-deps"],
+        ),
     ];
     for member in &members {
         steps.push(Step::cargo(&format!("check {member} on its own"), &["check", "-p", member]));

@@ -18,8 +18,17 @@ pub(crate) enum Step {
 
 impl Step {
     pub(crate) fn cargo(title: &str, args: &[&str]) -> Step {
-        let command = CargoCommand { args: args.iter().map(OsString::from).collect() };
-        Step::Command { title: format!("{title}: cargo {}", args.join(" ")), command }
+        Step::cargo_with_env(title, &[], args)
+    }
+
+    /// A cargo command run with extra environment variables.
+    pub(crate) fn cargo_with_env(title: &str, env: &[(&str, &str)], args: &[&str]) -> Step {
+        let command = CargoCommand {
+            args: args.iter().map(OsString::from).collect(),
+            env: env.iter().map(|(name, value)| (OsString::from(name), OsString::from(value))).collect(),
+        };
+        let shown_env: String = env.iter().map(|(name, value)| format!("{name}={value:?} ")).collect();
+        Step::Command { title: format!("{title}: {shown_env}cargo {}", args.join(" ")), command }
     }
 
     pub(crate) fn skipped(title: &str, why: &str) -> Step {
@@ -37,11 +46,14 @@ impl Step {
 /// The arguments of a cargo command, built when the step runs.
 pub(crate) struct CargoCommand {
     args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
 }
 
 impl CargoCommand {
     pub(crate) fn build(&self) -> Command {
-        cargo(&self.args)
+        let mut command = cargo(&self.args);
+        command.envs(self.env.iter().map(|(name, value)| (name, value)));
+        command
     }
 }
 

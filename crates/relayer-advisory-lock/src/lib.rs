@@ -34,8 +34,11 @@
 //! - **Transaction-mode poolers are refused.** Behind PgBouncer in transaction mode, each
 //!   statement may run on another server session, and session locks silently stop meaning
 //!   anything. Every new session is probed (a session setting written by one statement must be
-//!   read back by the next, on the same backend pid) and every lock statement checks the
-//!   backend pid; a mismatch is an `Unsupported` error naming the pooler.
+//!   read back by the next, on the same backend pid; and a second, short-lived connection
+//!   must be served by another backend — a quiet transaction-mode pooler passes the first
+//!   check but hands the second connection the same idle server) and every lock statement
+//!   checks the backend pid; a mismatch is an `Unsupported` error naming the pooler. Tested
+//!   against a real PgBouncer in both modes (`relayer` `tests/pgbouncer.rs`).
 //!
 //! - **Cancel-safe.** A `try_lock` or `release` future dropped mid-statement drops the session
 //!   it was using, which closes it; a lock it may have taken is freed with it.

@@ -89,11 +89,11 @@ impl Session {
     /// Opens, probes and prepares a new session.
     pub(crate) async fn open<T>(config: &Config, tls: T, resource: &str) -> Result<Session, LockError>
     where
-        T: MakeTlsConnect<Socket>,
+        T: MakeTlsConnect<Socket> + Clone,
         T::Stream: Send + 'static,
     {
         let db = |e: tokio_postgres::Error| LockError::new(resource, LockErrorKind::Database).with_source(e);
-        let (client, connection) = config.connect(tls).await.map_err(db)?;
+        let (client, connection) = config.connect(tls.clone()).await.map_err(db)?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(target: TARGET, error = %e, "lock session connection ended with an error");
@@ -115,6 +115,16 @@ impl Session {
             .map_err(db)?;
         let pid = probe_verdict(&nonce, first_row(&first), first_row(&second))
             .map_err(|why| LockError::new(resource, LockErrorKind::Unsupported).with_source(why))?;
+        // A quiet transaction-mode pooler passes that probe: it hands each statement of this
+        // connection to the same idle server, whose settings it does not reset. It then hands
+        // a second connection that same server, where a real session (direct, or through a
+        // session-mode pooler) keeps its backend to itself.
+        let witness = other_connection_pid(config, tls).await.map_err(db)?;
+        if witness == Some(pid) {
+            return Err(LockError::new(resource, LockErrorKind::Unsupported).with_source(pooler_message(
+                &format!("a second connection was served by this session's backend (pid {pid})"),
+            )));
+        }
 
         let (try_lock, unlock, held) = tokio::try_join!(
             client.prepare(TRY_LOCK_SQL),
@@ -197,6 +207,21 @@ impl IdleSessions {
             std::mem::take(&mut *self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         drop(drained);
     }
+}
+
+/// The backend pid a second, short-lived connection made with `config` is served by.
+async fn other_connection_pid<T>(config: &Config, tls: T) -> Result<Option<i32>, tokio_postgres::Error>
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: Send + 'static,
+{
+    let (client, connection) = config.connect(tls).await?;
+    let driver = tokio::spawn(connection);
+    // Two columns, as `first_row` reads them.
+    let answer = client.simple_query("SELECT pg_backend_pid(), NULL").await;
+    drop(client);
+    let _ = driver.await;
+    Ok(first_row(&answer?).and_then(|(pid, _)| pid?.parse().ok()))
 }
 
 /// The first data row of a simple query's answer, as text columns.

@@ -29,16 +29,28 @@ pub use async_trait::async_trait;
 
 /// An error and its whole `source()` chain on one line — `error: cause: cause …` — so a log
 /// line or a stored `last_error` says what failed and why.
+///
+/// One line even when a part spans several: a server error's `DETAIL` and `HINT` lines are
+/// joined with `; `, so one failure is one log line.
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut chain = error.to_string();
+    let mut chain = one_line(&error.to_string());
     let mut source = error.source();
     while let Some(cause) = source {
         chain.push_str(": ");
-        chain.push_str(&cause.to_string());
+        chain.push_str(&one_line(&cause.to_string()));
         source = cause.source();
     }
     chain
 }
+
+/// `text` with its lines trimmed and joined by `; `.
+fn one_line(text: &str) -> String {
+    if !text.contains(['\n', '\r']) {
+        return text.to_owned();
+    }
+    text.lines().map(str::trim).filter(|line| !line.is_empty()).collect::<Vec<_>>().join("; ")
+}
+
 pub use lock::{DistributedLock, LockError, LockErrorKind, LockGuard, advisory_lock_key};
 pub use message::{Delivery, Envelope, Headers, MessageError, MessageId, MessageProblem, NewMessage};
 pub use namespace::{IdentifierError, IdentifierKind, Namespace};
@@ -69,3 +81,38 @@ pub use options::{
     DispatcherOptionsBuilder, OptionsError, SweeperOptions, SweeperOptionsBuilder,
 };
 pub use retry::{FailureDecision, RetryPolicy, retry_or_bury};
+
+#[cfg(test)]
+mod error_chain_tests {
+    use super::error_chain;
+
+    #[derive(Debug)]
+    struct Server;
+    impl std::fmt::Display for Server {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("ERROR: relation \"x\" does not exist\nDETAIL: none\r\nHINT: create it\n")
+        }
+    }
+    impl std::error::Error for Server {}
+
+    #[derive(Debug)]
+    struct Pass(Server);
+    impl std::fmt::Display for Pass {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("claiming due rows")
+        }
+    }
+    impl std::error::Error for Pass {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_multi_line_server_message_becomes_one_line() {
+        assert_eq!(
+            error_chain(&Pass(Server)),
+            "claiming due rows: ERROR: relation \"x\" does not exist; DETAIL: none; HINT: create it"
+        );
+    }
+}

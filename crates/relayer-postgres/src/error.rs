@@ -78,13 +78,6 @@ impl StorageError {
         }
     }
 
-    pub(crate) fn pool(context: impl Into<String>, source: bb8::RunError<tokio_postgres::Error>) -> Self {
-        match source {
-            bb8::RunError::User(error) => StorageError::database(context, error),
-            bb8::RunError::TimedOut => StorageError::new(context, StorageErrorKind::Pool),
-        }
-    }
-
     pub(crate) fn schema(namespace: &Namespace, kind: StorageErrorKind) -> Self {
         StorageError::new(format!("namespace {namespace}"), kind)
     }

@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime};
 
 use relayer_core::{Namespace, Timestamp};
 use tokio_postgres::GenericClient;
+use tokio_postgres::types::Type;
 
 use crate::error::StorageError;
 use crate::recovery::micros;
@@ -82,9 +83,20 @@ impl InstanceStatements {
         fingerprint: &str,
         settings: &serde_json::Value,
     ) -> Result<(), StorageError> {
-        client.execute(&self.record, &[&worker, &instance, &fingerprint, settings]).await.map_err(|e| {
-            StorageError::database(format!("recording the {worker} settings of instance {instance:?}"), e)
-        })?;
+        client
+            .execute_typed(
+                &self.record,
+                &[
+                    (&worker, Type::TEXT),
+                    (&instance, Type::TEXT),
+                    (&fingerprint, Type::TEXT),
+                    (settings, Type::JSONB),
+                ],
+            )
+            .await
+            .map_err(|e| {
+                StorageError::database(format!("recording the {worker} settings of instance {instance:?}"), e)
+            })?;
         Ok(())
     }
 
@@ -97,10 +109,15 @@ impl InstanceStatements {
         instance: &str,
         window: Duration,
     ) -> Result<Vec<InstanceSettings>, StorageError> {
-        let rows =
-            client.query(&self.others_seen_within, &[&worker, &instance, &micros(window)]).await.map_err(
-                |e| StorageError::database(format!("reading the {worker} settings of other instances"), e),
-            )?;
+        let rows = client
+            .query_typed(
+                &self.others_seen_within,
+                &[(&worker, Type::TEXT), (&instance, Type::TEXT), (&micros(window), Type::INT8)],
+            )
+            .await
+            .map_err(|e| {
+                StorageError::database(format!("reading the {worker} settings of other instances"), e)
+            })?;
         Ok(rows
             .iter()
             .map(|row| InstanceSettings {
@@ -116,7 +133,7 @@ impl InstanceStatements {
     /// Marks every row of `instance` as seen now; returns how many rows it has.
     pub async fn touch(&self, client: &impl GenericClient, instance: &str) -> Result<u64, StorageError> {
         client
-            .execute(&self.touch, &[&instance])
+            .execute_typed(&self.touch, &[(&instance, Type::TEXT)])
             .await
             .map_err(|e| StorageError::database(format!("refreshing instance {instance:?}"), e))
     }
@@ -128,7 +145,7 @@ impl InstanceStatements {
         instance: &str,
     ) -> Result<u64, StorageError> {
         client
-            .execute(&self.forget_instance, &[&instance])
+            .execute_typed(&self.forget_instance, &[(&instance, Type::TEXT)])
             .await
             .map_err(|e| StorageError::database(format!("removing instance {instance:?}"), e))
     }
@@ -141,7 +158,7 @@ impl InstanceStatements {
         age: Duration,
     ) -> Result<u64, StorageError> {
         client
-            .execute(&self.forget_unseen, &[&micros(age)])
+            .execute_typed(&self.forget_unseen, &[(&micros(age), Type::INT8)])
             .await
             .map_err(|e| StorageError::database("removing instances not seen for a long time", e))
     }

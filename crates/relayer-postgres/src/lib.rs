@@ -43,8 +43,8 @@ pub use leases::{Lease, LeaseStatements};
 pub use listen::{Heard, listen};
 pub use migrate::{MigrationReport, current_version, migrate, migration_lock_resource, verify_schema};
 pub use outbox::{
-    Claimed, ClaimedMessage, Completion, CompletionReport, DEFAULT_MAX_BODY_BYTES, EnqueueError, Enqueued,
-    OutboxStatements, OutboxWriter, UndecodableRow, notify_channel,
+    Claimed, ClaimedMessage, Completion, CompletionReport, DEFAULT_MAX_BODY_BYTES, EnqueueBatch,
+    EnqueueError, EnqueueParam, Enqueued, OutboxStatements, OutboxWriter, UndecodableRow, notify_channel,
 };
 pub use pool::{
     LOST_STATEMENTS_BEFORE_GIVING_UP, PgClient, PgConnection, PgConnectionManager, PgPool, StatementCache,

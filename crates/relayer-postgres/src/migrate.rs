@@ -6,7 +6,8 @@
 //! they call [`verify_schema`] at start and fail with a clear error if it is missing or old.
 
 use relayer_core::{Namespace, advisory_lock_key};
-use tokio_postgres::GenericClient;
+use tokio_postgres::types::Type;
+use tokio_postgres::{GenericClient, Row};
 
 use crate::error::{StorageError, StorageErrorKind};
 use crate::schema::{MIGRATIONS, SCHEMA_VERSION, create_schema_sql, version_table_sql};
@@ -73,6 +74,8 @@ pub async fn migrate(
 }
 
 /// The namespace's schema version, or `None` when it has no relayer schema.
+///
+/// Unnamed statements (`query_typed`), so it works behind a transaction-mode pooler too.
 pub async fn current_version(
     client: &impl GenericClient,
     namespace: &Namespace,
@@ -80,18 +83,25 @@ pub async fn current_version(
     let context = || format!("reading the schema version of {namespace}");
     let version_table = namespace.table("schema_version");
     let exists: bool = client
-        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&version_table])
+        .query_typed("SELECT to_regclass($1) IS NOT NULL", &[(&version_table, Type::TEXT)])
         .await
-        .map_err(|e| StorageError::database(context(), e))?
+        .map_err(|e| StorageError::database(context(), e))
+        .and_then(|rows| first_row(rows, context))?
         .get(0);
     if !exists {
         return Ok(None);
     }
     let row = client
-        .query_one(&format!("SELECT max(version) FROM {version_table}"), &[])
+        .query_typed(&format!("SELECT max(version) FROM {version_table}"), &[])
         .await
-        .map_err(|e| StorageError::database(context(), e))?;
+        .map_err(|e| StorageError::database(context(), e))
+        .and_then(|rows| first_row(rows, context))?;
     Ok(row.get::<_, Option<i32>>(0))
+}
+
+/// The one row an aggregate returns.
+fn first_row(rows: Vec<Row>, context: impl Fn() -> String) -> Result<Row, StorageError> {
+    rows.into_iter().next().ok_or_else(|| StorageError::new(context(), StorageErrorKind::MalformedRow))
 }
 
 /// Checks that `namespace` has the schema this build needs. A newer schema is accepted

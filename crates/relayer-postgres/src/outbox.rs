@@ -225,45 +225,160 @@ impl OutboxWriter {
         client: &impl Executor,
         messages: &[NewMessage],
     ) -> Result<Vec<Enqueued>, EnqueueError> {
-        for (index, message) in messages.iter().enumerate() {
-            message.validate(index, self.max_body_bytes, |name| self.transports.contains(name))?;
-        }
-        if messages.is_empty() {
+        let batch = self.batch(messages)?;
+        if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let count = messages.len();
-        let WrittenColumns { ids, destinations, bodies, headers, trace_contexts, deliver_at, delays } =
-            WrittenColumns::of(messages);
-        let transports: Vec<&str> = messages.iter().map(NewMessage::transport).collect();
-        let lanes: Vec<Option<&str>> = messages.iter().map(NewMessage::lane_key).collect();
-        let lane_keys: Vec<i64> = lanes
+        let encoded = batch.params();
+        let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded
             .iter()
-            .flatten()
-            .map(|lane| advisory_lock_key(&format!("{}{lane}", self.lane_lock_prefix)))
+            .map(|param| -> (&(dyn ToSql + Sync), Type) {
+                match param {
+                    EnqueueParam::Uuids(values) => (values, Type::UUID_ARRAY),
+                    EnqueueParam::Texts(values) => (values, Type::TEXT_ARRAY),
+                    EnqueueParam::OptionalTexts(values) => (values, Type::TEXT_ARRAY),
+                    EnqueueParam::Bytes(values) => (values, Type::BYTEA_ARRAY),
+                    EnqueueParam::Jsons(values) => (values, Type::JSONB_ARRAY),
+                    EnqueueParam::OptionalTimestamps(values) => (values, Type::TIMESTAMPTZ_ARRAY),
+                    EnqueueParam::OptionalInt8s(values) => (values, Type::INT8_ARRAY),
+                    EnqueueParam::Int8s(values) => (values, Type::INT8_ARRAY),
+                    EnqueueParam::Text(value) => (value, Type::TEXT),
+                }
+            })
             .collect();
-        let params: [(&(dyn ToSql + Sync), Type); 11] = [
-            (&ids, Type::UUID_ARRAY),
-            (&transports, Type::TEXT_ARRAY),
-            (&destinations, Type::TEXT_ARRAY),
-            (&bodies, Type::BYTEA_ARRAY),
-            (&headers, Type::JSONB_ARRAY),
-            (&trace_contexts, Type::TEXT_ARRAY),
-            (&lanes, Type::TEXT_ARRAY),
-            (&deliver_at, Type::TIMESTAMPTZ_ARRAY),
-            (&delays, Type::INT8_ARRAY),
-            (&lane_keys, Type::INT8_ARRAY),
-            (&self.channel, Type::TEXT),
-        ];
-        let statements = if lane_keys.is_empty() { &self.unordered } else { &self.ordered };
-        let statement = if self.notify { &statements.notifying } else { &statements.silent };
+        let count = messages.len();
         let rows = client
-            .rows(statement, if self.notify { &params[..] } else { &params[..10] })
+            .rows(batch.statement(), &params)
             .await
             .map_err(|e| StorageError::database(format!("enqueueing {count} messages"), e))?;
         Ok(rows
             .iter()
             .map(|row| Enqueued { seq: row.get(0), id: MessageId::from_uuid(row.get(1)) })
             .collect())
+    }
+
+    /// Validates `messages` and encodes them as the parameters of the one enqueue statement
+    /// this writer would run for them: the single source of the statement text and its
+    /// parameters for every driver (the tokio-postgres [`enqueue`](Self::enqueue) and the
+    /// sqlx adapter run exactly this).
+    ///
+    /// Every message is validated first (OUT-3); on any refusal there is no batch.
+    pub fn batch<'a>(&'a self, messages: &'a [NewMessage]) -> Result<EnqueueBatch<'a>, MessageError> {
+        for (index, message) in messages.iter().enumerate() {
+            message.validate(index, self.max_body_bytes, |name| self.transports.contains(name))?;
+        }
+        // The columns every writer binds come from one place (the direct queue writer too).
+        let WrittenColumns { ids, destinations, bodies, headers, trace_contexts, deliver_at, delays } =
+            WrittenColumns::of(messages);
+        let mut batch = EnqueueBatch {
+            statement: "",
+            ids,
+            transports: messages.iter().map(NewMessage::transport).collect(),
+            destinations,
+            bodies,
+            headers,
+            trace_contexts,
+            lanes: messages.iter().map(NewMessage::lane_key).collect(),
+            deliver_at,
+            delays,
+            lane_keys: Vec::new(),
+            channel: self.notify.then_some(self.channel.as_str()),
+        };
+        batch.lane_keys = batch
+            .lanes
+            .iter()
+            .flatten()
+            .map(|lane| advisory_lock_key(&format!("{}{lane}", self.lane_lock_prefix)))
+            .collect();
+        let statements = if batch.lane_keys.is_empty() { &self.unordered } else { &self.ordered };
+        batch.statement = if self.notify { &statements.notifying } else { &statements.silent };
+        Ok(batch)
+    }
+}
+
+/// One validated batch of messages encoded for the enqueue statement (see
+/// [`OutboxWriter::batch`]): the statement text and its parameters in order.
+///
+/// A driver runs [`statement`](Self::statement) with [`params`](Self::params) bound as
+/// `$1, $2, …` in the order given, each with the PostgreSQL type its [`EnqueueParam`]
+/// variant names, and reads back `(seq int8, message_id uuid)` per message, in enqueue
+/// order.
+#[derive(Debug)]
+pub struct EnqueueBatch<'a> {
+    statement: &'a str,
+    ids: Vec<Uuid>,
+    transports: Vec<&'a str>,
+    destinations: Vec<&'a str>,
+    bodies: Vec<&'a [u8]>,
+    headers: Vec<serde_json::Value>,
+    trace_contexts: Vec<Option<&'a str>>,
+    lanes: Vec<Option<&'a str>>,
+    deliver_at: Vec<Option<SystemTime>>,
+    delays: Vec<Option<i64>>,
+    lane_keys: Vec<i64>,
+    /// The channel to notify on commit, unless the writer is silent.
+    channel: Option<&'a str>,
+}
+
+/// One parameter of the enqueue statement, by its PostgreSQL type.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum EnqueueParam<'b> {
+    /// `uuid[]`.
+    Uuids(&'b [Uuid]),
+    /// `text[]` without NULLs.
+    Texts(&'b [&'b str]),
+    /// `text[]` with NULLs.
+    OptionalTexts(&'b [Option<&'b str>]),
+    /// `bytea[]`.
+    Bytes(&'b [&'b [u8]]),
+    /// `jsonb[]`.
+    Jsons(&'b [serde_json::Value]),
+    /// `timestamptz[]` with NULLs.
+    OptionalTimestamps(&'b [Option<SystemTime>]),
+    /// `int8[]` with NULLs.
+    OptionalInt8s(&'b [Option<i64>]),
+    /// `int8[]` without NULLs.
+    Int8s(&'b [i64]),
+    /// `text`.
+    Text(&'b str),
+}
+
+impl<'a> EnqueueBatch<'a> {
+    /// Whether the batch has no message (then nothing needs to run).
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The number of messages.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The statement to run: one of four renderings, chosen by whether the batch has lane
+    /// rows and whether the writer notifies.
+    pub fn statement(&self) -> &'a str {
+        self.statement
+    }
+
+    /// The statement's parameters, `$1` first.
+    pub fn params(&self) -> Vec<EnqueueParam<'_>> {
+        let mut params = vec![
+            EnqueueParam::Uuids(&self.ids),
+            EnqueueParam::Texts(&self.transports),
+            EnqueueParam::Texts(&self.destinations),
+            EnqueueParam::Bytes(&self.bodies),
+            EnqueueParam::Jsons(&self.headers),
+            EnqueueParam::OptionalTexts(&self.trace_contexts),
+            EnqueueParam::OptionalTexts(&self.lanes),
+            EnqueueParam::OptionalTimestamps(&self.deliver_at),
+            EnqueueParam::OptionalInt8s(&self.delays),
+            EnqueueParam::Int8s(&self.lane_keys),
+        ];
+        if let Some(channel) = self.channel {
+            params.push(EnqueueParam::Text(channel));
+        }
+        params
     }
 }
 

@@ -57,13 +57,44 @@ pub async fn connect_pool_with(
     max_size: u32,
     statements: StatementMode,
 ) -> Result<PgPool, StorageError> {
+    let manager = PgConnectionManager::new(config.clone(), statements);
+    // The first connection is made here rather than by the pool, whose retries would turn a
+    // refused or failed login into a bare timeout: the error names the address and the
+    // server's reason.
+    let first = bb8::ManageConnection::connect(&manager)
+        .await
+        .map_err(|e| StorageError::database(format!("connecting to PostgreSQL at {}", target(&config)), e))?;
     let pool = bb8::Pool::builder()
         .max_size(max_size.max(1))
         .connection_timeout(Duration::from_secs(10))
         .test_on_check_out(false)
-        .build_unchecked(PgConnectionManager::new(config, statements));
-    drop(pool.get().await.map_err(|e| StorageError::pool("connecting to PostgreSQL", e))?);
+        .build_unchecked(manager);
+    // A pool already full cannot happen here (it was just built); the connection is then
+    // simply closed.
+    drop(pool.add(first));
     Ok(pool)
+}
+
+/// Where `config` connects, for error messages: hosts, ports, database and user (never the
+/// password).
+fn target(config: &tokio_postgres::Config) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|host| match host {
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            #[cfg(unix)]
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .collect();
+    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+    format!(
+        "host={} port={} dbname={} user={}",
+        if hosts.is_empty() { "localhost".to_owned() } else { hosts.join(",") },
+        if ports.is_empty() { "5432".to_owned() } else { ports.join(",") },
+        config.get_dbname().unwrap_or("(the user name)"),
+        config.get_user().unwrap_or("(unset)"),
+    )
 }
 
 /// The bb8 manager of a [`PgPool`]: bb8-postgres's, with a [`StatementCache`] per connection.

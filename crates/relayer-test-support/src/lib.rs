@@ -60,6 +60,7 @@ mod brokers;
 mod cluster;
 mod container;
 mod owned;
+mod pooler;
 mod proxy;
 mod server;
 mod wait;
@@ -73,6 +74,7 @@ use tokio_postgres::NoTls;
 
 pub use crate::brokers::{Broker, broker_or_skip};
 pub use crate::owned::OwnedCluster;
+pub use crate::pooler::{PoolMode, pgbouncer};
 pub use crate::proxy::TcpProxy;
 use crate::server::{Server, Sources};
 pub use crate::wait::{PATIENCE, eventually, within};

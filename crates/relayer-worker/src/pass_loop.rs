@@ -113,6 +113,9 @@ impl fmt::Display for WorkerKind {
 
 /// Expands `$body` with `$target` bound to the worker's tracing target. tracing needs the
 /// target as a constant, so each worker gets its own arm.
+/// The `what` of a pass that panicked.
+const PANICKED: &str = "panicked";
+
 macro_rules! with_target {
     ($kind:expr, $target:ident => $body:expr) => {
         match $kind {
@@ -283,10 +286,18 @@ impl<P: Pass> PassLoop<P> {
                     span.record("outcome", failure.what);
                     // Any error may mean the lock's session is gone: never keep leading on doubt.
                     release(kind, guard.take()).await;
+                    // One rule for every worker: a failed pass is retried, so WARN (a lost
+                    // connection included); a panic is a bug, so ERROR.
                     span.in_scope(|| {
-                        with_target!(kind, TARGET => tracing::warn!(target: TARGET, worker = %kind,
-                            consecutive = consecutive_failures, next_wait = ?next_wait, cause = %failure.chain,
-                            "pass {}; retrying after backoff", failure.what));
+                        if failure.what == PANICKED {
+                            with_target!(kind, TARGET => tracing::error!(target: TARGET, worker = %kind,
+                                consecutive = consecutive_failures, next_wait = ?next_wait, cause = %failure.chain,
+                                "pass {}; retrying after backoff", failure.what));
+                        } else {
+                            with_target!(kind, TARGET => tracing::warn!(target: TARGET, worker = %kind,
+                                consecutive = consecutive_failures, next_wait = ?next_wait, cause = %failure.chain,
+                                "pass {}; retrying after backoff", failure.what));
+                        }
                     });
                     let _ = self
                         .events
@@ -347,7 +358,7 @@ impl<P: Pass> PassLoop<P> {
         match catch_panic(self.pass.run_pass(shutdown)).await {
             Ok(Ok(outcome)) => Ok(outcome),
             Ok(Err(error)) => Err(Failure { what: "failed", chain: relayer_core::error_chain(&error) }),
-            Err(panic) => Err(Failure { what: "panicked", chain: panic }),
+            Err(panic) => Err(Failure { what: PANICKED, chain: panic }),
         }
     }
 }

@@ -32,6 +32,7 @@ impl Relayer {
             statements: relayer_postgres::StatementMode::Prepared,
             #[cfg(feature = "consumer")]
             consumers: Vec::new(),
+            pool: None,
         }
     }
 }
@@ -108,6 +109,8 @@ pub struct RelayerBuilder {
     pub(crate) statements: relayer_postgres::StatementMode,
     #[cfg(feature = "consumer")]
     pub(crate) consumers: Vec<crate::consumers::ConsumerSpec>,
+    /// The application's pool, when it lends one (see [`RelayerBuilder::pool`]).
+    pub(crate) pool: Option<relayer_postgres::PgPool>,
 }
 
 impl std::fmt::Debug for RelayerBuilder {
@@ -229,6 +232,21 @@ impl RelayerBuilder {
     /// 1.21, or without `max_prepared_statements`).
     pub fn statement_mode(mut self, statements: relayer_postgres::StatementMode) -> Self {
         self.statements = statements;
+        self
+    }
+
+    /// Runs the sweeper, cleanup and the host's own bookkeeping (schema check, settings
+    /// fingerprints) on `pool`, a pool the application already has, instead of opening one.
+    ///
+    /// The host only borrows connections from it: shutting the host down leaves the pool
+    /// open for the application. Its connections keep the [`StatementMode`] the pool was
+    /// built with. The dispatcher (its passes and its LISTEN session), the queue transport
+    /// and advisory-lock sessions still connect with the builder's `config`: they need
+    /// connections of their own (docs/connections.md says what each worker needs).
+    ///
+    /// [`StatementMode`]: crate::postgres::StatementMode
+    pub fn pool(mut self, pool: relayer_postgres::PgPool) -> Self {
+        self.pool = Some(pool);
         self
     }
 

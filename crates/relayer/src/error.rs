@@ -1,11 +1,16 @@
 //! Why a host did not start. Whatever the error, nothing was started (OPT-5).
 
-use relayer_core::DuplicateTransport;
+use relayer_core::{DuplicateTransport, error_chain};
 use relayer_postgres::StorageError;
 use relayer_worker::WorkerKind;
 
 /// Why [`RelayerBuilder::start`](crate::RelayerBuilder::start) refused to start the host.
 /// Nothing was started: no worker runs, no lease or instance row was written.
+///
+/// The message says what failed, where and why — the whole cause chain, e.g. `relayer
+/// could not connect to PostgreSQL: connecting to PostgreSQL at host=db port=5432 …:
+/// no pooled connection available: … Connection refused` — so logging it with `%` is
+/// enough; [`source`](std::error::Error::source) still gives the typed cause.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
@@ -45,17 +50,17 @@ pub enum StartError {
     #[error("relayer setup: the instance id must not be empty")]
     EmptyInstanceId,
     /// PostgreSQL could not be reached.
-    #[error("relayer could not connect to PostgreSQL")]
+    #[error("relayer could not connect to PostgreSQL: {}", error_chain(.0))]
     Connect(#[source] StorageError),
     /// No pooled connection could be had while starting.
-    #[error("relayer could not get a pooled connection while starting")]
+    #[error("relayer could not get a pooled connection while starting: {}", error_chain(.0))]
     Pool(#[source] bb8::RunError<tokio_postgres::Error>),
     /// The namespace's schema is missing or older than this build needs (NS-3).
     #[error("relayer cannot start: {0}")]
     Schema(#[source] StorageError),
     /// The dispatcher refused its setup.
     #[cfg(feature = "dispatcher")]
-    #[error("relayer could not set up the dispatcher")]
+    #[error("relayer could not set up the dispatcher: {}", error_chain(.0))]
     Dispatcher(#[source] relayer_dispatcher::DispatchError),
     /// The dead-letter policies do not fit the host's subscriptions (DLP-6).
     #[cfg(feature = "dead-letters")]
@@ -71,6 +76,6 @@ pub enum StartError {
         transport: String,
     },
     /// Recording this instance's settings fingerprints failed (OPT-4).
-    #[error("relayer could not record this instance's settings fingerprints")]
+    #[error("relayer could not record this instance's settings fingerprints: {}", error_chain(.0))]
     Fingerprints(#[source] StorageError),
 }

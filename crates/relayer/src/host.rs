@@ -81,6 +81,7 @@ impl RelayerHost {
             statements,
             #[cfg(feature = "consumer")]
             consumers,
+            pool,
         } = builder;
         #[cfg(feature = "dead-letters")]
         if dead_letter_policies.is_none() {
@@ -147,8 +148,12 @@ impl RelayerHost {
         crate::consumers::check(&consumers)?;
 
         // Then the database: reachable, schema present and current (NS-3).
-        let pool =
-            connect_pool_with(config.clone(), pool_size, statements).await.map_err(StartError::Connect)?;
+        let pool = match pool {
+            Some(lent) => lent,
+            None => {
+                connect_pool_with(config.clone(), pool_size, statements).await.map_err(StartError::Connect)?
+            }
+        };
         {
             let connection = pool.get().await.map_err(StartError::Pool)?;
             verify_schema(&**connection, &namespace).await.map_err(StartError::Schema)?;

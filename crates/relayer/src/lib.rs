@@ -70,12 +70,22 @@
 //! | `full` | all of the above but the broker transports |
 #![deny(missing_docs)]
 
+// The repository README's examples, compiled with the features its `[dependencies]` line
+// names (the self dev-dependency enables `full`, a superset).
+#[cfg(all(doctest, feature = "dispatcher", feature = "sweeper", feature = "cleanup", feature = "queue"))]
+#[doc = include_str!("../../../README.md")]
+mod readme {}
+
+#[cfg(all(doctest, feature = "cleanup"))]
+#[doc = include_str!("../../../docs/connections.md")]
+mod connections {}
+
 pub use relayer_core as core;
 pub use relayer_core::{
     CleanupOptions, ConsumerOptions, DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule,
     Delivery, DispatcherOptions, DistributedLock, Envelope, Headers, LockGuard, MessageId, Namespace,
     NewMessage, Retention, SendOutcome, SweeperOptions, Timestamp, Transport, TransportError,
-    TransportRegistry, async_trait,
+    TransportRegistry, async_trait, error_chain,
 };
 
 #[cfg(feature = "postgres")]
@@ -90,6 +100,8 @@ mod error;
 mod fingerprints;
 #[cfg(feature = "postgres")]
 mod host;
+#[cfg(feature = "postgres")]
+mod writer;
 
 #[cfg(feature = "postgres")]
 pub use builder::{LeaderElection, Relayer, RelayerBuilder, RelayerOptions};
@@ -100,7 +112,20 @@ pub use fingerprints::{SettingDifference, SettingsDisagreement};
 #[cfg(feature = "postgres")]
 pub use host::RelayerHost;
 #[cfg(feature = "postgres")]
+pub use relayer_postgres::{EnqueueError, Enqueued, OutboxWriter};
+#[cfg(feature = "postgres")]
 pub use relayer_worker::{Leadership, WorkerKind};
+#[cfg(feature = "postgres")]
+pub use writer::{QUEUE_TRANSPORT, writer};
+
+/// The PostgreSQL driver relayer is built on, at the version relayer uses: name its
+/// `Config`, `Client` and `Transaction` through it rather than guessing a matching version.
+#[cfg(feature = "postgres")]
+pub use tokio_postgres;
+
+/// The connection pool of the host's workers (`bb8`): [`postgres::PgPool`] is a `bb8::Pool`.
+#[cfg(feature = "postgres")]
+pub use bb8;
 
 /// PostgreSQL storage (`relayer-postgres`).
 #[cfg(feature = "postgres")]

@@ -1,0 +1,45 @@
+//! relayer for services built on sqlx: enqueue into the outbox on an sqlx connection or
+//! inside an sqlx transaction (DRV-1).
+//!
+//! [`SqlxWriter`] runs the very statement the tokio-postgres
+//! [`OutboxWriter`](relayer_postgres::OutboxWriter) runs, byte for byte, with the same
+//! parameters of the same types: both take the statement text and the parameter columns
+//! from [`OutboxWriter::batch`](relayer_postgres::OutboxWriter::batch), the one place
+//! they are made. So an sqlx enqueue is one round trip, its rows exist iff the caller's
+//! transaction commits, and the same `pg_notify` inside that statement wakes every
+//! listening dispatcher at the commit (OUT-1, OUT-4). A rolled-back enqueue is never sent.
+//!
+//! Only the writing side is here. The workers (dispatcher, sweeper, cleanup) keep their own
+//! tokio-postgres pools either way: start them with the `relayer` host, on the same
+//! database.
+//!
+//! ```no_run
+//! # async fn example(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+//! use relayer_core::{Namespace, NewMessage};
+//! use relayer_sqlx::SqlxWriter;
+//!
+//! let writer = SqlxWriter::new(&Namespace::default(), ["queue"]);
+//! let mut tx = pool.begin().await?;
+//! // … the service's own writes on `&mut *tx` …
+//! writer.enqueue(&mut *tx, &[NewMessage::new("queue", "orders.created", b"{}".to_vec())]).await?;
+//! tx.commit().await?; // sent at least once from here on; never if rolled back
+//! # Ok(()) }
+//! ```
+//!
+//! The crate depends on sqlx with PostgreSQL and the tokio runtime only (no macros, no
+//! TLS of its own); it encodes the three column types that need sqlx features (uuid, jsonb,
+//! timestamptz) itself, in PostgreSQL's binary format. Your application's own sqlx features
+//! (TLS, macros, a runtime) unify with these: a pool you built with `tls-rustls` works here.
+//!
+//! Behind a transaction-mode pooler that does not track prepared statements (PgBouncer
+//! before 1.21), use [`SqlxWriter::with_statement_mode`] with
+//! [`StatementMode::Unnamed`](relayer_postgres::StatementMode::Unnamed).
+//!
+//! Not here yet: the inbox boundary and direct enqueue to the PostgreSQL queue (QUE-4),
+//! which the tokio-postgres side does not offer yet either.
+#![deny(missing_docs)]
+
+mod wire;
+mod writer;
+
+pub use writer::{SqlxEnqueueError, SqlxWriter};

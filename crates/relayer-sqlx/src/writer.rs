@@ -1,0 +1,147 @@
+//! [`SqlxWriter`]: the outbox writer on sqlx connections and transactions.
+
+use relayer_core::{MessageError, MessageId, Namespace, NewMessage, TransportRegistry};
+use relayer_postgres::{EnqueueParam, Enqueued, OutboxWriter, StatementMode};
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::{Postgres, Row};
+
+use crate::wire::{PgJsonb, PgTimestamptz, PgUuid};
+
+/// Writes messages into the outbox inside the caller's sqlx transaction (OUT-1..4, DRV-1).
+///
+/// It wraps an [`OutboxWriter`] and runs the statement that writer renders, so everything
+/// the writer is configured with (transports, largest body, notification) holds here too.
+#[derive(Clone, Debug)]
+pub struct SqlxWriter {
+    writer: OutboxWriter,
+    persistent: bool,
+}
+
+/// Why [`SqlxWriter::enqueue`] wrote nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SqlxEnqueueError {
+    /// A message of the batch was refused (OUT-3); nothing was written.
+    #[error(transparent)]
+    Invalid(#[from] MessageError),
+    /// The statement failed; the caller's transaction is likely aborted.
+    #[error("enqueueing {count} messages through sqlx: {source}")]
+    Database {
+        /// How many messages the batch had.
+        count: usize,
+        /// What sqlx reported.
+        #[source]
+        source: sqlx::Error,
+    },
+}
+
+impl SqlxWriter {
+    /// A writer for `namespace` accepting messages for the named transports (see
+    /// [`OutboxWriter::new`]).
+    pub fn new<I>(namespace: &Namespace, transports: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        SqlxWriter::from(OutboxWriter::new(namespace, transports))
+    }
+
+    /// A writer accepting exactly the transports of `registry`.
+    pub fn for_registry(namespace: &Namespace, registry: &TransportRegistry) -> Self {
+        SqlxWriter::from(OutboxWriter::for_registry(namespace, registry))
+    }
+
+    /// How the statement is sent: [`StatementMode::Prepared`] (the default) lets sqlx
+    /// prepare it once per connection and cache it; [`StatementMode::Unnamed`] sends it
+    /// unnamed every time, as behind a transaction-mode pooler that does not track prepared
+    /// statements (PgBouncer before 1.21).
+    pub fn with_statement_mode(mut self, mode: StatementMode) -> Self {
+        self.persistent = mode == StatementMode::Prepared;
+        self
+    }
+
+    /// The tokio-postgres writer this one runs the statements of.
+    pub fn outbox_writer(&self) -> &OutboxWriter {
+        &self.writer
+    }
+
+    /// Writes `messages` on `executor` in one round trip and returns their rows in order.
+    ///
+    /// `executor` is anything sqlx runs queries on: `&mut *transaction` (the usual case),
+    /// a `&mut PgConnection`, or a `&PgPool` (the rows then commit at once). Every message
+    /// is validated first; on any refusal nothing is written. The rows become visible, and
+    /// dispatchers listening on the namespace's channel wake, iff the transaction commits.
+    pub async fn enqueue<'c, E>(
+        &self,
+        executor: E,
+        messages: &[NewMessage],
+    ) -> Result<Vec<Enqueued>, SqlxEnqueueError>
+    where
+        E: sqlx::Executor<'c, Database = Postgres>,
+    {
+        let batch = self.writer.batch(messages)?;
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let count = batch.len();
+        let failed = |source| SqlxEnqueueError::Database { count, source };
+        // The three column types sqlx cannot encode without its features are re-typed.
+        let params: Vec<Bound<'_>> = batch
+            .params()
+            .into_iter()
+            .map(|param| match param {
+                EnqueueParam::Uuids(values) => Bound::Uuids(values.iter().copied().map(PgUuid).collect()),
+                EnqueueParam::Jsons(values) => Bound::Jsons(values.iter().map(PgJsonb).collect()),
+                EnqueueParam::OptionalTimestamps(values) => {
+                    Bound::Timestamps(values.iter().map(|at| at.map(PgTimestamptz)).collect())
+                }
+                other => Bound::AsIs(other),
+            })
+            .collect();
+        let mut query: Query<'_, Postgres, PgArguments> =
+            sqlx::query(batch.statement()).persistent(self.persistent);
+        for param in &params {
+            query = match param {
+                Bound::Uuids(values) => query.bind(values),
+                Bound::Jsons(values) => query.bind(values),
+                Bound::Timestamps(values) => query.bind(values),
+                Bound::AsIs(EnqueueParam::Texts(values)) => query.bind(*values),
+                Bound::AsIs(EnqueueParam::OptionalTexts(values)) => query.bind(*values),
+                Bound::AsIs(EnqueueParam::Bytes(values)) => query.bind(*values),
+                Bound::AsIs(EnqueueParam::OptionalInt8s(values)) => query.bind(*values),
+                Bound::AsIs(EnqueueParam::Int8s(values)) => query.bind(*values),
+                Bound::AsIs(EnqueueParam::Text(value)) => query.bind(*value),
+                // A parameter kind this adapter does not know yet: fail rather than misbind.
+                Bound::AsIs(other) => {
+                    return Err(failed(sqlx::Error::Encode(
+                        format!("relayer-sqlx cannot bind the enqueue parameter {other:?}").into(),
+                    )));
+                }
+            };
+        }
+        let rows = query.fetch_all(executor).await.map_err(failed)?;
+        rows.iter()
+            .map(|row| {
+                let seq: i64 = row.try_get(0)?;
+                let id: PgUuid = row.try_get(1)?;
+                Ok(Enqueued { seq, id: MessageId::from_uuid(id.0) })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(failed)
+    }
+}
+
+/// One enqueue parameter as sqlx binds it.
+enum Bound<'a> {
+    Uuids(Vec<PgUuid>),
+    Jsons(Vec<PgJsonb<'a>>),
+    Timestamps(Vec<Option<PgTimestamptz>>),
+    AsIs(EnqueueParam<'a>),
+}
+
+impl From<OutboxWriter> for SqlxWriter {
+    fn from(writer: OutboxWriter) -> Self {
+        SqlxWriter { writer, persistent: true }
+    }
+}

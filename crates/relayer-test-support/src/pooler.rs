@@ -1,0 +1,109 @@
+//! A real PgBouncer in front of the test database, for the pooler tests.
+//!
+//! `.ci/run` starts PgBouncer on 127.0.0.1 in both pool modes: transaction mode on
+//! `RELAYER_PGBOUNCER_TRANSACTION_PORT` (default 6432) and session mode on
+//! `RELAYER_PGBOUNCER_SESSION_PORT` (default 6433), both in front of 127.0.0.1:5432.
+//! [`pgbouncer`] gives a test the settings to reach its [`TestDb`] through one. When no
+//! pooler answers, or the one that answers fronts another server, the test is reported
+//! **SKIPPED** by name on the terminal (never a silent pass); in CI (`CI` set) with
+//! PgBouncer installed, that is a failure instead.
+
+use std::io::Write;
+use std::time::Duration;
+
+use tokio_postgres::Config;
+
+use crate::TestDb;
+
+/// A PgBouncer `pool_mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolMode {
+    /// `pool_mode = transaction`: a server connection per transaction.
+    Transaction,
+    /// `pool_mode = session`: a server connection per client connection.
+    Session,
+}
+
+impl PoolMode {
+    fn port(self) -> u16 {
+        let (variable, default) = match self {
+            PoolMode::Transaction => ("RELAYER_PGBOUNCER_TRANSACTION_PORT", 6432),
+            PoolMode::Session => ("RELAYER_PGBOUNCER_SESSION_PORT", 6433),
+        };
+        match std::env::var(variable) {
+            Err(_) => default,
+            Ok(value) => match value.trim().parse() {
+                Ok(port) => port,
+                Err(_) => panic!("relayer-test-support: {variable} must be a port number, got {value:?}"),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for PoolMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PoolMode::Transaction => "transaction",
+            PoolMode::Session => "session",
+        })
+    }
+}
+
+/// Settings that reach `db`'s database through PgBouncer in `mode`, with `db`'s user,
+/// database and `application_name`; `None` when no such pooler answers, after `test` has
+/// been reported skipped (see the [module docs](self)).
+///
+/// # Panics
+///
+/// In CI (`CI` set) with PgBouncer installed, when no pooler answers.
+pub async fn pgbouncer(db: &TestDb, mode: PoolMode, test: &str) -> Option<Config> {
+    let port = mode.port();
+    let base = db.config();
+    let mut config = Config::new();
+    config.host("127.0.0.1").port(port).connect_timeout(Duration::from_secs(5));
+    if let Some(user) = base.get_user() {
+        config.user(user);
+    }
+    if let Some(password) = base.get_password() {
+        config.password(password);
+    }
+    if let Some(dbname) = base.get_dbname() {
+        config.dbname(dbname);
+    }
+    if let Some(name) = base.get_application_name() {
+        config.application_name(name);
+    }
+    let verdict = match crate::server::connect(&config).await {
+        Err(e) => Err(format!("nothing answers at 127.0.0.1:{port}: {}", crate::server::describe(&e))),
+        Ok(client) => match client.query_one("SELECT to_regnamespace($1) IS NOT NULL", &[&db.schema()]).await
+        {
+            Ok(row) if row.get::<_, bool>(0) => Ok(()),
+            Ok(_) => {
+                Err(format!("the pooler at 127.0.0.1:{port} fronts another server than the test database"))
+            }
+            Err(e) => {
+                Err(format!("the pooler at 127.0.0.1:{port} failed a query: {}", crate::server::describe(&e)))
+            }
+        },
+    };
+    match verdict {
+        Ok(()) => Some(config),
+        Err(why) => {
+            let installed = std::path::Path::new("/usr/sbin/pgbouncer").exists()
+                || std::env::var_os("PATH").is_some_and(|path| {
+                    std::env::split_paths(&path).any(|dir| dir.join("pgbouncer").exists())
+                });
+            if std::env::var_os("CI").is_some() && installed {
+                panic!(
+                    "{test}: PgBouncer ({mode} mode) is installed but unusable: {why}; `.ci/run` starts it"
+                );
+            }
+            // Straight to the terminal: libtest captures only the print macros.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED {test}: no PgBouncer in {mode} mode: {why} (`.ci/run` installs and starts one)"
+            );
+            None
+        }
+    }
+}
