@@ -8,7 +8,7 @@
 //! row whatever its claim token says. Recovery adds the unordered and old-enough tests
 //! (SWP-2, LAN-4). Retention deletes dead and inbox rows strictly older than their
 //! retention and never touches pending outbox rows (RET-1..3). Dead-letter policies
-//! redrive or expire dead letters of their own type (DLP-1..5). A row reaching
+//! live in [`crate::dead_letter`] (re-exported here). A row reaching
 //! `max_attempts`, or failing permanently, is poison (DSP-5); a destination that keeps
 //! failing is skipped for a while by its [`CircuitBreaker`] (DSP-6).
 
@@ -19,9 +19,12 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::duration::Retention;
-use crate::options::{Field, OptionsError, check_greater, check_nonzero, check_positive};
+use crate::options::{Field, OptionsError, check_nonzero, check_positive};
 use crate::time::Timestamp;
 use crate::transport::ErrorClass;
+
+// Dead-letter decisions used to live here; `relayer_core::eligibility::DeadLetterPolicy` keeps working.
+pub use crate::dead_letter::{DeadLetterAction, DeadLetterDecision, DeadLetterPolicy, DeadLetterRow};
 
 // ---------------------------------------------------------------------------------------
 // Outbox rows: direct dispatch and recovery
@@ -141,133 +144,6 @@ pub fn dead_row_expired(failed_at: Timestamp, now: Timestamp, retention: Retenti
 /// redelivery window, or a late redelivery runs its handler a second time.
 pub fn inbox_row_expired(processed_at: Timestamp, now: Timestamp, retention: Retention) -> bool {
     RetentionTable::Inbox.cutoff(now, retention).is_some_and(|cutoff| processed_at < cutoff)
-}
-
-// ---------------------------------------------------------------------------------------
-// Dead-letter policies
-// ---------------------------------------------------------------------------------------
-
-/// The columns of a dead letter that a policy reads.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeadLetterRow {
-    /// The topic the message was dead-lettered from; `None` for a dead letter relayer did
-    /// not produce, which no policy ever touches (DLP-4).
-    pub original_topic: Option<String>,
-    /// When the message was dead-lettered (database clock).
-    pub dead_lettered_at: Timestamp,
-    /// When the message was first created (database clock).
-    pub created_at: Timestamp,
-}
-
-/// What a policy does with its message type's dead letters (DLP-1, DLP-2).
-///
-/// `after` counts from dead-lettering, `give_up_after` from the message's creation.
-/// Construction checks `give_up_after > after`, naming the field and the value.
-///
-/// ```
-/// use std::time::Duration;
-/// use relayer_core::eligibility::{DeadLetterDecision, DeadLetterPolicy, DeadLetterRow};
-/// use relayer_core::Timestamp;
-/// let hour = Duration::from_secs(3_600);
-/// let policy = DeadLetterPolicy::redrive(hour, 24 * hour).unwrap();
-/// let row = DeadLetterRow {
-///     original_topic: Some("orders".into()),
-///     dead_lettered_at: Timestamp::EPOCH,
-///     created_at: Timestamp::EPOCH,
-/// };
-/// assert_eq!(policy.decide(&row, Timestamp::EPOCH.saturating_add(hour)), DeadLetterDecision::Redrive);
-/// assert_eq!(policy.decide(&row, Timestamp::EPOCH.saturating_add(24 * hour)), DeadLetterDecision::GaveUp);
-/// assert!(DeadLetterPolicy::redrive(hour, hour).is_err());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct DeadLetterPolicy {
-    action: DeadLetterAction,
-}
-
-/// The action of a [`DeadLetterPolicy`], as configured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DeadLetterAction {
-    /// Move dead letters back to their original topic `after` dead-lettering, until
-    /// `give_up_after` creation.
-    Redrive {
-        /// Wait after dead-lettering.
-        after: Duration,
-        /// Age since creation past which a message is no longer redriven.
-        give_up_after: Duration,
-    },
-    /// Delete dead letters `after` dead-lettering.
-    Expire {
-        /// Wait after dead-lettering.
-        after: Duration,
-    },
-}
-
-impl DeadLetterPolicy {
-    /// Redrive `after` dead-lettering, until `give_up_after` creation. Refuses
-    /// `give_up_after <= after`: no message could ever be redriven.
-    pub fn redrive(after: Duration, give_up_after: Duration) -> Result<Self, OptionsError> {
-        check_greater(Field::bare("give_up_after"), give_up_after, Field::bare("after"), after)?;
-        Ok(DeadLetterPolicy { action: DeadLetterAction::Redrive { after, give_up_after } })
-    }
-
-    /// Delete `after` dead-lettering. Any duration is valid, zero included.
-    pub const fn expire(after: Duration) -> Self {
-        DeadLetterPolicy { action: DeadLetterAction::Expire { after } }
-    }
-
-    /// The configured action.
-    pub const fn action(&self) -> DeadLetterAction {
-        self.action
-    }
-
-    /// The wait after dead-lettering, for either action.
-    pub const fn after(&self) -> Duration {
-        match self.action {
-            DeadLetterAction::Redrive { after, .. } | DeadLetterAction::Expire { after } => after,
-        }
-    }
-
-    /// What to do with `row` at `now` (DLP-2, DLP-4, DLP-5).
-    ///
-    /// A dead letter without an original topic is [`Untouched`](DeadLetterDecision::Untouched).
-    /// Otherwise it waits until `after` has passed since dead-lettering (inclusive); then
-    /// an expire policy expires it, and a redrive policy redrives it unless it is already
-    /// `give_up_after` old or older since creation, in which case it gave up. The worker
-    /// only ever looks at rows of its own type's original topic in its dead-letter queue.
-    pub fn decide(&self, row: &DeadLetterRow, now: Timestamp) -> DeadLetterDecision {
-        if row.original_topic.is_none() {
-            return DeadLetterDecision::Untouched;
-        }
-        if row.dead_lettered_at > now.saturating_sub(self.after()) {
-            return DeadLetterDecision::Wait;
-        }
-        match self.action {
-            DeadLetterAction::Expire { .. } => DeadLetterDecision::Expire,
-            DeadLetterAction::Redrive { give_up_after, .. } => {
-                if row.created_at <= now.saturating_sub(give_up_after) {
-                    DeadLetterDecision::GaveUp
-                } else {
-                    DeadLetterDecision::Redrive
-                }
-            }
-        }
-    }
-}
-
-/// The outcome of [`DeadLetterPolicy::decide`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DeadLetterDecision {
-    /// No original topic: never touched by any policy (DLP-4).
-    Untouched,
-    /// Not yet `after` since dead-lettering: leave it for a later pass.
-    Wait,
-    /// Move it back to its original topic with a fresh handled count (DLP-3).
-    Redrive,
-    /// Delete it.
-    Expire,
-    /// Redrive was due but the message is past `give_up_after`: left in place, counted
-    /// and logged by every pass (DLP-5).
-    GaveUp,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -479,45 +355,6 @@ mod tests {
         assert!(!RetentionTable::Outbox.expires_by_age());
         assert!(RetentionTable::Dead.expires_by_age() && RetentionTable::Inbox.expires_by_age());
         assert_eq!(retention_cutoff(Timestamp::MIN, Retention::After(secs(1))), Some(Timestamp::MIN));
-    }
-
-    #[test]
-    fn dead_letter_policies_are_validated_dlp_2() {
-        let error = DeadLetterPolicy::redrive(secs(3_600), secs(3_600)).unwrap_err();
-        assert_eq!(error.to_string(), "give_up_after: 1h must be greater than after (1h)");
-        assert_eq!(error.field(), "give_up_after");
-        DeadLetterPolicy::redrive(Duration::ZERO, Duration::from_nanos(1)).unwrap();
-        assert_eq!(DeadLetterPolicy::expire(Duration::ZERO).after(), Duration::ZERO);
-    }
-
-    #[test]
-    fn dead_letter_decisions_follow_dlp_2_and_dlp_5() {
-        use DeadLetterDecision::*;
-        let redrive = DeadLetterPolicy::redrive(secs(60), secs(600)).unwrap();
-        let expire = DeadLetterPolicy::expire(secs(60));
-        let row = |created: i64, dead: i64| DeadLetterRow {
-            original_topic: Some("orders".into()),
-            dead_lettered_at: at(dead),
-            created_at: at(created),
-        };
-        // (created_at, dead_lettered_at, now) → (redrive, expire)
-        let table = [
-            ((0, 100, 159), (Wait, Wait)),
-            ((0, 100, 160), (Redrive, Expire)),
-            ((0, 100, 599), (Redrive, Expire)),
-            ((0, 100, 600), (GaveUp, Expire)),
-            ((0, 590, 620), (Wait, Wait)),
-            ((0, 590, 650), (GaveUp, Expire)),
-            ((0, 100, 10_000), (GaveUp, Expire)),
-        ];
-        for ((created, dead, now), (on_redrive, on_expire)) in table {
-            let row = row(created, dead);
-            assert_eq!(redrive.decide(&row, at(now)), on_redrive, "redrive {created} {dead} {now}");
-            assert_eq!(expire.decide(&row, at(now)), on_expire, "expire {created} {dead} {now}");
-        }
-        let foreign = DeadLetterRow { original_topic: None, ..row(0, 0) };
-        assert_eq!(redrive.decide(&foreign, Timestamp::MAX), Untouched);
-        assert_eq!(expire.decide(&foreign, Timestamp::MAX), Untouched);
     }
 
     #[test]

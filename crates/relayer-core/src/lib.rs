@@ -1,5 +1,6 @@
 //! relayer's core: the message model, the transport, lock and store traits, and every
-//! piece of pure policy (backoff, keyset cursor, eligibility, options, identifiers).
+//! piece of pure policy (backoff, keyset cursor, eligibility, dead-letter policies, options,
+//! identifiers).
 //!
 //! This crate does no I/O and depends on no database driver. Decisions take the
 //! database's `now` as an argument, so they can be tested — and reused in your own
@@ -8,6 +9,7 @@
 
 pub mod backoff;
 pub mod cursor;
+pub mod dead_letter;
 pub mod duration;
 pub mod eligibility;
 pub mod lock;
@@ -49,11 +51,12 @@ pub use uuid::Uuid;
 // Pure policy: backoff, cursor, durations, eligibility, options.
 pub use backoff::{PassBackoff, RetryBackoff};
 pub use cursor::{KeysetCursor, PageEnd, PassPlan, RecoveryPage, ScanWindow};
-pub use duration::{DurationError, HumanDuration, Retention};
-pub use eligibility::{
-    BreakerState, CircuitBreaker, DeadLetterAction, DeadLetterDecision, DeadLetterPolicy, DeadLetterRow,
-    OutboxRow, RetentionTable,
+pub use dead_letter::{
+    DeadLetterAction, DeadLetterDecision, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRow,
+    DeadLetterRule, DeadLetterSetupError, DeadLetterType, SubscriptionQueues,
 };
+pub use duration::{DurationError, HumanDuration, Retention};
+pub use eligibility::{BreakerState, CircuitBreaker, OutboxRow, RetentionTable};
 pub use options::{
     CleanupOptions, CleanupOptionsBuilder, DeadLetterOptions, DeadLetterOptionsBuilder, DispatcherOptions,
     DispatcherOptionsBuilder, OptionsError, SweeperOptions, SweeperOptionsBuilder,

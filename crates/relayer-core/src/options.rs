@@ -614,6 +614,10 @@ worker_options! {
         /// failed passes wait `interval`. Default 60s; positive, at most 49d.
         #[serde(with = "crate::duration::human")]
         max_backoff: Duration = 60 * SECOND;
+        /// How long the pass's lease lasts without renewal, when it is led by a lease rather
+        /// than the default advisory lock (LDR-2, LDR-5). Default 30s; 1s..=1h.
+        #[serde(with = "crate::duration::human")]
+        lease_duration: Duration = 30 * SECOND;
     }
 }
 
@@ -622,7 +626,8 @@ impl DeadLetterOptionsBuilder {
         let field = |name| Field::new(DeadLetterOptions::SECTION, name);
         check_interval(field("interval"), self.interval)?;
         check_batch_size(field("batch_size"), self.batch_size)?;
-        check_interval(field("max_backoff"), self.max_backoff)
+        check_interval(field("max_backoff"), self.max_backoff)?;
+        check_lease(field("lease_duration"), self.lease_duration)
     }
 }
 

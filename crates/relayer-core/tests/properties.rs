@@ -9,6 +9,10 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::sample::Index;
+use relayer_core::dead_letter::{
+    DeadLetterPolicies, DeadLetterRule, DeadLetterSetupError, DeadLetterType, SubscriptionQueues,
+    UNACCEPTABLE,
+};
 use relayer_core::duration::{format_duration, parse_duration};
 use relayer_core::eligibility::{
     dead_row_expired, dispatch_claimable, inbox_row_expired, is_poison, recovery_eligible, retention_cutoff,
@@ -396,11 +400,13 @@ fn redrive_policy() -> impl Strategy<Value = DeadLetterPolicy> {
 }
 
 fn dead_letter() -> impl Strategy<Value = DeadLetterRow> {
-    (prop::option::of("[a-z.]{1,12}"), timestamp(), 0i64..=100 * 86_400_000_000).prop_map(
-        |(topic, created, wait)| DeadLetterRow {
+    let reason = prop::option::of(prop_oneof![Just("handler"), Just("max_handled"), Just(UNACCEPTABLE)]);
+    (prop::option::of("[a-z.]{1,12}"), timestamp(), 0i64..=100 * 86_400_000_000, reason).prop_map(
+        |(topic, created, wait, reason)| DeadLetterRow {
             original_topic: topic,
             created_at: created,
             dead_lettered_at: Timestamp::from_micros(created.as_micros() + wait),
+            rejection_reason: reason.map(str::to_owned),
         },
     )
 }
@@ -423,13 +429,15 @@ proptest! {
         if matches!(decision, DeadLetterDecision::Redrive | DeadLetterDecision::GaveUp) {
             prop_assert!(now.duration_since(row.dead_lettered_at) >= after);
         }
-        prop_assert_eq!(row.original_topic.is_none(), decision == DeadLetterDecision::Untouched);
+        let undecodable = row.rejection_reason.as_deref() == Some(UNACCEPTABLE);
+        prop_assert_eq!(row.original_topic.is_none() || undecodable, decision == DeadLetterDecision::Untouched);
     }
 
     #[test]
     fn expire_waits_exactly_after_dlp_2(after in 0u64..=86_400, row in dead_letter(), since_dead in 0i64..=200_000_000_000) {
         let policy = DeadLetterPolicy::expire(Duration::from_secs(after));
         let now = Timestamp::from_micros(row.dead_lettered_at.as_micros() + since_dead);
+        // Expiry needs no destination: undecodable dead letters expire like any other.
         let expected = match row.original_topic {
             None => DeadLetterDecision::Untouched,
             Some(_) if since_dead >= micros(Duration::from_secs(after)) => DeadLetterDecision::Expire,
@@ -443,6 +451,51 @@ proptest! {
         let give_up_after = after.saturating_sub(shorter);
         let error = DeadLetterPolicy::redrive(after, give_up_after).unwrap_err();
         prop_assert!(error.to_string().starts_with("give_up_after: "));
+    }
+
+    #[test]
+    fn a_policy_set_takes_one_policy_per_type_dlp_1(
+        types in prop::collection::vec(("[a-c]{1,2}", "[x-z]{1,2}", any::<bool>()), 0..8),
+    ) {
+        let rules: Vec<DeadLetterRule> = types
+            .iter()
+            .map(|(topic, dlq, outbox)| {
+                let policy = DeadLetterPolicy::expire(Duration::ZERO);
+                if *outbox { DeadLetterRule::outbox(topic.as_str(), dlq.as_str(), policy) }
+                else { DeadLetterRule::queue(topic.as_str(), dlq.as_str(), policy) }
+            })
+            .collect();
+        let distinct: BTreeSet<&DeadLetterType> = rules.iter().map(DeadLetterRule::message_type).collect();
+        match DeadLetterPolicies::new(rules.clone()) {
+            Ok(set) => {
+                prop_assert_eq!(distinct.len(), rules.len());
+                prop_assert_eq!(set.rules(), &rules[..]);
+            }
+            Err(DeadLetterSetupError::DuplicateType { message_type }) => {
+                prop_assert!(distinct.len() < rules.len());
+                prop_assert!(distinct.contains(&message_type));
+            }
+            Err(other) => prop_assert!(false, "unexpected refusal: {}", other),
+        }
+    }
+
+    #[test]
+    fn a_queue_policy_starts_iff_exactly_one_subscription_dead_letters_into_its_queue_dlp_6(
+        subscriptions in prop::collection::vec(
+            (prop_oneof![Just("orders"), Just("invoices")], prop::option::of(prop_oneof![Just("dead"), Just("other")])),
+            0..5,
+        ),
+    ) {
+        let policy = DeadLetterPolicy::redrive(Duration::ZERO, Duration::from_secs(60)).unwrap();
+        let set = DeadLetterPolicies::new([DeadLetterRule::queue("orders", "dead", policy)]).unwrap();
+        let queues: Vec<SubscriptionQueues> =
+            subscriptions.iter().map(|(queue, dlq)| SubscriptionQueues::new(*queue, *dlq)).collect();
+        let dead_lettering: Vec<&str> = subscriptions
+            .iter()
+            .filter(|(queue, _)| *queue == "orders")
+            .filter_map(|(_, dlq)| *dlq)
+            .collect();
+        prop_assert_eq!(set.check_subscriptions(&queues).is_ok(), dead_lettering == ["dead"]);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! the capabilities they use rather than on this crate's statement types.
 #![deny(missing_docs)]
 
+pub mod dead_letter_policy;
+pub mod dead_letters;
 mod error;
 pub mod exec;
 pub mod instances;
@@ -23,6 +25,11 @@ mod schema;
 mod status;
 mod store;
 
+pub use dead_letter_policy::DeadLetterPolicyStatements;
+pub use dead_letters::{
+    DeadLetterApi, DeadLetterApiError, Mode, OutboxDeadFilter, OutboxDeadRow, QueueDeadLetter,
+    QueueDeadLetterFilter, Touched,
+};
 pub use error::{StorageError, StorageErrorKind};
 pub use exec::{Executor, Prepared};
 pub use instances::{InstanceSettings, InstanceStatements};

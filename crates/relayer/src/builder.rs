@@ -24,6 +24,8 @@ impl Relayer {
             #[cfg(feature = "queue")]
             queue_transport: false,
             options: RelayerOptions::default(),
+            #[cfg(feature = "dead-letters")]
+            dead_letter_policies: None,
             leadership: HashMap::new(),
             instance_id: None,
             pool_size: DEFAULT_POOL_SIZE,
@@ -60,6 +62,8 @@ pub struct RelayerOptions {
     dispatcher: Option<DispatcherOptions>,
     sweeper: Option<SweeperOptions>,
     cleanup: Option<CleanupOptions>,
+    #[cfg(feature = "dead-letters")]
+    pub(crate) dead_letter: Option<relayer_core::DeadLetterOptions>,
 }
 
 impl RelayerOptions {
@@ -77,6 +81,12 @@ impl RelayerOptions {
     pub fn cleanup(&self) -> Option<&CleanupOptions> {
         self.cleanup.as_ref()
     }
+
+    /// The dead-letter policy worker's options, when the host runs it.
+    #[cfg(feature = "dead-letters")]
+    pub fn dead_letter(&self) -> Option<&relayer_core::DeadLetterOptions> {
+        self.dead_letter.as_ref()
+    }
 }
 
 /// Describes a host; [`start`](Self::start) checks the whole setup and starts it.
@@ -88,6 +98,8 @@ pub struct RelayerBuilder {
     #[cfg(feature = "queue")]
     pub(crate) queue_transport: bool,
     pub(crate) options: RelayerOptions,
+    #[cfg(feature = "dead-letters")]
+    pub(crate) dead_letter_policies: Option<relayer_core::DeadLetterPolicies>,
     pub(crate) leadership: HashMap<WorkerKind, LeaderElection>,
     pub(crate) instance_id: Option<String>,
     pub(crate) pool_size: u32,
@@ -147,7 +159,31 @@ impl RelayerBuilder {
         self
     }
 
-    /// Chooses how `worker` (the sweeper or cleanup) is led; the default is a lease. The
+    /// Runs the dead-letter policy worker applying `policies` (§11), one pass every 15
+    /// minutes by default ([`dead_letter_options`](Self::dead_letter_options)), led by an
+    /// advisory lock unless [`leadership`](Self::leadership) says otherwise (LDR-5). The
+    /// policies were validated when built (DLP-1, DLP-2); [`start`](Self::start) checks them
+    /// against this host's consumer subscriptions, if it has any (DLP-6), and an outbox
+    /// policy's transport against its transports (OPT-5).
+    #[cfg(feature = "dead-letters")]
+    pub fn dead_letters(mut self, policies: relayer_core::DeadLetterPolicies) -> Self {
+        self.dead_letter_policies = Some(policies);
+        if self.options.dead_letter.is_none() {
+            self.options.dead_letter = Some(relayer_core::DeadLetterOptions::default());
+        }
+        self
+    }
+
+    /// The dead-letter policy worker's options (default [`DeadLetterOptions::default`](relayer_core::DeadLetterOptions)).
+    /// Only used with [`dead_letters`](Self::dead_letters).
+    #[cfg(feature = "dead-letters")]
+    pub fn dead_letter_options(mut self, options: relayer_core::DeadLetterOptions) -> Self {
+        self.options.dead_letter = Some(options);
+        self
+    }
+
+    /// Chooses how `worker` (the sweeper, cleanup or the dead-letter policies) is led; the
+    /// default is a lease, and an advisory lock for the dead-letter policies. The
     /// dispatcher runs on every instance and takes no leadership.
     pub fn leadership(mut self, worker: WorkerKind, election: LeaderElection) -> Self {
         self.leadership.insert(worker, election);

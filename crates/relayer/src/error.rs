@@ -44,6 +44,19 @@ pub enum StartError {
     #[cfg(feature = "dispatcher")]
     #[error("relayer could not set up the dispatcher")]
     Dispatcher(#[source] relayer_dispatcher::DispatchError),
+    /// The dead-letter policies do not fit the host's subscriptions (DLP-6).
+    #[cfg(feature = "dead-letters")]
+    #[error("relayer setup: {0}")]
+    DeadLetters(#[source] relayer_core::DeadLetterSetupError),
+    /// An outbox dead-letter policy names a transport the host does not register (OPT-5).
+    #[cfg(feature = "dead-letters")]
+    #[error(
+        "relayer setup: a dead-letter policy redrives into transport {transport:?}, which this host does not register"
+    )]
+    DeadLetterTransport {
+        /// The transport named by the policy.
+        transport: String,
+    },
     /// Recording this instance's settings fingerprints failed (OPT-4).
     #[error("relayer could not record this instance's settings fingerprints")]
     Fingerprints(#[source] StorageError),

@@ -1,18 +1,18 @@
 //! The running host: starts the configured workers as tokio tasks, and stops them (LIF-1).
 
 use std::sync::{Arc, Mutex, PoisonError};
-#[cfg(any(feature = "sweeper", feature = "cleanup"))]
+#[cfg(any(feature = "sweeper", feature = "cleanup", feature = "dead-letters"))]
 use std::time::Duration;
 
 use relayer_core::{Namespace, TransportRegistry};
 use relayer_postgres::{InstanceStatements, OutboxWriter, PgPool, connect_pool_with, verify_schema};
-#[cfg(any(feature = "sweeper", feature = "cleanup"))]
+#[cfg(any(feature = "sweeper", feature = "cleanup", feature = "dead-letters"))]
 use relayer_worker::Leadership;
 use relayer_worker::WorkerKind;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-#[cfg(any(feature = "sweeper", feature = "cleanup"))]
+#[cfg(any(feature = "sweeper", feature = "cleanup", feature = "dead-letters"))]
 use crate::builder::LeaderElection;
 use crate::builder::{RelayerBuilder, RelayerOptions, default_instance_id};
 use crate::error::StartError;
@@ -69,12 +69,20 @@ impl RelayerHost {
             transports,
             #[cfg(feature = "queue")]
             queue_transport,
-            options,
+            #[cfg_attr(not(feature = "dead-letters"), allow(unused_mut))]
+            mut options,
+            #[cfg(feature = "dead-letters")]
+            dead_letter_policies,
             leadership,
             instance_id,
             pool_size,
             statements,
         } = builder;
+        #[cfg(feature = "dead-letters")]
+        if dead_letter_policies.is_none() {
+            // Options without policies run nothing.
+            options.dead_letter = None;
+        }
 
         // Whole-setup checks that need no database come first (OPT-5).
         let instance_id = instance_id.unwrap_or_else(default_instance_id);
@@ -108,10 +116,12 @@ impl RelayerHost {
             let runs = match worker {
                 WorkerKind::Sweeper => options.sweeper().is_some(),
                 WorkerKind::Cleanup => options.cleanup().is_some(),
+                #[cfg(feature = "dead-letters")]
+                WorkerKind::DeadLetter => dead_letter_policies.is_some(),
                 _ => {
                     return Err(StartError::Leadership {
                         worker: *worker,
-                        reason: "which is not led: only the sweeper and cleanup take leadership",
+                        reason: "which is not led: only the sweeper, cleanup and dead-letter policies take leadership",
                     });
                 }
             };
@@ -142,6 +152,13 @@ impl RelayerHost {
             registry.register(Arc::new(queue)).map_err(StartError::DuplicateTransport)?;
         }
         let transports = Arc::new(registry);
+        #[cfg(feature = "dead-letters")]
+        if let Some(policies) = &dead_letter_policies {
+            // DLP-6: the consumer subscriptions of this host, as (queue, dead-letter queue,
+            // invalid-message queue). Wire the host's `.consumer(…)` subscriptions in here.
+            let subscriptions: Vec<relayer_core::SubscriptionQueues> = Vec::new();
+            crate::dead_letters_setup::check_dead_letter_setup(policies, &subscriptions, &transports)?;
+        }
 
         // Build every worker before starting any, so a refusal starts nothing.
         let shutdown = CancellationToken::new();
@@ -206,6 +223,32 @@ impl RelayerHost {
             )
         });
 
+        #[cfg(feature = "dead-letters")]
+        let dead_letters = match (options.dead_letter(), dead_letter_policies) {
+            (Some(dead_letter_options), Some(policies)) => {
+                // Advisory lock by default (LDR-5).
+                let election =
+                    leadership.get(&WorkerKind::DeadLetter).cloned().unwrap_or(LeaderElection::AdvisoryLock);
+                let leadership = led_by(
+                    election,
+                    relayer_dead_letters::LEASE_JOB,
+                    &instance_id,
+                    dead_letter_options.lease_duration(),
+                    &config,
+                    &namespace,
+                    &shutdown,
+                );
+                Some(relayer_dead_letters::DeadLetterWorker::new(
+                    pool.clone(),
+                    namespace.clone(),
+                    policies,
+                    dead_letter_options.clone(),
+                    leadership,
+                ))
+            }
+            _ => None,
+        };
+
         // OPT-4: record this instance's settings and compare with the other live instances'.
         let worker_settings = worker_settings(&options);
         let instances = InstanceStatements::new(&namespace);
@@ -252,6 +295,18 @@ impl RelayerHost {
                 tokio::spawn(async move {
                     if let Err(error) = cleanup.run(token).await {
                         tracing::error!(target: TARGET, error = %relayer_core::error_chain(&error), "retention cleanup stopped");
+                    }
+                }),
+            ));
+        }
+        #[cfg(feature = "dead-letters")]
+        if let Some(dead_letters) = dead_letters {
+            let token = shutdown.child_token();
+            tasks.push((
+                "dead_letters",
+                tokio::spawn(async move {
+                    if let Err(error) = dead_letters.run(token).await {
+                        tracing::error!(target: TARGET, error = %relayer_core::error_chain(&error), "the dead-letter policies stopped");
                     }
                 }),
             ));
@@ -322,6 +377,12 @@ impl RelayerHost {
         self.dispatcher.as_ref()
     }
 
+    /// The dead-letter API of this host's namespace (DLP-7): list, show, redrive and purge
+    /// dead letters on a connection of yours, each action audited.
+    pub fn dead_letter_api(&self) -> relayer_postgres::DeadLetterApi {
+        relayer_postgres::DeadLetterApi::new(&self.namespace)
+    }
+
     /// The other live instances whose settings differ from this one's, per worker, as last
     /// compared (at start, then every minute). Each is also logged at WARN when first seen.
     pub fn disagreements(&self) -> Vec<SettingsDisagreement> {
@@ -368,7 +429,7 @@ impl Drop for RelayerHost {
 }
 
 /// The leadership `election` stands for, for the worker leasing `job`.
-#[cfg(any(feature = "sweeper", feature = "cleanup"))]
+#[cfg(any(feature = "sweeper", feature = "cleanup", feature = "dead-letters"))]
 fn led_by(
     election: LeaderElection,
     job: &str,
@@ -404,6 +465,10 @@ fn worker_settings(options: &RelayerOptions) -> Vec<WorkerSettings> {
     }
     if let Some(o) = options.cleanup() {
         settings.push(WorkerSettings::new("cleanup", o.fingerprint(), &o.canonical_settings()));
+    }
+    #[cfg(feature = "dead-letters")]
+    if let Some(o) = options.dead_letter() {
+        settings.push(WorkerSettings::new("dead_letter", o.fingerprint(), &o.canonical_settings()));
     }
     settings
 }

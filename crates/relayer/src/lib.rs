@@ -6,7 +6,8 @@
 //! ([`RelayerHost::writer`]); background workers, hosted as tokio tasks by a
 //! [`RelayerHost`], keep them moving: the **dispatcher** sends committed rows to their
 //! transports, the **recovery sweeper** finds rows nobody sent (a crash, an expired claim),
-//! and **retention cleanup** keeps the dead and inbox tables bounded. You describe the host
+//! **retention cleanup** keeps the dead and inbox tables bounded, and **dead-letter
+//! policies** redrive or expire dead letters per message type. You describe the host
 //! once with [`Relayer::builder`] — the database, the namespace, the transports and the
 //! workers it runs, each with its options — and [`start`](RelayerBuilder::start) it.
 //!
@@ -62,18 +63,22 @@
 //! | `cleanup` | [`cleanup`] and [`RelayerBuilder::cleanup`] |
 //! | `queue` | [`queue`] and [`RelayerBuilder::queue_transport`] |
 //! | `advisory-lock` | [`advisory_lock`] and [`LeaderElection::AdvisoryLock`] |
+//! | `dead-letters` | [`dead_letters`] and [`RelayerBuilder::dead_letters`] (brings `advisory-lock`) |
 //! | `full` | all of the above |
 #![deny(missing_docs)]
 
 pub use relayer_core as core;
 pub use relayer_core::{
-    CleanupOptions, Delivery, DispatcherOptions, DistributedLock, Envelope, Headers, LockGuard, MessageId,
-    Namespace, NewMessage, Retention, SendOutcome, SweeperOptions, Timestamp, Transport, TransportError,
-    TransportRegistry, async_trait,
+    CleanupOptions, DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule, Delivery,
+    DispatcherOptions, DistributedLock, Envelope, Headers, LockGuard, MessageId, Namespace, NewMessage,
+    Retention, SendOutcome, SweeperOptions, Timestamp, Transport, TransportError, TransportRegistry,
+    async_trait,
 };
 
 #[cfg(feature = "postgres")]
 mod builder;
+#[cfg(feature = "dead-letters")]
+mod dead_letters_setup;
 #[cfg(feature = "postgres")]
 mod error;
 #[cfg(feature = "postgres")]
@@ -111,6 +116,10 @@ pub use relayer_cleanup as cleanup;
 /// relayer's PostgreSQL queue transport (`relayer-queue`).
 #[cfg(feature = "queue")]
 pub use relayer_queue as queue;
+
+/// Dead-letter policies (`relayer-dead-letters`).
+#[cfg(feature = "dead-letters")]
+pub use relayer_dead_letters as dead_letters;
 
 /// Session advisory locks (`relayer-advisory-lock`).
 #[cfg(feature = "advisory-lock")]

@@ -266,3 +266,68 @@ async fn a_host_without_a_dispatcher_does_not_dispatch_lif_4() {
     assert_eq!((count(&client, &db, "outbox").await, count(&client, &db, "queue").await), (1, 0));
     host.shutdown().await;
 }
+
+/// LDR-5, DLP-1: dead-letter policies run led by an advisory lock by default; after a
+/// shutdown the lock is released.
+#[tokio::test]
+async fn dead_letter_policies_run_under_an_advisory_lock_by_default_ldr_5() {
+    use relayer::{DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule};
+    let (db, client) = migrated().await;
+    let policy = DeadLetterPolicy::redrive(Duration::ZERO, Duration::from_secs(86_400)).unwrap();
+    let policies = DeadLetterPolicies::new([
+        DeadLetterRule::queue("orders", "orders.dead", policy),
+        DeadLetterRule::outbox("queue", "orders", policy),
+    ])
+    .unwrap();
+    let host = builder(&db)
+        .queue_transport()
+        .dead_letters(policies)
+        .dead_letter_options(
+            DeadLetterOptions::builder().interval(Duration::from_millis(100)).build().unwrap(),
+        )
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(host.options().dead_letter().unwrap().interval(), Duration::from_millis(100));
+    let held = || async {
+        let sql = "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) \
+                   WHERE l.locktype = 'advisory' AND a.application_name = $1";
+        client.query_one(sql, &[&db.schema()]).await.unwrap().get::<_, i64>(0)
+    };
+    relayer_test_support::eventually("the dead-letter pass holds its advisory lock", || async {
+        held().await == 1
+    })
+    .await;
+    within(host.shutdown()).await;
+    relayer_test_support::eventually("the lock is released", || async { held().await == 0 }).await;
+}
+
+/// OPT-5: an outbox dead-letter policy naming a transport the host does not register is
+/// refused at start, and so is leadership for dead-letter policies the host does not run.
+#[tokio::test]
+async fn start_refuses_dead_letter_policies_for_an_unknown_transport_opt_5() {
+    use relayer::{DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule};
+    let (db, client) = migrated().await;
+    let policies = DeadLetterPolicies::new([DeadLetterRule::outbox(
+        "nats",
+        "orders",
+        DeadLetterPolicy::expire(Duration::ZERO),
+    )])
+    .unwrap();
+    let error = builder(&db).queue_transport().dead_letters(policies).start().await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "relayer setup: a dead-letter policy redrives into transport \"nats\", which this host does not register"
+    );
+    let error = builder(&db)
+        .queue_transport()
+        .leadership(WorkerKind::DeadLetter, relayer::LeaderElection::Lease)
+        .start()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "relayer setup: leadership was set for the dead_letter, which this host does not run"
+    );
+    assert_eq!(count(&client, &db, "instances").await, 0);
+}

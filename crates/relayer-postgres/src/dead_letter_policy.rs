@@ -1,0 +1,314 @@
+//! The statements of the dead-letter policy pass (DLP-1..DLP-5).
+//!
+//! Each move is **one statement** (DLP-3): it picks a batch of at most `n` rows with
+//! `seq = ANY(ARRAY(SELECT … LIMIT n FOR UPDATE SKIP LOCKED))` and changes them in the same
+//! statement. A row locked by another replica's statement is skipped, and once that
+//! statement commits the row is no longer a dead letter of the type, so however many
+//! replicas run, each dead letter moves exactly once. The `ARRAY(…)` shape keeps a batch
+//! bounded under a generic plan made on an empty table (BASELINE.md, DRV-1b).
+//!
+//! Every statement on the queue table matches **both** the dead-letter queue and the
+//! original topic (DLP-4), so types may share a dead-letter queue, and a dead letter without
+//! an original topic is never touched (`original_topic = $2` is never true for NULL). The
+//! invalid-message queue is never named by a policy (the core crate's DLP-6 check refuses
+//! it). Undecodable dead letters (`unacceptable`) are never redriven: they would fail again.
+//!
+//! A redrive moves the row back to `queue = original_topic`, visible now, with a fresh
+//! `handled_count` and without its rejection stamps. The outbox's dead rows are redriven
+//! by moving them back into the outbox (a new `seq`; same id, body, headers, creation
+//! context and `created_at`; no attempts; visible now), waking dispatchers with a NOTIFY.
+//! Policies leave the outbox's lane rows alone: back in the outbox they would queue behind
+//! later rows of their lane (LAN-5); operators redrive them by hand.
+//!
+//! Windows are computed on the database clock (NS-4): `after` from `dead_lettered_at`
+//! (`failed_at` for the outbox), `give_up_after` from `created_at`.
+
+use std::time::Duration;
+
+use relayer_core::Namespace;
+use relayer_core::dead_letter::UNACCEPTABLE;
+use tokio_postgres::types::{ToSql, Type};
+
+use crate::error::StorageError;
+use crate::exec::{Executor, one_row};
+use crate::outbox::notify_channel;
+
+/// The longest window a statement computes with: 1000 years. Longer windows behave like it
+/// (nothing is ever old enough), where `now() - interval` would be out of range.
+const LONGEST_WINDOW_MICROS: i64 = 1_000 * 365 * 86_400 * 1_000_000;
+
+/// A policy window in microseconds for SQL, saturating at [`LONGEST_WINDOW_MICROS`].
+fn window(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX).min(LONGEST_WINDOW_MICROS)
+}
+
+/// The dead-letter policy statements rendered for one namespace.
+#[derive(Clone, Debug)]
+pub struct DeadLetterPolicyStatements {
+    queue_redrive: String,
+    queue_expire: String,
+    queue_stuck: String,
+    outbox_redrive: String,
+    outbox_expire: String,
+    outbox_stuck: String,
+    channel: String,
+}
+
+impl DeadLetterPolicyStatements {
+    /// Renders the statements for `namespace`.
+    pub fn new(namespace: &Namespace) -> Self {
+        let (queue, dead, outbox) =
+            (namespace.table("queue"), namespace.table("dead"), namespace.table("outbox"));
+        let decodable = format!("rejection_reason IS DISTINCT FROM '{UNACCEPTABLE}'");
+        DeadLetterPolicyStatements {
+            // Index: queue_dead_letter_idx (queue, original_topic, dead_lettered_at)
+            // WHERE original_topic IS NOT NULL: the range between the give-up and the `after`
+            // cut-offs. A message is dead-lettered after it was created, so one created within
+            // `give_up_after` was dead-lettered within it too: the lower bound is implied by
+            // the created_at test, and lets the scan skip the stuck dead letters (DLP-5)
+            // instead of reading them in every batch.
+            queue_redrive: format!(
+                "UPDATE {queue} q SET queue = q.original_topic, visible_at = now(), handled_count = 0, \
+                        original_topic = NULL, rejection_reason = NULL, rejection_message = NULL, \
+                        dead_lettered_at = NULL \
+                 WHERE q.seq = ANY(ARRAY( \
+                   SELECT seq FROM {queue} \
+                   WHERE queue = $1 AND original_topic = $2 \
+                     AND dead_lettered_at <= now() - $3::int8 * interval '1 microsecond' \
+                     AND dead_lettered_at > now() - $4::int8 * interval '1 microsecond' \
+                     AND created_at > now() - $4::int8 * interval '1 microsecond' AND {decodable} \
+                   ORDER BY dead_lettered_at LIMIT $5 FOR UPDATE SKIP LOCKED)) \
+                   AND q.queue = $1 AND q.original_topic = $2"
+            ),
+            // Index: queue_dead_letter_idx.
+            queue_expire: format!(
+                "DELETE FROM {queue} q \
+                 WHERE q.seq = ANY(ARRAY( \
+                   SELECT seq FROM {queue} \
+                   WHERE queue = $1 AND original_topic = $2 \
+                     AND dead_lettered_at <= now() - $3::int8 * interval '1 microsecond' \
+                   ORDER BY dead_lettered_at LIMIT $4 FOR UPDATE SKIP LOCKED)) \
+                   AND q.queue = $1 AND q.original_topic = $2"
+            ),
+            // Index: queue_dead_letter_idx; reads the type's dead letters past `after`.
+            queue_stuck: format!(
+                "SELECT count(*) FROM {queue} \
+                 WHERE queue = $1 AND original_topic = $2 \
+                   AND dead_lettered_at <= now() - $3::int8 * interval '1 microsecond' \
+                   AND created_at <= now() - $4::int8 * interval '1 microsecond' AND {decodable}"
+            ),
+            // Index: dead_failed_at_idx, the range between the give-up and the `after`
+            // cut-offs (a row fails after it was created, as above), filtered by type
+            // (the dead table is bounded by cleanup's dead_retention); outbox indexes are
+            // maintained by the insert. The NOTIFY wakes dispatchers when rows came back.
+            outbox_redrive: format!(
+                "WITH gone AS ( \
+                   DELETE FROM {dead} d \
+                   WHERE d.seq = ANY(ARRAY( \
+                     SELECT seq FROM {dead} \
+                     WHERE transport = $1 AND destination = $2 AND lane IS NULL \
+                       AND failed_at <= now() - $3::int8 * interval '1 microsecond' \
+                       AND failed_at > now() - $4::int8 * interval '1 microsecond' \
+                       AND created_at > now() - $4::int8 * interval '1 microsecond' \
+                     ORDER BY failed_at LIMIT $5 FOR UPDATE SKIP LOCKED)) \
+                     AND d.transport = $1 AND d.destination = $2 AND d.lane IS NULL \
+                   RETURNING d.seq, d.message_id, d.transport, d.destination, d.body, d.headers, \
+                             d.trace_context, d.created_at, d.deliver_at), \
+                 back AS ( \
+                   INSERT INTO {outbox} (message_id, transport, destination, body, headers, trace_context, \
+                                         created_at, deliver_at, visible_at) \
+                   SELECT message_id, transport, destination, body, headers, trace_context, created_at, \
+                          deliver_at, now() FROM gone ORDER BY seq \
+                   RETURNING 1), \
+                 counted AS (SELECT count(*) AS moved FROM back), \
+                 notified AS (SELECT pg_notify($6::text, '') FROM counted WHERE moved > 0) \
+                 SELECT moved, (SELECT count(*) FROM notified) FROM counted"
+            ),
+            // Index: dead_failed_at_idx.
+            outbox_expire: format!(
+                "DELETE FROM {dead} d \
+                 WHERE d.seq = ANY(ARRAY( \
+                   SELECT seq FROM {dead} \
+                   WHERE transport = $1 AND destination = $2 AND lane IS NULL \
+                     AND failed_at <= now() - $3::int8 * interval '1 microsecond' \
+                   ORDER BY failed_at LIMIT $4 FOR UPDATE SKIP LOCKED)) \
+                   AND d.transport = $1 AND d.destination = $2 AND d.lane IS NULL"
+            ),
+            // Index: dead_failed_at_idx.
+            outbox_stuck: format!(
+                "SELECT count(*) FROM {dead} \
+                 WHERE transport = $1 AND destination = $2 AND lane IS NULL \
+                   AND failed_at <= now() - $3::int8 * interval '1 microsecond' \
+                   AND created_at <= now() - $4::int8 * interval '1 microsecond'"
+            ),
+            channel: notify_channel(namespace),
+        }
+    }
+
+    /// Redrives up to `limit` dead letters of queue `original_topic` held in
+    /// `dead_letter_queue` that were dead-lettered at least `after` ago and were created
+    /// less than `give_up_after` ago, in one statement (DLP-3); returns how many moved.
+    pub async fn redrive_queue(
+        &self,
+        client: &impl Executor,
+        dead_letter_queue: &str,
+        original_topic: &str,
+        after: Duration,
+        give_up_after: Duration,
+        limit: u32,
+    ) -> Result<u64, StorageError> {
+        let (after, give_up, limit) = (window(after), window(give_up_after), i64::from(limit));
+        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+            (&dead_letter_queue, Type::TEXT),
+            (&original_topic, Type::TEXT),
+            (&after, Type::INT8),
+            (&give_up, Type::INT8),
+            (&limit, Type::INT8),
+        ];
+        client.affected(&self.queue_redrive, &params).await.map_err(|e| {
+            StorageError::database(
+                format!("redriving dead letters of {original_topic:?} from {dead_letter_queue:?}"),
+                e,
+            )
+        })
+    }
+
+    /// Deletes up to `limit` dead letters of `original_topic` in `dead_letter_queue`
+    /// dead-lettered at least `after` ago; returns how many.
+    pub async fn expire_queue(
+        &self,
+        client: &impl Executor,
+        dead_letter_queue: &str,
+        original_topic: &str,
+        after: Duration,
+        limit: u32,
+    ) -> Result<u64, StorageError> {
+        let (after, limit) = (window(after), i64::from(limit));
+        let params: [(&(dyn ToSql + Sync), Type); 4] = [
+            (&dead_letter_queue, Type::TEXT),
+            (&original_topic, Type::TEXT),
+            (&after, Type::INT8),
+            (&limit, Type::INT8),
+        ];
+        client.affected(&self.queue_expire, &params).await.map_err(|e| {
+            StorageError::database(
+                format!("expiring dead letters of {original_topic:?} in {dead_letter_queue:?}"),
+                e,
+            )
+        })
+    }
+
+    /// Counts the dead letters of `original_topic` in `dead_letter_queue` whose redrive
+    /// gave up: due (`after`) but created `give_up_after` ago or earlier (DLP-5).
+    pub async fn stuck_in_queue(
+        &self,
+        client: &impl Executor,
+        dead_letter_queue: &str,
+        original_topic: &str,
+        after: Duration,
+        give_up_after: Duration,
+    ) -> Result<u64, StorageError> {
+        let (after, give_up) = (window(after), window(give_up_after));
+        let params: [(&(dyn ToSql + Sync), Type); 4] = [
+            (&dead_letter_queue, Type::TEXT),
+            (&original_topic, Type::TEXT),
+            (&after, Type::INT8),
+            (&give_up, Type::INT8),
+        ];
+        let what = format!("counting stuck dead letters of {original_topic:?} in {dead_letter_queue:?}");
+        let row = one_row(client, &self.queue_stuck, &params, &what).await?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    /// Moves up to `limit` unordered dead rows of `transport` and `destination` back into
+    /// the outbox (failed at least `after` ago, created less than `give_up_after` ago), in
+    /// one statement that also wakes dispatchers; returns how many moved.
+    pub async fn redrive_outbox(
+        &self,
+        client: &impl Executor,
+        transport: &str,
+        destination: &str,
+        after: Duration,
+        give_up_after: Duration,
+        limit: u32,
+    ) -> Result<u64, StorageError> {
+        let (after, give_up, limit) = (window(after), window(give_up_after), i64::from(limit));
+        let params: [(&(dyn ToSql + Sync), Type); 6] = [
+            (&transport, Type::TEXT),
+            (&destination, Type::TEXT),
+            (&after, Type::INT8),
+            (&give_up, Type::INT8),
+            (&limit, Type::INT8),
+            (&self.channel, Type::TEXT),
+        ];
+        let what = format!("redriving dead outbox rows of {transport:?} → {destination:?}");
+        let row = one_row(client, &self.outbox_redrive, &params, &what).await?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+
+    /// Deletes up to `limit` unordered dead rows of `transport` and `destination` that
+    /// failed at least `after` ago; returns how many.
+    pub async fn expire_outbox(
+        &self,
+        client: &impl Executor,
+        transport: &str,
+        destination: &str,
+        after: Duration,
+        limit: u32,
+    ) -> Result<u64, StorageError> {
+        let (after, limit) = (window(after), i64::from(limit));
+        let params: [(&(dyn ToSql + Sync), Type); 4] = [
+            (&transport, Type::TEXT),
+            (&destination, Type::TEXT),
+            (&after, Type::INT8),
+            (&limit, Type::INT8),
+        ];
+        client.affected(&self.outbox_expire, &params).await.map_err(|e| {
+            StorageError::database(format!("expiring dead outbox rows of {transport:?} → {destination:?}"), e)
+        })
+    }
+
+    /// Counts the unordered dead rows of `transport` and `destination` whose redrive gave up
+    /// (DLP-5).
+    pub async fn stuck_in_outbox(
+        &self,
+        client: &impl Executor,
+        transport: &str,
+        destination: &str,
+        after: Duration,
+        give_up_after: Duration,
+    ) -> Result<u64, StorageError> {
+        let (after, give_up) = (window(after), window(give_up_after));
+        let params: [(&(dyn ToSql + Sync), Type); 4] = [
+            (&transport, Type::TEXT),
+            (&destination, Type::TEXT),
+            (&after, Type::INT8),
+            (&give_up, Type::INT8),
+        ];
+        let what = format!("counting stuck dead outbox rows of {transport:?} → {destination:?}");
+        let row = one_row(client, &self.outbox_stuck, &params, &what).await?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_saturate_inside_what_postgresql_can_subtract() {
+        assert_eq!(window(Duration::from_secs(1)), 1_000_000);
+        assert_eq!(window(Duration::MAX), LONGEST_WINDOW_MICROS);
+    }
+
+    #[test]
+    fn every_queue_statement_matches_the_dead_letter_queue_and_the_original_topic_dlp_4() {
+        let statements = DeadLetterPolicyStatements::new(&Namespace::default());
+        for sql in [&statements.queue_redrive, &statements.queue_expire, &statements.queue_stuck] {
+            assert!(sql.contains("queue = $1 AND original_topic = $2"), "{sql}");
+        }
+        for sql in [&statements.outbox_redrive, &statements.outbox_expire, &statements.outbox_stuck] {
+            assert!(sql.contains("transport = $1 AND destination = $2 AND lane IS NULL"), "{sql}");
+        }
+    }
+}

@@ -1,0 +1,860 @@
+//! The dead-letter API (DLP-7): list, show, redrive and purge dead letters — of the queue
+//! table and of the outbox's dead table — one by message id or a filtered set, each action
+//! recorded in the audit table.
+//!
+//! # The model
+//!
+//! A *queue dead letter* is a row of the `queue` table stamped by a consumer
+//! (`dead_lettered_at IS NOT NULL`, QUE-2); an *outbox dead row* is a row of the `dead`
+//! table (DSP-5). A [`QueueDeadLetterFilter`] or [`OutboxDeadFilter`] selects them: every
+//! criterion is optional and they combine with AND; `after_seq` pages through a listing in
+//! `seq` order (keyset paging: pass the last `seq` you saw), and `limit` bounds every call
+//! (default 100, at most 10,000).
+//!
+//! An action — redrive or purge — is **one statement** that picks at most `limit` rows with
+//! `FOR UPDATE SKIP LOCKED`, changes them and writes one audit row per message (actor,
+//! time, action, message id, and a detail naming where it was and the filter used), so the
+//! action and its record commit together, in the caller's transaction when there is one. A
+//! row another session holds at that moment (a policy pass moving it) is skipped; act again
+//! to catch it. [`DeadLetterApi::redrive_queue`] moves a dead letter back to its original
+//! topic, visible now, with a fresh handled count and without its rejection stamps (as the
+//! policy pass does, DLP-3); one without an original topic has nowhere to go and is never
+//! selected. [`DeadLetterApi::redrive_outbox`] moves a dead row back into the outbox with a
+//! new `seq`, no attempts, visible now, keeping its id, body, headers, creation context,
+//! `created_at` and lane, and wakes dispatchers. A lane row comes back at the tail of its
+//! lane: the statement first takes the lane's writer lock (LAN-1c), so it is ordered with
+//! concurrent writers of that lane like any new message. Every action has a dry run
+//! ([`Mode::DryRun`]) that returns what it would touch and changes nothing.
+//!
+//! Listings are operator statements, not worker ones: by queue and topic they use
+//! `queue_dead_letter_idx` / `queue_receive_idx`, by outbox message id `dead_message_id_idx`;
+//! other filters scan the dead letters.
+//!
+//! ```no_run
+//! # async fn example(client: &tokio_postgres::Client) -> Result<(), relayer_postgres::DeadLetterApiError> {
+//! use std::time::Duration;
+//! use relayer_core::Namespace;
+//! use relayer_postgres::{DeadLetterApi, Mode, QueueDeadLetterFilter};
+//!
+//! let api = DeadLetterApi::new(&Namespace::default());
+//! let filter = QueueDeadLetterFilter::new().queue("orders.dead").older_than(Duration::from_secs(3_600));
+//! let page = api.list_queue(client, &filter).await?;
+//! let would = api.redrive_queue(client, &filter, "ops:alice", Mode::DryRun).await?;
+//! let done = api.redrive_queue(client, &filter, "ops:alice", Mode::Apply).await?;
+//! # let _ = (page, would, done); Ok(()) }
+//! ```
+
+use std::fmt::{self, Write as _};
+use std::time::{Duration, SystemTime};
+
+use relayer_core::options::MAX_BATCH_SIZE;
+use relayer_core::{Headers, MessageId, Namespace, Timestamp, advisory_lock_key};
+use tokio_postgres::Row;
+use tokio_postgres::types::{ToSql, Type};
+
+use crate::error::{StorageError, StorageErrorKind};
+use crate::exec::Executor;
+use crate::outbox::{headers_from_json, notify_channel};
+use crate::recovery::micros;
+
+/// Rows a listing or an action takes unless told otherwise.
+pub const DEFAULT_LIMIT: u32 = 100;
+
+/// Why a dead-letter call did nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeadLetterApiError {
+    /// The request is invalid (an empty actor, a limit out of range, an action without any
+    /// criterion); nothing was read or changed.
+    #[error("dead letters: {0}")]
+    Invalid(String),
+    /// A statement failed; in a transaction, the caller's transaction is likely aborted.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Whether an action changes anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Do it, and audit it.
+    Apply,
+    /// Only return what it would touch; change and audit nothing.
+    DryRun,
+}
+
+/// A message an action touched (or, in a dry run, would touch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Touched {
+    /// The row's `seq` before the action.
+    pub seq: i64,
+    /// The message id.
+    pub message_id: MessageId,
+}
+
+/// A dead letter of the queue table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueDeadLetter {
+    /// The row's `seq`: its identity in the table, and the keyset of listings.
+    pub seq: i64,
+    /// The message id.
+    pub message_id: MessageId,
+    /// The dead-letter queue holding it.
+    pub queue: String,
+    /// Where it came from; `None` for a dead letter relayer did not stamp.
+    pub original_topic: Option<String>,
+    /// Why it was dead-lettered (`unacceptable` for one that could not be decoded).
+    pub rejection_reason: Option<String>,
+    /// The rejection's message.
+    pub rejection_message: Option<String>,
+    /// How often a handler saw it.
+    pub handled_count: i32,
+    /// When it was created (database clock).
+    pub created_at: Timestamp,
+    /// When it was dead-lettered (database clock).
+    pub dead_lettered_at: Timestamp,
+    /// Its headers.
+    pub headers: Headers,
+    /// Its body.
+    pub body: Vec<u8>,
+    /// Its creation context (trace context).
+    pub trace_context: Option<String>,
+}
+
+/// A row of the outbox's dead table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxDeadRow {
+    /// The row's `seq` (its outbox `seq` when it died): its identity, and the keyset of listings.
+    pub seq: i64,
+    /// The message id.
+    pub message_id: MessageId,
+    /// The transport name.
+    pub transport: String,
+    /// The destination.
+    pub destination: String,
+    /// The ordered-delivery lane, if any.
+    pub lane: Option<String>,
+    /// Failed attempts when it died.
+    pub attempts: i32,
+    /// The last send error.
+    pub last_error: Option<String>,
+    /// When it was written (database clock).
+    pub created_at: Timestamp,
+    /// When it died (database clock).
+    pub failed_at: Timestamp,
+    /// Its headers.
+    pub headers: Headers,
+    /// Its body.
+    pub body: Vec<u8>,
+    /// Its creation context (trace context).
+    pub trace_context: Option<String>,
+}
+
+/// Selects queue dead letters; criteria combine with AND.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueDeadLetterFilter {
+    queue: Option<String>,
+    original_topic: Option<String>,
+    reason: Option<String>,
+    older_than: Option<Duration>,
+    message_id: Option<MessageId>,
+    after_seq: Option<i64>,
+    limit: u32,
+}
+
+impl Default for QueueDeadLetterFilter {
+    fn default() -> Self {
+        QueueDeadLetterFilter::new()
+    }
+}
+
+impl QueueDeadLetterFilter {
+    /// Every dead letter, [`DEFAULT_LIMIT`] at a time.
+    pub fn new() -> Self {
+        QueueDeadLetterFilter {
+            queue: None,
+            original_topic: None,
+            reason: None,
+            older_than: None,
+            message_id: None,
+            after_seq: None,
+            limit: DEFAULT_LIMIT,
+        }
+    }
+
+    /// One message, by id.
+    pub fn message(message_id: MessageId) -> Self {
+        QueueDeadLetterFilter { message_id: Some(message_id), ..QueueDeadLetterFilter::new() }
+    }
+
+    /// Held in dead-letter queue `queue`.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+
+    /// Dead-lettered from `topic`.
+    pub fn original_topic(mut self, topic: impl Into<String>) -> Self {
+        self.original_topic = Some(topic.into());
+        self
+    }
+
+    /// With rejection reason `reason`.
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    /// Dead-lettered at least `age` ago (database clock).
+    pub fn older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// With message id `message_id`.
+    pub fn message_id(mut self, message_id: MessageId) -> Self {
+        self.message_id = Some(message_id);
+        self
+    }
+
+    /// Only rows after `seq` (keyset paging: the last `seq` of the previous page).
+    pub fn after_seq(mut self, seq: i64) -> Self {
+        self.after_seq = Some(seq);
+        self
+    }
+
+    /// At most `limit` rows (1..=10000).
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    fn selects_something(&self) -> bool {
+        self.queue.is_some()
+            || self.original_topic.is_some()
+            || self.reason.is_some()
+            || self.older_than.is_some()
+            || self.message_id.is_some()
+    }
+
+    /// The filter's `WHERE`, starting with `base`.
+    fn render(&self, base: &str) -> Where {
+        let mut clauses = Where::new(base);
+        if let Some(queue) = &self.queue {
+            clauses.equal("queue", queue.clone(), Type::TEXT);
+        }
+        if let Some(topic) = &self.original_topic {
+            clauses.equal("original_topic", topic.clone(), Type::TEXT);
+        }
+        if let Some(reason) = &self.reason {
+            clauses.equal("rejection_reason", reason.clone(), Type::TEXT);
+        }
+        if let Some(age) = self.older_than {
+            let at = clauses.bind(micros(age), Type::INT8);
+            clauses.and(format!("dead_lettered_at <= now() - {at}::int8 * interval '1 microsecond'"));
+        }
+        if let Some(id) = self.message_id {
+            clauses.equal("message_id", *id.as_uuid(), Type::UUID);
+        }
+        if let Some(seq) = self.after_seq {
+            let at = clauses.bind(seq, Type::INT8);
+            clauses.and(format!("seq > {at}"));
+        }
+        clauses
+    }
+}
+
+impl fmt::Display for QueueDeadLetterFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut text = String::new();
+        describe(&mut text, "queue", self.queue.as_ref());
+        describe(&mut text, "original_topic", self.original_topic.as_ref());
+        describe(&mut text, "reason", self.reason.as_ref());
+        describe(&mut text, "older_than", self.older_than.map(relayer_core::HumanDuration).as_ref());
+        describe(&mut text, "message_id", self.message_id.as_ref());
+        describe(&mut text, "after_seq", self.after_seq.as_ref());
+        write!(f, "{text}limit={}", self.limit)
+    }
+}
+
+/// Selects rows of the outbox's dead table; criteria combine with AND.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxDeadFilter {
+    transport: Option<String>,
+    destination: Option<String>,
+    lane: Option<String>,
+    older_than: Option<Duration>,
+    message_id: Option<MessageId>,
+    after_seq: Option<i64>,
+    limit: u32,
+}
+
+impl Default for OutboxDeadFilter {
+    fn default() -> Self {
+        OutboxDeadFilter::new()
+    }
+}
+
+impl OutboxDeadFilter {
+    /// Every dead row, [`DEFAULT_LIMIT`] at a time.
+    pub fn new() -> Self {
+        OutboxDeadFilter {
+            transport: None,
+            destination: None,
+            lane: None,
+            older_than: None,
+            message_id: None,
+            after_seq: None,
+            limit: DEFAULT_LIMIT,
+        }
+    }
+
+    /// One message, by id.
+    pub fn message(message_id: MessageId) -> Self {
+        OutboxDeadFilter { message_id: Some(message_id), ..OutboxDeadFilter::new() }
+    }
+
+    /// For transport `transport`.
+    pub fn transport(mut self, transport: impl Into<String>) -> Self {
+        self.transport = Some(transport.into());
+        self
+    }
+
+    /// For destination `destination`.
+    pub fn destination(mut self, destination: impl Into<String>) -> Self {
+        self.destination = Some(destination.into());
+        self
+    }
+
+    /// Of lane `lane`.
+    pub fn lane(mut self, lane: impl Into<String>) -> Self {
+        self.lane = Some(lane.into());
+        self
+    }
+
+    /// Failed at least `age` ago (database clock).
+    pub fn older_than(mut self, age: Duration) -> Self {
+        self.older_than = Some(age);
+        self
+    }
+
+    /// With message id `message_id`.
+    pub fn message_id(mut self, message_id: MessageId) -> Self {
+        self.message_id = Some(message_id);
+        self
+    }
+
+    /// Only rows after `seq` (keyset paging).
+    pub fn after_seq(mut self, seq: i64) -> Self {
+        self.after_seq = Some(seq);
+        self
+    }
+
+    /// At most `limit` rows (1..=10000).
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    fn selects_something(&self) -> bool {
+        self.transport.is_some()
+            || self.destination.is_some()
+            || self.lane.is_some()
+            || self.older_than.is_some()
+            || self.message_id.is_some()
+    }
+
+    fn render(&self) -> Where {
+        let mut clauses = Where::new("true");
+        if let Some(transport) = &self.transport {
+            clauses.equal("transport", transport.clone(), Type::TEXT);
+        }
+        if let Some(destination) = &self.destination {
+            clauses.equal("destination", destination.clone(), Type::TEXT);
+        }
+        if let Some(lane) = &self.lane {
+            clauses.equal("lane", lane.clone(), Type::TEXT);
+        }
+        if let Some(age) = self.older_than {
+            let at = clauses.bind(micros(age), Type::INT8);
+            clauses.and(format!("failed_at <= now() - {at}::int8 * interval '1 microsecond'"));
+        }
+        if let Some(id) = self.message_id {
+            clauses.equal("message_id", *id.as_uuid(), Type::UUID);
+        }
+        if let Some(seq) = self.after_seq {
+            let at = clauses.bind(seq, Type::INT8);
+            clauses.and(format!("seq > {at}"));
+        }
+        clauses
+    }
+}
+
+impl fmt::Display for OutboxDeadFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut text = String::new();
+        describe(&mut text, "transport", self.transport.as_ref());
+        describe(&mut text, "destination", self.destination.as_ref());
+        describe(&mut text, "lane", self.lane.as_ref());
+        describe(&mut text, "older_than", self.older_than.map(relayer_core::HumanDuration).as_ref());
+        describe(&mut text, "message_id", self.message_id.as_ref());
+        describe(&mut text, "after_seq", self.after_seq.as_ref());
+        write!(f, "{text}limit={}", self.limit)
+    }
+}
+
+fn describe(text: &mut String, name: &str, value: Option<&impl fmt::Display>) {
+    if let Some(value) = value {
+        let _ = write!(text, "{name}={value} ");
+    }
+}
+
+/// A `WHERE` clause under construction and its bound values ($1, $2, … in order).
+struct Where {
+    clauses: Vec<String>,
+    values: Vec<(Box<dyn ToSql + Sync + Send>, Type)>,
+}
+
+impl Where {
+    fn new(base: &str) -> Self {
+        Where { clauses: vec![base.to_owned()], values: Vec::new() }
+    }
+
+    /// Binds `value` and returns its placeholder.
+    fn bind(&mut self, value: impl ToSql + Sync + Send + 'static, ty: Type) -> String {
+        self.values.push((Box::new(value), ty));
+        format!("${}", self.values.len())
+    }
+
+    fn and(&mut self, clause: String) {
+        self.clauses.push(clause);
+    }
+
+    fn equal(&mut self, column: &str, value: impl ToSql + Sync + Send + 'static, ty: Type) {
+        let at = self.bind(value, ty);
+        self.and(format!("{column} = {at}"));
+    }
+
+    fn sql(&self) -> String {
+        self.clauses.join(" AND ")
+    }
+
+    fn params(&self) -> Vec<(&(dyn ToSql + Sync), Type)> {
+        self.values.iter().map(|(value, ty)| (&**value as &(dyn ToSql + Sync), ty.clone())).collect()
+    }
+}
+
+/// The columns every queue dead-letter read returns, in [`decode_queue`]'s order.
+const QUEUE_COLUMNS: &str = "seq, message_id, queue, original_topic, rejection_reason, rejection_message, \
+     handled_count, created_at, dead_lettered_at, headers, body, trace_context";
+
+/// The columns every outbox dead-row read returns, in [`decode_dead`]'s order.
+const DEAD_COLUMNS: &str = "seq, message_id, transport, destination, lane, attempts, last_error, created_at, \
+     failed_at, headers, body, trace_context";
+
+/// The dead-letter API of one namespace (see the [module docs](self)).
+#[derive(Clone, Debug)]
+pub struct DeadLetterApi {
+    queue: String,
+    dead: String,
+    outbox: String,
+    audit: String,
+    channel: String,
+    lane_lock_prefix: String,
+}
+
+impl DeadLetterApi {
+    /// The API for `namespace`.
+    pub fn new(namespace: &Namespace) -> Self {
+        DeadLetterApi {
+            queue: namespace.table("queue"),
+            dead: namespace.table("dead"),
+            outbox: namespace.table("outbox"),
+            audit: namespace.table("audit"),
+            channel: notify_channel(namespace),
+            // The outbox writer's lane lock resource (LAN-1c): the same lock, so a redriven
+            // lane row is ordered with concurrent writers of its lane.
+            lane_lock_prefix: format!("lane:{}.{}:", namespace.schema(), namespace.prefix()),
+        }
+    }
+
+    /// Queue dead letters matching `filter`, in `seq` order.
+    pub async fn list_queue(
+        &self,
+        client: &impl Executor,
+        filter: &QueueDeadLetterFilter,
+    ) -> Result<Vec<QueueDeadLetter>, DeadLetterApiError> {
+        let limit = check_limit(filter.limit)?;
+        let mut clauses = filter.render("dead_lettered_at IS NOT NULL");
+        let limit = clauses.bind(limit, Type::INT8);
+        let sql = format!(
+            "SELECT {QUEUE_COLUMNS} FROM {} WHERE {} ORDER BY seq LIMIT {limit}",
+            self.queue,
+            clauses.sql()
+        );
+        let rows = read(client, &sql, &clauses, "listing queue dead letters").await?;
+        Ok(rows.iter().map(decode_queue).collect::<Result<_, _>>()?)
+    }
+
+    /// The queue dead letter with id `message_id` (the oldest, should there be several).
+    pub async fn show_queue(
+        &self,
+        client: &impl Executor,
+        message_id: MessageId,
+    ) -> Result<Option<QueueDeadLetter>, DeadLetterApiError> {
+        let filter = QueueDeadLetterFilter::message(message_id).limit(1);
+        Ok(self.list_queue(client, &filter).await?.into_iter().next())
+    }
+
+    /// Redrives the queue dead letters `filter` selects that have an original topic (DLP-7):
+    /// back to it, visible now, handled count reset, stamps stripped; audited as
+    /// `dead_letter.redrive` by `actor`. In a dry run, returns what it would move.
+    pub async fn redrive_queue(
+        &self,
+        client: &impl Executor,
+        filter: &QueueDeadLetterFilter,
+        actor: &str,
+        mode: Mode,
+    ) -> Result<Vec<Touched>, DeadLetterApiError> {
+        let base = "dead_lettered_at IS NOT NULL AND original_topic IS NOT NULL";
+        let action = |picked: &str, audit: &str| {
+            format!(
+                "moved AS ( \
+                   UPDATE {queue} q SET queue = q.original_topic, visible_at = now(), handled_count = 0, \
+                          original_topic = NULL, rejection_reason = NULL, rejection_message = NULL, \
+                          dead_lettered_at = NULL \
+                   FROM {picked} p WHERE q.seq = p.seq \
+                   RETURNING p.*), \
+                 {audit} FROM moved RETURNING 1) \
+                 SELECT seq, message_id FROM moved ORDER BY seq",
+                queue = self.queue
+            )
+        };
+        self.queue_action(client, filter, actor, mode, base, "dead_letter.redrive", action).await
+    }
+
+    /// Deletes the queue dead letters `filter` selects (DLP-7), audited as
+    /// `dead_letter.purge` by `actor`. In a dry run, returns what it would delete.
+    pub async fn purge_queue(
+        &self,
+        client: &impl Executor,
+        filter: &QueueDeadLetterFilter,
+        actor: &str,
+        mode: Mode,
+    ) -> Result<Vec<Touched>, DeadLetterApiError> {
+        let action = |picked: &str, audit: &str| {
+            format!(
+                "gone AS (DELETE FROM {queue} q USING {picked} p WHERE q.seq = p.seq RETURNING p.*), \
+                 {audit} FROM gone RETURNING 1) \
+                 SELECT seq, message_id FROM gone ORDER BY seq",
+                queue = self.queue
+            )
+        };
+        self.queue_action(
+            client,
+            filter,
+            actor,
+            mode,
+            "dead_lettered_at IS NOT NULL",
+            "dead_letter.purge",
+            action,
+        )
+        .await
+    }
+
+    /// One audited action on the queue dead letters `filter` selects beyond `base`;
+    /// `action(picked, audit)` renders the CTEs after `picked` (the locked batch, with the
+    /// columns the audit records) given the audit insert's head.
+    #[allow(clippy::too_many_arguments)]
+    async fn queue_action(
+        &self,
+        client: &impl Executor,
+        filter: &QueueDeadLetterFilter,
+        actor: &str,
+        mode: Mode,
+        base: &str,
+        name: &str,
+        action: impl Fn(&str, &str) -> String,
+    ) -> Result<Vec<Touched>, DeadLetterApiError> {
+        let limit = check_action(filter.limit, filter.selects_something(), actor)?;
+        let mut clauses = filter.render(base);
+        let limit = clauses.bind(limit, Type::INT8);
+        let selection = format!("FROM {} WHERE {} ORDER BY seq LIMIT {limit}", self.queue, clauses.sql());
+        let what = format!("{name} of queue dead letters ({filter})");
+        if mode == Mode::DryRun {
+            let sql = format!("SELECT seq, message_id {selection}");
+            return touched(&read(client, &sql, &clauses, &what).await?);
+        }
+        let (actor, detail) =
+            (clauses.bind(actor.to_owned(), Type::TEXT), clauses.bind(filter.to_string(), Type::TEXT));
+        let sql = format!(
+            "WITH picked AS MATERIALIZED ( \
+               SELECT seq, message_id, queue, original_topic, rejection_reason {selection} FOR UPDATE SKIP LOCKED), \
+             {}",
+            action(
+                "picked",
+                &format!(
+                    "audited AS (INSERT INTO {} (actor, action, subject, detail) \
+                     SELECT {actor}, '{name}', message_id::text, \
+                            jsonb_build_object('seq', seq, 'queue', queue, 'original_topic', original_topic, \
+                                               'reason', rejection_reason, 'filter', {detail}::text)",
+                    self.audit
+                )
+            )
+        );
+        touched(&read(client, &sql, &clauses, &what).await?)
+    }
+
+    /// Rows of the outbox's dead table matching `filter`, in `seq` order.
+    pub async fn list_outbox(
+        &self,
+        client: &impl Executor,
+        filter: &OutboxDeadFilter,
+    ) -> Result<Vec<OutboxDeadRow>, DeadLetterApiError> {
+        let limit = check_limit(filter.limit)?;
+        let mut clauses = filter.render();
+        let limit = clauses.bind(limit, Type::INT8);
+        let sql = format!(
+            "SELECT {DEAD_COLUMNS} FROM {} WHERE {} ORDER BY seq LIMIT {limit}",
+            self.dead,
+            clauses.sql()
+        );
+        let rows = read(client, &sql, &clauses, "listing dead outbox rows").await?;
+        Ok(rows.iter().map(decode_dead).collect::<Result<_, _>>()?)
+    }
+
+    /// The dead outbox row with id `message_id` (the oldest, should there be several).
+    pub async fn show_outbox(
+        &self,
+        client: &impl Executor,
+        message_id: MessageId,
+    ) -> Result<Option<OutboxDeadRow>, DeadLetterApiError> {
+        let filter = OutboxDeadFilter::message(message_id).limit(1);
+        Ok(self.list_outbox(client, &filter).await?.into_iter().next())
+    }
+
+    /// Moves the dead rows `filter` selects back into the outbox (DLP-7): a new `seq`, no
+    /// attempts, visible now, the same id, body, headers, context, `created_at` and lane;
+    /// dispatchers are woken. Audited as `outbox_dead.redrive` by `actor`. In a dry run,
+    /// returns what it would move.
+    pub async fn redrive_outbox(
+        &self,
+        client: &impl Executor,
+        filter: &OutboxDeadFilter,
+        actor: &str,
+        mode: Mode,
+    ) -> Result<Vec<Touched>, DeadLetterApiError> {
+        let limit = check_action(filter.limit, filter.selects_something(), actor)?;
+        let candidates = self.outbox_candidates(client, filter, limit, "outbox_dead.redrive").await?;
+        if mode == Mode::DryRun || candidates.is_empty() {
+            return Ok(candidates.iter().map(|(touched, _)| *touched).collect());
+        }
+        // Lane rows rejoin their lane behind its writers' lock, taken (sorted, so two
+        // redrives cannot deadlock) before the insert draws a seq.
+        let seqs: Vec<i64> = candidates.iter().map(|(touched, _)| touched.seq).collect();
+        let mut keys: Vec<i64> = candidates
+            .iter()
+            .filter_map(|(_, lane)| lane.as_ref())
+            .map(|lane| advisory_lock_key(&format!("{}{lane}", self.lane_lock_prefix)))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let detail = filter.to_string();
+        let sql = format!(
+            "WITH locked AS ( \
+               SELECT count(*) AS lanes FROM (SELECT pg_advisory_xact_lock(key) \
+                 FROM (SELECT key FROM unnest($1::int8[]) AS k(key) ORDER BY key) AS keys) AS taken), \
+             picked AS MATERIALIZED ( \
+               SELECT seq FROM {dead} WHERE seq = ANY($2::int8[]) AND (SELECT lanes FROM locked) >= 0 \
+               ORDER BY seq FOR UPDATE SKIP LOCKED), \
+             gone AS ( \
+               DELETE FROM {dead} d USING picked p WHERE d.seq = p.seq \
+               RETURNING d.seq, d.message_id, d.transport, d.destination, d.body, d.headers, d.trace_context, \
+                         d.lane, d.created_at, d.deliver_at, d.attempts, d.last_error), \
+             back AS ( \
+               INSERT INTO {outbox} (message_id, transport, destination, body, headers, trace_context, lane, \
+                                     created_at, deliver_at, visible_at) \
+               SELECT message_id, transport, destination, body, headers, trace_context, lane, created_at, \
+                      deliver_at, now() FROM gone ORDER BY seq \
+               RETURNING seq), \
+             audited AS ( \
+               INSERT INTO {audit} (actor, action, subject, detail) \
+               SELECT $3, 'outbox_dead.redrive', message_id::text, \
+                      jsonb_build_object('seq', seq, 'transport', transport, 'destination', destination, \
+                                         'lane', lane, 'attempts', attempts, 'last_error', last_error, \
+                                         'filter', $4::text) \
+               FROM gone RETURNING 1), \
+             notified AS (SELECT pg_notify($5::text, '') FROM (SELECT 1 FROM back LIMIT 1) AS any_back) \
+             SELECT seq, message_id, (SELECT count(*) FROM notified) FROM gone ORDER BY seq",
+            dead = self.dead,
+            outbox = self.outbox,
+            audit = self.audit,
+        );
+        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+            (&keys, Type::INT8_ARRAY),
+            (&seqs, Type::INT8_ARRAY),
+            (&actor, Type::TEXT),
+            (&detail, Type::TEXT),
+            (&self.channel, Type::TEXT),
+        ];
+        let rows = client
+            .rows(&sql, &params)
+            .await
+            .map_err(|e| StorageError::database(format!("outbox_dead.redrive ({filter})"), e))?;
+        touched(&rows)
+    }
+
+    /// Deletes the dead rows `filter` selects (DLP-7), audited as `outbox_dead.purge` by
+    /// `actor`. In a dry run, returns what it would delete.
+    pub async fn purge_outbox(
+        &self,
+        client: &impl Executor,
+        filter: &OutboxDeadFilter,
+        actor: &str,
+        mode: Mode,
+    ) -> Result<Vec<Touched>, DeadLetterApiError> {
+        let limit = check_action(filter.limit, filter.selects_something(), actor)?;
+        if mode == Mode::DryRun {
+            let candidates = self.outbox_candidates(client, filter, limit, "outbox_dead.purge").await?;
+            return Ok(candidates.iter().map(|(touched, _)| *touched).collect());
+        }
+        let mut clauses = filter.render();
+        let limit = clauses.bind(limit, Type::INT8);
+        let (actor, detail) =
+            (clauses.bind(actor.to_owned(), Type::TEXT), clauses.bind(filter.to_string(), Type::TEXT));
+        let sql = format!(
+            "WITH picked AS MATERIALIZED ( \
+               SELECT seq FROM {dead} WHERE {where_} ORDER BY seq LIMIT {limit} FOR UPDATE SKIP LOCKED), \
+             gone AS ( \
+               DELETE FROM {dead} d USING picked p WHERE d.seq = p.seq \
+               RETURNING d.seq, d.message_id, d.transport, d.destination, d.lane, d.attempts, d.last_error), \
+             audited AS ( \
+               INSERT INTO {audit} (actor, action, subject, detail) \
+               SELECT {actor}, 'outbox_dead.purge', message_id::text, \
+                      jsonb_build_object('seq', seq, 'transport', transport, 'destination', destination, \
+                                         'lane', lane, 'attempts', attempts, 'last_error', last_error, \
+                                         'filter', {detail}::text) \
+               FROM gone RETURNING 1) \
+             SELECT seq, message_id FROM gone ORDER BY seq",
+            dead = self.dead,
+            audit = self.audit,
+            where_ = clauses.sql(),
+        );
+        touched(&read(client, &sql, &clauses, &format!("outbox_dead.purge ({filter})")).await?)
+    }
+
+    /// The dead rows an outbox action would take, with their lanes.
+    async fn outbox_candidates(
+        &self,
+        client: &impl Executor,
+        filter: &OutboxDeadFilter,
+        limit: i64,
+        name: &str,
+    ) -> Result<Vec<(Touched, Option<String>)>, DeadLetterApiError> {
+        let mut clauses = filter.render();
+        let limit = clauses.bind(limit, Type::INT8);
+        let sql = format!(
+            "SELECT seq, message_id, lane FROM {} WHERE {} ORDER BY seq LIMIT {limit}",
+            self.dead,
+            clauses.sql()
+        );
+        let rows = read(client, &sql, &clauses, &format!("{name} ({filter})")).await?;
+        let touched = touched(&rows)?;
+        Ok(touched.into_iter().zip(rows.iter().map(|row| row.get::<_, Option<String>>(2))).collect())
+    }
+}
+
+fn check_limit(limit: u32) -> Result<i64, DeadLetterApiError> {
+    if (1..=MAX_BATCH_SIZE).contains(&limit) {
+        Ok(i64::from(limit))
+    } else {
+        Err(DeadLetterApiError::Invalid(format!("limit: {limit} is out of range (1..={MAX_BATCH_SIZE})")))
+    }
+}
+
+/// An action needs an actor for its audit record and at least one criterion, so that no
+/// call touches every dead letter by accident.
+fn check_action(limit: u32, selects_something: bool, actor: &str) -> Result<i64, DeadLetterApiError> {
+    if actor.trim().is_empty() {
+        return Err(DeadLetterApiError::Invalid(
+            "actor: must name who acts, for the audit record".to_owned(),
+        ));
+    }
+    if !selects_something {
+        return Err(DeadLetterApiError::Invalid(
+            "filter: an action needs at least one criterion (queue, topic, reason, age, id …)".to_owned(),
+        ));
+    }
+    check_limit(limit)
+}
+
+async fn read(
+    client: &impl Executor,
+    sql: &str,
+    clauses: &Where,
+    what: &str,
+) -> Result<Vec<Row>, StorageError> {
+    client.rows(sql, &clauses.params()).await.map_err(|e| StorageError::database(what.to_owned(), e))
+}
+
+fn touched(rows: &[Row]) -> Result<Vec<Touched>, DeadLetterApiError> {
+    rows.iter()
+        .map(|row| {
+            let decode = |e| StorageError::database("decoding a dead letter's seq and id", e);
+            Ok(Touched {
+                seq: row.try_get(0).map_err(decode)?,
+                message_id: MessageId::from_uuid(row.try_get(1).map_err(decode)?),
+            })
+        })
+        .collect()
+}
+
+fn timestamp(row: &Row, index: usize, what: &'static str) -> Result<Timestamp, StorageError> {
+    let time: SystemTime = row.try_get(index).map_err(|e| StorageError::database(what, e))?;
+    Ok(Timestamp::from_system_time(time))
+}
+
+fn decode_queue(row: &Row) -> Result<QueueDeadLetter, StorageError> {
+    let what = "decoding a queue dead letter";
+    let decode = |e| StorageError::database(what, e);
+    let seq: i64 = row.try_get(0).map_err(decode)?;
+    let headers = headers_from_json(row.try_get(9).map_err(decode)?).map_err(|e| {
+        StorageError::new(format!("queue dead letter seq {seq}: {e}"), StorageErrorKind::MalformedRow)
+    })?;
+    Ok(QueueDeadLetter {
+        seq,
+        message_id: MessageId::from_uuid(row.try_get(1).map_err(decode)?),
+        queue: row.try_get(2).map_err(decode)?,
+        original_topic: row.try_get(3).map_err(decode)?,
+        rejection_reason: row.try_get(4).map_err(decode)?,
+        rejection_message: row.try_get(5).map_err(decode)?,
+        handled_count: row.try_get(6).map_err(decode)?,
+        created_at: timestamp(row, 7, what)?,
+        dead_lettered_at: timestamp(row, 8, what)?,
+        headers,
+        body: row.try_get(10).map_err(decode)?,
+        trace_context: row.try_get(11).map_err(decode)?,
+    })
+}
+
+fn decode_dead(row: &Row) -> Result<OutboxDeadRow, StorageError> {
+    let what = "decoding a dead outbox row";
+    let decode = |e| StorageError::database(what, e);
+    let seq: i64 = row.try_get(0).map_err(decode)?;
+    let headers = headers_from_json(row.try_get(9).map_err(decode)?).map_err(|e| {
+        StorageError::new(format!("dead outbox row seq {seq}: {e}"), StorageErrorKind::MalformedRow)
+    })?;
+    Ok(OutboxDeadRow {
+        seq,
+        message_id: MessageId::from_uuid(row.try_get(1).map_err(decode)?),
+        transport: row.try_get(2).map_err(decode)?,
+        destination: row.try_get(3).map_err(decode)?,
+        lane: row.try_get(4).map_err(decode)?,
+        attempts: row.try_get(5).map_err(decode)?,
+        last_error: row.try_get(6).map_err(decode)?,
+        created_at: timestamp(row, 7, what)?,
+        failed_at: timestamp(row, 8, what)?,
+        headers,
+        body: row.try_get(10).map_err(decode)?,
+        trace_context: row.try_get(11).map_err(decode)?,
+    })
+}
