@@ -14,6 +14,7 @@ mod error;
 pub mod exec;
 pub mod instances;
 pub mod lanes;
+pub mod lanes_admin;
 pub mod leases;
 mod migrate;
 pub mod outbox;
@@ -22,7 +23,7 @@ pub mod queue;
 pub mod recovery;
 pub mod retention;
 mod schema;
-mod status;
+pub mod status;
 mod store;
 
 pub use dead_letter_policy::DeadLetterPolicyStatements;
@@ -34,6 +35,7 @@ pub use error::{StorageError, StorageErrorKind};
 pub use exec::{Executor, Prepared};
 pub use instances::{InstanceSettings, InstanceStatements};
 pub use lanes::{HeadFailure, LaneClaim, LaneHead, LaneStatements, ParkedLane};
+pub use lanes_admin::{LaneAdmin, LaneListing};
 pub use leases::{Lease, LeaseStatements};
 pub use migrate::{MigrationReport, current_version, migrate, migration_lock_resource, verify_schema};
 pub use outbox::{

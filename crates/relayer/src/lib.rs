@@ -64,6 +64,7 @@
 //! | `queue` | [`queue`] and [`RelayerBuilder::queue_transport`] |
 //! | `advisory-lock` | [`advisory_lock`] and [`LeaderElection::AdvisoryLock`] |
 //! | `dead-letters` | [`dead_letters`] and [`RelayerBuilder::dead_letters`] (brings `advisory-lock`) |
+//! | `metrics` | worker counters, pass durations and gauges through the `metrics` facade (OBS-2; see the `metrics` module docs in the source for every name) |
 //! | `full` | all of the above |
 #![deny(missing_docs)]
 
@@ -85,6 +86,8 @@ mod error;
 mod fingerprints;
 #[cfg(feature = "postgres")]
 mod host;
+#[cfg(feature = "metrics")]
+mod metrics;
 
 #[cfg(feature = "postgres")]
 pub use builder::{LeaderElection, Relayer, RelayerBuilder, RelayerOptions};
