@@ -216,10 +216,7 @@ pub(crate) fn render(namespace: &str, status: &NamespaceStatus) -> String {
     }
     section(&mut text, &leases);
 
-    let _ = writeln!(
-        text,
-        "workers (last successful pass; lease = leases.renewed_at, heartbeat = instances.seen_at):"
-    );
+    let _ = writeln!(text, "workers (last pass: lease = leases.renewed_at; heartbeat = instances.seen_at):");
     let mut workers = Table::new(&["worker", "last pass", "from", "interval", "instances", "state"]);
     for w in &status.workers {
         workers.row(vec![
