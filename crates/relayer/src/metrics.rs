@@ -15,6 +15,8 @@
 //! | `relayer_leader` | gauge | `worker` | 1 while this instance led the worker's last pass, else 0 |
 //! | `relayer_lease_term` | gauge | `worker` | the lease term of the last led pass (lease leadership only) |
 //! | `relayer_dead_letters_stuck` | gauge | — | dead letters past their redrive window at the last policy pass (DLP-5) |
+// With no led worker compiled in, there is nothing to observe.
+#![cfg_attr(not(any(feature = "sweeper", feature = "cleanup", feature = "dead-letters")), allow(dead_code))]
 
 use std::time::Duration;
 
@@ -25,10 +27,13 @@ use tokio::time::Instant;
 /// How often the seconds-since-last-success gauge is refreshed between events.
 const REFRESH: Duration = Duration::from_secs(5);
 
+/// One count of a report: `(outcome, an extra label, count)`.
+pub(crate) type Count = (&'static str, Option<(&'static str, &'static str)>, u64);
+
 /// A pass report's contribution to the counters.
 pub(crate) trait Counted {
     /// `(outcome, extra label, count)` for each count the report carries.
-    fn counts(&self) -> Vec<(&'static str, Option<(&'static str, &'static str)>, u64)>;
+    fn counts(&self) -> Vec<Count>;
     /// Gauges the report sets: the lease term, stuck dead letters.
     fn gauges(&self, worker: WorkerKind) {
         let _ = worker;
@@ -37,7 +42,7 @@ pub(crate) trait Counted {
 
 #[cfg(feature = "sweeper")]
 impl Counted for relayer_sweeper::SweepReport {
-    fn counts(&self) -> Vec<(&'static str, Option<(&'static str, &'static str)>, u64)> {
+    fn counts(&self) -> Vec<Count> {
         vec![("recovered", None, self.sent), ("failed", None, self.failed), ("dead", None, self.dead)]
     }
 
@@ -51,7 +56,7 @@ impl Counted for relayer_sweeper::SweepReport {
 
 #[cfg(feature = "cleanup")]
 impl Counted for relayer_cleanup::CleanupReport {
-    fn counts(&self) -> Vec<(&'static str, Option<(&'static str, &'static str)>, u64)> {
+    fn counts(&self) -> Vec<Count> {
         vec![
             ("cleaned", Some(("table", "dead")), self.dead_deleted),
             ("cleaned", Some(("table", "inbox")), self.inbox_deleted),
@@ -68,7 +73,7 @@ impl Counted for relayer_cleanup::CleanupReport {
 
 #[cfg(feature = "dead-letters")]
 impl Counted for relayer_dead_letters::DeadLetterReport {
-    fn counts(&self) -> Vec<(&'static str, Option<(&'static str, &'static str)>, u64)> {
+    fn counts(&self) -> Vec<Count> {
         vec![("redriven", None, self.redriven), ("expired", None, self.expired)]
     }
 
