@@ -15,8 +15,7 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use relayer_core::{
-    CleanupOptions, DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule,
-    DispatcherOptions, Namespace, SweeperOptions,
+    CleanupOptions, DeadLetterOptions, DeadLetterPolicies, DispatcherOptions, Namespace, SweeperOptions,
 };
 use serde::Deserialize;
 
@@ -39,8 +38,8 @@ struct File {
     sweeper: Option<SweeperOptions>,
     cleanup: Option<CleanupOptions>,
     dead_letter: Option<DeadLetterOptions>,
-    #[serde(default)]
-    dead_letter_policies: Vec<PolicySection>,
+    /// One table per message type (`relayer_core::dead_letter_config`), validated as a set.
+    dead_letter_policies: Option<DeadLetterPolicies>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,30 +68,6 @@ struct MetricsSection {
 
 fn default_sample_interval() -> Duration {
     Duration::from_secs(15)
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PolicySection {
-    /// Queue type: the queue consumed (and redriven to).
-    queue: Option<String>,
-    /// Queue type: its dead-letter queue.
-    dead_letter_queue: Option<String>,
-    /// Outbox type: the transport.
-    transport: Option<String>,
-    /// Outbox type: the destination.
-    destination: Option<String>,
-    action: PolicyAction,
-    #[serde(with = "relayer_core::duration::human")]
-    after: Duration,
-    give_up_after: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum PolicyAction {
-    Redrive,
-    Expire,
 }
 
 /// A validated sidecar configuration.
@@ -185,18 +160,10 @@ impl File {
                 return Err("metrics.sample_interval: 0s must be positive".to_owned());
             }
         }
-        let mut rules = Vec::new();
-        for (i, policy) in self.dead_letter_policies.iter().enumerate() {
-            rules.push(policy.rule().map_err(|e| format!("dead_letter_policies[{i}].{e}"))?);
+        let policies = self.dead_letter_policies.filter(|policies| !policies.is_empty());
+        if policies.is_none() && self.dead_letter.is_some() {
+            return Err("dead_letter: set, but no [[dead_letter_policies]] to apply".to_owned());
         }
-        let policies = if rules.is_empty() {
-            if self.dead_letter.is_some() {
-                return Err("dead_letter: set, but no [[dead_letter_policies]] to apply".to_owned());
-            }
-            None
-        } else {
-            Some(DeadLetterPolicies::new(rules).map_err(|e| format!("dead_letter_policies: {e}"))?)
-        };
         let config = Config {
             database_url: self.database_url,
             pool_size,
@@ -216,35 +183,6 @@ impl File {
             );
         }
         Ok(config)
-    }
-}
-
-impl PolicySection {
-    /// The rule, or an error starting with the offending key.
-    fn rule(&self) -> Result<DeadLetterRule, String> {
-        let give_up_after = self
-            .give_up_after
-            .as_deref()
-            .map(relayer_core::duration::parse_duration)
-            .transpose()
-            .map_err(|e| format!("give_up_after: {e}"))?;
-        let policy = match (&self.action, give_up_after) {
-            (PolicyAction::Redrive, Some(give_up)) => {
-                DeadLetterPolicy::redrive(self.after, give_up).map_err(|e| e.to_string())?
-            }
-            (PolicyAction::Redrive, None) => return Err("give_up_after: a redrive needs it".to_owned()),
-            (PolicyAction::Expire, None) => DeadLetterPolicy::expire(self.after),
-            (PolicyAction::Expire, Some(_)) => return Err("give_up_after: only a redrive has one".to_owned()),
-        };
-        match (&self.queue, &self.dead_letter_queue, &self.transport, &self.destination) {
-            (Some(queue), Some(dlq), None, None) => Ok(DeadLetterRule::queue(queue, dlq, policy)),
-            (None, None, Some(transport), Some(destination)) => {
-                Ok(DeadLetterRule::outbox(transport, destination, policy))
-            }
-            _ => {
-                Err("queue: name either queue and dead_letter_queue, or transport and destination".to_owned())
-            }
-        }
     }
 }
 
@@ -314,7 +252,7 @@ mod tests {
         let config = load(
             "[namespace]\nschema = \"messaging\"\n[sweeper]\nbatch_size = 200\nsweep_interval = \"2s\"\n\
              [cleanup]\ndead_retention = \"infinite\"\n[metrics]\nlisten = \"127.0.0.1:9187\"\n\
-             [[dead_letter_policies]]\nqueue = \"orders\"\ndead_letter_queue = \"orders.dead\"\n\
+             [[dead_letter_policies]]\noriginal_topic = \"orders\"\ndead_letter_queue = \"orders.dead\"\n\
              action = \"redrive\"\nafter = \"1h\"\ngive_up_after = \"1d\"\n",
         )
         .unwrap();
@@ -342,8 +280,8 @@ mod tests {
             ),
             ("[sweeper]\n[metrics]\nlisten = \"nowhere\"\n", "metrics.listen: "),
             (
-                "[[dead_letter_policies]]\nqueue = \"q\"\ndead_letter_queue = \"d\"\naction = \"redrive\"\nafter = \"1h\"\n",
-                "dead_letter_policies[0].give_up_after: a redrive needs it",
+                "[[dead_letter_policies]]\noriginal_topic = \"q\"\ndead_letter_queue = \"d\"\naction = \"redrive\"\nafter = \"1d\"\ngive_up_after = \"1h\"\n",
+                "dead_letter_policies: dead-letter rule 1: give_up_after: 1h must be greater than after (1d)",
             ),
             ("pool_size = 0\n[sweeper]\n", "pool_size: 0 is out of range"),
             ("", "nothing to run"),

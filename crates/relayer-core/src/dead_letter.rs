@@ -23,7 +23,8 @@
 //! fail again (DLP-4, QUE-2). Expiry deletes both kinds of a type's rows alike, since it
 //! needs no destination.
 //!
-//! [`DeadLetterPolicies`] is a validated set (one policy per type, sensible names), and
+//! [`DeadLetterPolicies`] is a validated set (one policy per type, sensible names), also read
+//! from configuration files ([`crate::dead_letter_config`]), and
 //! [`DeadLetterPolicies::check_subscriptions`] is the start-time check of DLP-6: every
 //! queue type with a policy needs exactly one subscription of its topic, dead-lettering into
 //! the policy's queue.

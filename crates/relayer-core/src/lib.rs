@@ -10,6 +10,7 @@
 pub mod backoff;
 pub mod cursor;
 pub mod dead_letter;
+pub mod dead_letter_config;
 pub mod duration;
 pub mod eligibility;
 pub mod lock;

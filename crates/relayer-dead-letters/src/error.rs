@@ -15,7 +15,4 @@ pub enum DeadLetterError {
     /// No pooled connection could be had.
     #[error("dead-letter policies could not get a pooled connection")]
     Pool(#[source] bb8::RunError<tokio_postgres::Error>),
-    /// Beginning or committing the lease transaction failed.
-    #[error("dead-letter policies: {0} failed")]
-    Transaction(&'static str, #[source] tokio_postgres::Error),
 }

@@ -25,8 +25,9 @@
 //!
 //! A dead letter whose redrive comes after `give_up_after` stays where it is. Every pass
 //! counts such *stuck* dead letters per type, logs the count at ERROR (target
-//! `relayer::dead_letter`) and reports it ([`DeadLetterReport::stuck`], DLP-5): an
-//! operator decides, with the API in `relayer_postgres::dead_letters` (DLP-7).
+//! `relayer::dead_letter`), reports it ([`DeadLetterReport::stuck`]) and exports it as the
+//! gauge [`STUCK_GAUGE`] through the `metrics` facade (DLP-5), beside the counters
+//! [`REDRIVEN_COUNTER`] and [`EXPIRED_COUNTER`]; an operator decides, with the API in `relayer_postgres::dead_letters` (DLP-7).
 //!
 //! ```no_run
 //! # async fn example(pool: relayer_postgres::PgPool, lock: std::sync::Arc<dyn relayer_core::DistributedLock>)
@@ -56,4 +57,6 @@ mod worker;
 
 pub use error::DeadLetterError;
 pub use report::{DeadLetterReport, TypeReport};
-pub use worker::{DeadLetterWorker, LEASE_JOB, lock_resource};
+pub use worker::{
+    DeadLetterWorker, EXPIRED_COUNTER, LEASE_JOB, REDRIVEN_COUNTER, STUCK_GAUGE, lock_resource,
+};

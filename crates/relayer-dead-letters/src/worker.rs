@@ -6,12 +6,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use relayer_core::store::{HoldLease, Lease};
-use relayer_core::{
-    DeadLetterAction, DeadLetterOptions, DeadLetterPolicies, DeadLetterRule, DeadLetterType, Namespace,
-};
+use relayer_core::{DeadLetterAction, DeadLetterOptions, DeadLetterPolicies, DeadLetterRule, Namespace};
 use relayer_postgres::{
-    DeadLetterPolicyStatements, LeaseStatements, PgClient, PgPool, PgStore, Prepared, StorageError,
-    verify_schema,
+    DeadLetterPolicyStatements, LeaseStatements, PgClient, PgPool, PgStore, StorageError, verify_schema,
 };
 use relayer_worker::{Leadership, Pass, PassLoop, PassOutcome, WorkerEvent, WorkerKind};
 use tokio::sync::broadcast;
@@ -24,6 +21,14 @@ use crate::report::{DeadLetterReport, TypeReport};
 pub const LEASE_JOB: &str = "dead_letters";
 
 const TARGET: &str = "relayer::dead_letter";
+
+/// Gauge: dead letters past their redrive window, per namespace and type, as of the last pass
+/// (DLP-5).
+pub const STUCK_GAUGE: &str = "relayer_dead_letters_stuck";
+/// Counter: dead letters redriven, per namespace and type.
+pub const REDRIVEN_COUNTER: &str = "relayer_dead_letters_redriven_total";
+/// Counter: dead letters expired, per namespace and type.
+pub const EXPIRED_COUNTER: &str = "relayer_dead_letters_expired_total";
 
 /// Test signals kept for slow subscribers.
 const EVENT_CAPACITY: usize = 256;
@@ -141,16 +146,7 @@ impl PolicyPass {
         let mut report = DeadLetterReport::default();
         let lease = match &self.leadership {
             Leadership::Lease { job, owner, lease_duration } => {
-                let (connection, statements) = client.split();
-                let tx = connection
-                    .transaction()
-                    .await
-                    .map_err(|e| DeadLetterError::Transaction("beginning the lease transaction", e))?;
-                let lease = PgStore::new(&Prepared::new(&tx, statements), &self.leases)
-                    .acquire(job, owner, *lease_duration)
-                    .await?;
-                tx.commit().await.map_err(|e| DeadLetterError::Transaction("committing the lease", e))?;
-                match lease {
+                match self.leases.acquire_committed(client, job, owner, *lease_duration).await? {
                     Some(lease) => Some(lease),
                     None => return Ok(report),
                 }
@@ -167,6 +163,7 @@ impl PolicyPass {
                 break;
             }
             let applied = self.apply_rule(&*client, rule, shutdown, &mut report.batches).await?;
+            self.export(&applied);
             if applied.stuck > 0 {
                 tracing::error!(target: TARGET, namespace = %self.namespace, message_type = %applied.message_type,
                     stuck = applied.stuck, policy = %rule.policy(),
@@ -197,30 +194,14 @@ impl PolicyPass {
         let mut report = TypeReport::new(rule.message_type().clone());
         let limit = self.options.batch_size();
         let statements = &self.statements;
+        let message_type = rule.message_type();
         loop {
-            let moved = match (rule.message_type(), rule.policy().action()) {
-                (
-                    DeadLetterType::Queue { original_topic, dead_letter_queue },
-                    DeadLetterAction::Redrive { after, give_up_after },
-                ) => {
-                    statements
-                        .redrive_queue(client, dead_letter_queue, original_topic, after, give_up_after, limit)
-                        .await?
+            let moved = match rule.policy().action() {
+                DeadLetterAction::Redrive { after, give_up_after } => {
+                    statements.redrive(client, message_type, after, give_up_after, limit).await?
                 }
-                (
-                    DeadLetterType::Queue { original_topic, dead_letter_queue },
-                    DeadLetterAction::Expire { after },
-                ) => statements.expire_queue(client, dead_letter_queue, original_topic, after, limit).await?,
-                (
-                    DeadLetterType::Outbox { transport, destination },
-                    DeadLetterAction::Redrive { after, give_up_after },
-                ) => {
-                    statements
-                        .redrive_outbox(client, transport, destination, after, give_up_after, limit)
-                        .await?
-                }
-                (DeadLetterType::Outbox { transport, destination }, DeadLetterAction::Expire { after }) => {
-                    statements.expire_outbox(client, transport, destination, after, limit).await?
+                DeadLetterAction::Expire { after } => {
+                    statements.expire(client, message_type, after, limit).await?
                 }
             };
             *batches = batches.saturating_add(1);
@@ -233,18 +214,18 @@ impl PolicyPass {
             }
         }
         if let DeadLetterAction::Redrive { after, give_up_after } = rule.policy().action() {
-            report.stuck = match rule.message_type() {
-                DeadLetterType::Queue { original_topic, dead_letter_queue } => {
-                    statements
-                        .stuck_in_queue(client, dead_letter_queue, original_topic, after, give_up_after)
-                        .await?
-                }
-                DeadLetterType::Outbox { transport, destination } => {
-                    statements.stuck_in_outbox(client, transport, destination, after, give_up_after).await?
-                }
-            };
+            report.stuck = statements.stuck(client, message_type, after, give_up_after).await?;
         }
         Ok(report)
+    }
+
+    /// Exports what the pass did for one type through the `metrics` facade (OBS-2, DLP-5):
+    /// the stuck dead letters as a gauge, set on every pass; the moves as counters.
+    fn export(&self, applied: &TypeReport) {
+        let labels = [("namespace", self.namespace.to_string()), ("type", applied.message_type.to_string())];
+        metrics::gauge!(STUCK_GAUGE, &labels).set(u32::try_from(applied.stuck).unwrap_or(u32::MAX));
+        metrics::counter!(REDRIVEN_COUNTER, &labels).increment(applied.redriven);
+        metrics::counter!(EXPIRED_COUNTER, &labels).increment(applied.expired);
     }
 
     /// Expiry restarts when the pass completes (LDR-2). A renewal that finds the lease

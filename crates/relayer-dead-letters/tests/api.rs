@@ -5,13 +5,10 @@
 
 mod common;
 
-use std::num::NonZeroU32;
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{DAY, SwitchTransport, count, db_now, dead_letter, dead_lettered_ago, in_queue, send, setup};
-use relayer_core::{DispatcherOptions, MessageId, NewMessage, TransportRegistry};
-use relayer_dispatcher::Dispatcher;
+use common::{DAY, count, db_now, dead_letter, dead_lettered_ago, failing_dispatcher, in_queue, send, setup};
+use relayer_core::{MessageId, NewMessage};
 use relayer_postgres::{
     DeadLetterApi, DeadLetterApiError, Mode, OutboxDeadFilter, OutboxWriter, QueueDeadLetterFilter, Touched,
 };
@@ -88,6 +85,22 @@ async fn queue_dead_letters_are_listed_by_filter_paged_by_keyset_and_shown_dlp_7
     assert_eq!(shown.headers.get("kind").map(String::as_str), Some("orders"));
     assert!(shown.trace_context.is_some() && shown.dead_lettered_at >= shown.created_at);
     assert!(api.show_queue(&*client, MessageId::new()).await.unwrap().is_none());
+
+    // `relayer status` counts them per dead-letter queue, topic and reason (OBS-3).
+    let status = relayer_postgres::namespace_status(&*client, db.namespace()).await.unwrap();
+    let counts: Vec<(&str, Option<&str>, Option<&str>, i64)> = status
+        .dead_letters
+        .iter()
+        .map(|c| (c.queue.as_str(), c.original_topic.as_deref(), c.reason.as_deref(), c.count))
+        .collect();
+    assert_eq!(
+        counts,
+        [
+            ("billing.dead", Some("invoices"), Some("handler"), 2),
+            ("dead", Some("orders"), Some("handler"), 3),
+            ("dead", Some("orders"), Some("max_handled"), 2),
+        ]
+    );
 
     let error = api.list_queue(&*client, &QueueDeadLetterFilter::new().limit(0)).await.unwrap_err();
     assert_eq!(error.to_string(), "dead letters: limit: 0 is out of range (1..=10000)");
@@ -201,16 +214,7 @@ async fn filtered_actions_are_bounded_and_refuse_empty_filters_and_anonymous_act
 #[tokio::test]
 async fn outbox_dead_rows_are_listed_redriven_by_id_delivered_and_purged_with_audit_dlp_7() {
     let (db, client) = setup().await;
-    let transport = SwitchTransport::failing();
-    let dispatcher = Dispatcher::new(
-        DispatcherOptions::builder().max_attempts(NonZeroU32::new(1)).build().unwrap(),
-        db.namespace().clone(),
-        Arc::new(TransportRegistry::new().with(transport.clone()).unwrap()),
-        db.config(),
-        1,
-    )
-    .await
-    .unwrap();
+    let (dispatcher, transport) = failing_dispatcher(&db).await;
     let writer = OutboxWriter::new(db.namespace(), ["switch"]);
     let messages = [
         NewMessage::new("switch", "orders", b"first".to_vec())
@@ -279,4 +283,51 @@ async fn outbox_dead_rows_are_listed_redriven_by_id_delivered_and_purged_with_au
     assert_eq!(records[0].3["destination"].as_str(), Some("orders"));
     assert_eq!(records[0].3["attempts"].as_i64(), Some(1));
     assert_eq!(count(&client, &db, "dead").await, 1);
+}
+
+/// DLP-7, LAN-5: a skipped lane head in the dead table is left alone by policies, and an
+/// operator's redrive puts it back into its lane (behind the lane's writer lock), where the
+/// lane dispatcher delivers it after the rows that overtook it.
+#[tokio::test]
+async fn a_skipped_lane_head_is_left_by_policies_and_redriven_by_hand_into_its_lane_dlp_7() {
+    use relayer_core::{DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule};
+    let (db, mut client) = setup().await;
+    let (dispatcher, transport) = failing_dispatcher(&db).await;
+    let writer = OutboxWriter::new(db.namespace(), ["switch"]);
+    let head = NewMessage::new("switch", "orders", b"head".to_vec()).lane("customer-7");
+    writer.enqueue(&*client, std::slice::from_ref(&head)).await.unwrap();
+    assert_eq!(dispatcher.run_once(&*client).await.unwrap().lanes_parked, 1);
+    let next = NewMessage::new("switch", "orders", b"next".to_vec()).lane("customer-7");
+    writer.enqueue(&*client, std::slice::from_ref(&next)).await.unwrap();
+    assert!(dispatcher.skip_lane_head("customer-7", "ops:erin").await.unwrap().is_some());
+    transport.heal();
+
+    let policy = DeadLetterPolicy::redrive(Duration::ZERO, DAY).unwrap();
+    let worker = relayer_dead_letters::DeadLetterWorker::new(
+        relayer_postgres::connect_pool(db.config(), 1).await.unwrap(),
+        db.namespace().clone(),
+        DeadLetterPolicies::new([DeadLetterRule::outbox("switch", "orders", policy)]).unwrap(),
+        DeadLetterOptions::default(),
+        relayer_worker::Leadership::EveryInstance,
+    );
+    assert_eq!(worker.run_once(&mut client).await.unwrap().redriven, 0, "policies leave lane rows alone");
+    assert_eq!(count(&client, &db, "dead").await, 1);
+
+    let api = DeadLetterApi::new(db.namespace());
+    let moved = api
+        .redrive_outbox(&*client, &OutboxDeadFilter::new().lane("customer-7"), "ops:erin", Mode::Apply)
+        .await
+        .unwrap();
+    assert_eq!(touched_ids(&moved), [head.message_id()]);
+    for _ in 0..3 {
+        dispatcher.run_once(&*client).await.unwrap();
+    }
+    let bodies: Vec<(Vec<u8>, Option<String>)> =
+        transport.accepted().into_iter().map(|(_, e)| (e.body, e.lane)).collect();
+    let lane = Some("customer-7".to_owned());
+    assert_eq!(bodies, [(b"next".to_vec(), lane.clone()), (b"head".to_vec(), lane)]);
+    let records = audit(&client, &db).await;
+    let actions: Vec<&str> = records.iter().map(|(_, action, _, _)| action.as_str()).collect();
+    assert_eq!(actions, ["lane.skip_head", "outbox_dead.redrive"]);
+    assert_eq!(records[1].3["lane"].as_str(), Some("customer-7"));
 }

@@ -11,16 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    DAY, HOUR, SwitchTransport, count, db_now, dead_letter, dead_lettered_ago, in_queue, pool, send, setup,
-    worker,
+    DAY, HOUR, count, db_now, dead_letter, dead_lettered_ago, failing_dispatcher, in_queue, pool, send,
+    setup, worker,
 };
 use relayer_core::dead_letter::UNACCEPTABLE;
-use relayer_core::{
-    DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule, DispatcherOptions, NewMessage,
-    TransportRegistry,
-};
+use relayer_core::{DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule, NewMessage};
 use relayer_dead_letters::{DeadLetterReport, DeadLetterWorker, lock_resource};
-use relayer_dispatcher::Dispatcher;
 use relayer_postgres::{OutboxWriter, PgClient};
 use relayer_test_support::within;
 use relayer_worker::{Leadership, PassOutcome, WorkerEvent};
@@ -267,8 +263,43 @@ impl Logs {
     }
 }
 
-/// DLP-5: dead letters past their redrive window stay, and every pass counts them again
-/// and logs the count at ERROR.
+/// A metrics recorder keeping each gauge's last value by name and `type` label.
+#[derive(Default)]
+struct Gauges(Arc<std::sync::Mutex<std::collections::BTreeMap<String, f64>>>);
+
+struct GaugeCell {
+    name: String,
+    values: Arc<std::sync::Mutex<std::collections::BTreeMap<String, f64>>>,
+}
+
+impl metrics::GaugeFn for GaugeCell {
+    fn increment(&self, _: f64) {}
+    fn decrement(&self, _: f64) {}
+    fn set(&self, value: f64) {
+        self.values.lock().unwrap().insert(self.name.clone(), value);
+    }
+}
+
+impl metrics::Recorder for Gauges {
+    fn describe_counter(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+    fn describe_gauge(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+    fn describe_histogram(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        let message_type =
+            key.labels().find(|label| label.key() == "type").map(|label| label.value().to_owned());
+        let name = format!("{} {}", key.name(), message_type.unwrap_or_default());
+        metrics::Gauge::from_arc(Arc::new(GaugeCell { name, values: Arc::clone(&self.0) }))
+    }
+    fn register_histogram(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// DLP-5: dead letters past their redrive window stay, and every pass counts them again,
+/// logs the count at ERROR and exports it as a gauge.
 #[tokio::test]
 async fn stuck_dead_letters_are_left_and_counted_by_every_pass_dlp_5() {
     let logs = Logs::default();
@@ -280,6 +311,8 @@ async fn stuck_dead_letters_are_left_and_counted_by_every_pass_dlp_5() {
         .finish();
     // The test runs on one thread: the subscriber sees the worker's passes.
     let _logging = tracing::subscriber::set_default(subscriber);
+    let gauges = Gauges::default();
+    let _metrics = metrics::set_default_local_recorder(&gauges);
     let (db, mut client) = setup().await;
     let now = db_now(&client).await;
     send(&db, "orders", 3, now.saturating_sub(10 * DAY)).await;
@@ -298,6 +331,9 @@ async fn stuck_dead_letters_are_left_and_counted_by_every_pass_dlp_5() {
         assert!(line.contains("relayer::dead_letter") && line.contains("stuck=3"), "{line}");
         assert!(line.contains("past their redrive window"), "{line}");
     }
+    let exported = gauges.0.lock().unwrap().clone();
+    let name = format!("{} queue \"orders\" (dead letters in \"dead\")", relayer_dead_letters::STUCK_GAUGE);
+    assert_eq!(exported.get(&name), Some(&3.0), "{exported:?}");
 }
 
 /// DLP-6 (the pure start-time check the facade calls): a policy needs exactly one
@@ -325,16 +361,7 @@ fn a_policy_needs_exactly_one_subscription_with_its_dead_letter_queue_dlp_6() {
 #[tokio::test]
 async fn outbox_dead_rows_are_redriven_by_policy_and_the_dispatcher_delivers_them_dlp_1() {
     let (db, mut client) = setup().await;
-    let transport = SwitchTransport::failing();
-    let dispatcher = Dispatcher::new(
-        DispatcherOptions::builder().max_attempts(std::num::NonZeroU32::new(1)).build().unwrap(),
-        db.namespace().clone(),
-        Arc::new(TransportRegistry::new().with(transport.clone()).unwrap()),
-        db.config(),
-        1,
-    )
-    .await
-    .unwrap();
+    let (dispatcher, transport) = failing_dispatcher(&db).await;
     let writer = OutboxWriter::new(db.namespace(), ["switch"]);
     let messages: Vec<NewMessage> = (0..5u8)
         .map(|n| {
@@ -405,4 +432,33 @@ async fn one_replica_leads_through_the_advisory_lock_ldr_5() {
     let followers = outcomes.iter().filter(|led| led.iter().all(|l| !*l)).count();
     assert_eq!((leaders, followers), (1, 1), "{outcomes:?}");
     assert_eq!(in_queue(&client, &db, "orders").await, 5);
+}
+
+/// LDR-5: a lease may lead the pass instead: while one owner holds it, another skips.
+#[tokio::test]
+async fn a_lease_can_lead_the_pass_instead_ldr_5() {
+    let (db, mut client) = setup().await;
+    send(&db, "orders", 2, db_now(&client).await).await;
+    dead_letter(&client, &db, "orders", "dead", "handler", 2).await;
+    let rule = DeadLetterRule::queue("orders", "dead", redrive(Duration::ZERO, DAY));
+    let leased = |owner: &'static str| {
+        let db = &db;
+        let rule = rule.clone();
+        async move {
+            DeadLetterWorker::new(
+                pool(db, 1).await,
+                db.namespace().clone(),
+                DeadLetterPolicies::new([rule]).unwrap(),
+                DeadLetterOptions::default(),
+                Leadership::lease(relayer_dead_letters::LEASE_JOB, owner, Duration::from_secs(30)),
+            )
+        }
+    };
+    let (a, b) = (leased("a").await, leased("b").await);
+    let first = a.run_once(&mut client).await.unwrap();
+    assert!(first.led);
+    assert_eq!(first.redriven, 2);
+    let second = b.run_once(&mut client).await.unwrap();
+    assert!(!second.led && second.redriven == 0, "{second:?}");
+    assert!(a.run_once(&mut client).await.unwrap().led, "the holder renews its lease");
 }

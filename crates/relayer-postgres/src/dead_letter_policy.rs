@@ -26,7 +26,7 @@
 use std::time::Duration;
 
 use relayer_core::Namespace;
-use relayer_core::dead_letter::UNACCEPTABLE;
+use relayer_core::dead_letter::{DeadLetterType, UNACCEPTABLE};
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::StorageError;
@@ -145,149 +145,93 @@ impl DeadLetterPolicyStatements {
         }
     }
 
-    /// Redrives up to `limit` dead letters of queue `original_topic` held in
-    /// `dead_letter_queue` that were dead-lettered at least `after` ago and were created
-    /// less than `give_up_after` ago, in one statement (DLP-3); returns how many moved.
-    pub async fn redrive_queue(
+    /// Redrives up to `limit` dead letters of `message_type` dead-lettered at least `after`
+    /// ago and created less than `give_up_after` ago, in one statement (DLP-3); returns how
+    /// many moved. Queue dead letters go back to their original topic; outbox dead rows back
+    /// into the outbox, waking dispatchers.
+    pub async fn redrive(
         &self,
         client: &impl Executor,
-        dead_letter_queue: &str,
-        original_topic: &str,
+        message_type: &DeadLetterType,
         after: Duration,
         give_up_after: Duration,
         limit: u32,
     ) -> Result<u64, StorageError> {
         let (after, give_up, limit) = (window(after), window(give_up_after), i64::from(limit));
-        let params: [(&(dyn ToSql + Sync), Type); 5] = [
-            (&dead_letter_queue, Type::TEXT),
-            (&original_topic, Type::TEXT),
-            (&after, Type::INT8),
-            (&give_up, Type::INT8),
-            (&limit, Type::INT8),
-        ];
-        client.affected(&self.queue_redrive, &params).await.map_err(|e| {
-            StorageError::database(
-                format!("redriving dead letters of {original_topic:?} from {dead_letter_queue:?}"),
-                e,
-            )
-        })
-    }
-
-    /// Deletes up to `limit` dead letters of `original_topic` in `dead_letter_queue`
-    /// dead-lettered at least `after` ago; returns how many.
-    pub async fn expire_queue(
-        &self,
-        client: &impl Executor,
-        dead_letter_queue: &str,
-        original_topic: &str,
-        after: Duration,
-        limit: u32,
-    ) -> Result<u64, StorageError> {
-        let (after, limit) = (window(after), i64::from(limit));
-        let params: [(&(dyn ToSql + Sync), Type); 4] = [
-            (&dead_letter_queue, Type::TEXT),
-            (&original_topic, Type::TEXT),
-            (&after, Type::INT8),
-            (&limit, Type::INT8),
-        ];
-        client.affected(&self.queue_expire, &params).await.map_err(|e| {
-            StorageError::database(
-                format!("expiring dead letters of {original_topic:?} in {dead_letter_queue:?}"),
-                e,
-            )
-        })
-    }
-
-    /// Counts the dead letters of `original_topic` in `dead_letter_queue` whose redrive
-    /// gave up: due (`after`) but created `give_up_after` ago or earlier (DLP-5).
-    pub async fn stuck_in_queue(
-        &self,
-        client: &impl Executor,
-        dead_letter_queue: &str,
-        original_topic: &str,
-        after: Duration,
-        give_up_after: Duration,
-    ) -> Result<u64, StorageError> {
-        let (after, give_up) = (window(after), window(give_up_after));
-        let params: [(&(dyn ToSql + Sync), Type); 4] = [
-            (&dead_letter_queue, Type::TEXT),
-            (&original_topic, Type::TEXT),
-            (&after, Type::INT8),
-            (&give_up, Type::INT8),
-        ];
-        let what = format!("counting stuck dead letters of {original_topic:?} in {dead_letter_queue:?}");
-        let row = one_row(client, &self.queue_stuck, &params, &what).await?;
-        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
-    }
-
-    /// Moves up to `limit` unordered dead rows of `transport` and `destination` back into
-    /// the outbox (failed at least `after` ago, created less than `give_up_after` ago), in
-    /// one statement that also wakes dispatchers; returns how many moved.
-    pub async fn redrive_outbox(
-        &self,
-        client: &impl Executor,
-        transport: &str,
-        destination: &str,
-        after: Duration,
-        give_up_after: Duration,
-        limit: u32,
-    ) -> Result<u64, StorageError> {
-        let (after, give_up, limit) = (window(after), window(give_up_after), i64::from(limit));
+        let (first, second) = names(message_type);
+        let what = format!("redriving the dead letters of {message_type}");
         let params: [(&(dyn ToSql + Sync), Type); 6] = [
-            (&transport, Type::TEXT),
-            (&destination, Type::TEXT),
+            (&first, Type::TEXT),
+            (&second, Type::TEXT),
             (&after, Type::INT8),
             (&give_up, Type::INT8),
             (&limit, Type::INT8),
             (&self.channel, Type::TEXT),
         ];
-        let what = format!("redriving dead outbox rows of {transport:?} → {destination:?}");
-        let row = one_row(client, &self.outbox_redrive, &params, &what).await?;
-        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+        match message_type {
+            DeadLetterType::Queue { .. } => client
+                .affected(&self.queue_redrive, &params[..5])
+                .await
+                .map_err(|e| StorageError::database(what, e)),
+            DeadLetterType::Outbox { .. } => {
+                let row = one_row(client, &self.outbox_redrive, &params, &what).await?;
+                Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+            }
+        }
     }
 
-    /// Deletes up to `limit` unordered dead rows of `transport` and `destination` that
-    /// failed at least `after` ago; returns how many.
-    pub async fn expire_outbox(
+    /// Deletes up to `limit` dead letters of `message_type` dead-lettered at least `after`
+    /// ago; returns how many.
+    pub async fn expire(
         &self,
         client: &impl Executor,
-        transport: &str,
-        destination: &str,
+        message_type: &DeadLetterType,
         after: Duration,
         limit: u32,
     ) -> Result<u64, StorageError> {
         let (after, limit) = (window(after), i64::from(limit));
-        let params: [(&(dyn ToSql + Sync), Type); 4] = [
-            (&transport, Type::TEXT),
-            (&destination, Type::TEXT),
-            (&after, Type::INT8),
-            (&limit, Type::INT8),
-        ];
-        client.affected(&self.outbox_expire, &params).await.map_err(|e| {
-            StorageError::database(format!("expiring dead outbox rows of {transport:?} → {destination:?}"), e)
-        })
+        let (first, second) = names(message_type);
+        let params: [(&(dyn ToSql + Sync), Type); 4] =
+            [(&first, Type::TEXT), (&second, Type::TEXT), (&after, Type::INT8), (&limit, Type::INT8)];
+        let sql = match message_type {
+            DeadLetterType::Queue { .. } => &self.queue_expire,
+            DeadLetterType::Outbox { .. } => &self.outbox_expire,
+        };
+        client
+            .affected(sql, &params)
+            .await
+            .map_err(|e| StorageError::database(format!("expiring the dead letters of {message_type}"), e))
     }
 
-    /// Counts the unordered dead rows of `transport` and `destination` whose redrive gave up
-    /// (DLP-5).
-    pub async fn stuck_in_outbox(
+    /// Counts the dead letters of `message_type` whose redrive gave up: due (`after`) but
+    /// created `give_up_after` ago or earlier (DLP-5).
+    pub async fn stuck(
         &self,
         client: &impl Executor,
-        transport: &str,
-        destination: &str,
+        message_type: &DeadLetterType,
         after: Duration,
         give_up_after: Duration,
     ) -> Result<u64, StorageError> {
         let (after, give_up) = (window(after), window(give_up_after));
-        let params: [(&(dyn ToSql + Sync), Type); 4] = [
-            (&transport, Type::TEXT),
-            (&destination, Type::TEXT),
-            (&after, Type::INT8),
-            (&give_up, Type::INT8),
-        ];
-        let what = format!("counting stuck dead outbox rows of {transport:?} → {destination:?}");
-        let row = one_row(client, &self.outbox_stuck, &params, &what).await?;
+        let (first, second) = names(message_type);
+        let params: [(&(dyn ToSql + Sync), Type); 4] =
+            [(&first, Type::TEXT), (&second, Type::TEXT), (&after, Type::INT8), (&give_up, Type::INT8)];
+        let sql = match message_type {
+            DeadLetterType::Queue { .. } => &self.queue_stuck,
+            DeadLetterType::Outbox { .. } => &self.outbox_stuck,
+        };
+        let what = format!("counting the stuck dead letters of {message_type}");
+        let row = one_row(client, sql, &params, &what).await?;
         Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+    }
+}
+
+/// The two names a statement matches (`$1`, `$2`): the dead-letter queue and the original
+/// topic, or the transport and the destination.
+fn names(message_type: &DeadLetterType) -> (&str, &str) {
+    match message_type {
+        DeadLetterType::Queue { original_topic, dead_letter_queue } => (dead_letter_queue, original_topic),
+        DeadLetterType::Outbox { transport, destination } => (transport, destination),
     }
 }
 

@@ -54,7 +54,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::{StorageError, StorageErrorKind};
 use crate::exec::Executor;
-use crate::outbox::{headers_from_json, notify_channel};
+use crate::outbox::{headers_from_json, lane_lock_prefix, notify_channel};
 use crate::recovery::micros;
 
 /// Rows a listing or an action takes unless told otherwise.
@@ -149,42 +149,104 @@ pub struct OutboxDeadRow {
     pub trace_context: Option<String>,
 }
 
-/// Selects queue dead letters; criteria combine with AND.
+/// What both filters share: age, message id, keyset position and limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QueueDeadLetterFilter {
-    queue: Option<String>,
-    original_topic: Option<String>,
-    reason: Option<String>,
+struct Common {
     older_than: Option<Duration>,
     message_id: Option<MessageId>,
     after_seq: Option<i64>,
     limit: u32,
 }
 
-impl Default for QueueDeadLetterFilter {
+impl Common {
+    const fn new() -> Self {
+        Common { older_than: None, message_id: None, after_seq: None, limit: DEFAULT_LIMIT }
+    }
+
+    fn selects_something(&self) -> bool {
+        self.older_than.is_some() || self.message_id.is_some()
+    }
+
+    /// Adds the shared criteria to `clauses`; ages count from `aged_column`.
+    fn render(&self, clauses: &mut Where, aged_column: &str) {
+        if let Some(age) = self.older_than {
+            let at = clauses.bind(micros(age), Type::INT8);
+            clauses.and(format!("{aged_column} <= now() - {at}::int8 * interval '1 microsecond'"));
+        }
+        if let Some(id) = self.message_id {
+            clauses.equal("message_id", *id.as_uuid(), Type::UUID);
+        }
+        if let Some(seq) = self.after_seq {
+            let at = clauses.bind(seq, Type::INT8);
+            clauses.and(format!("seq > {at}"));
+        }
+    }
+
+    /// Writes the shared criteria after `text`, the filter's own ones.
+    fn fmt(&self, mut text: String, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        describe(&mut text, "older_than", self.older_than.map(relayer_core::HumanDuration).as_ref());
+        describe(&mut text, "message_id", self.message_id.as_ref());
+        describe(&mut text, "after_seq", self.after_seq.as_ref());
+        write!(f, "{text}limit={}", self.limit)
+    }
+}
+
+/// The setters of [`Common`]'s criteria, on a filter with a `common` field.
+macro_rules! common_criteria {
+    ($what:literal, $aged:literal) => {
+        /// One message, by id.
+        pub fn message(message_id: MessageId) -> Self {
+            Self::new().message_id(message_id)
+        }
+
+        #[doc = concat!($aged, " at least `age` ago (database clock).")]
+        pub fn older_than(mut self, age: Duration) -> Self {
+            self.common.older_than = Some(age);
+            self
+        }
+
+        /// With message id `message_id`.
+        pub fn message_id(mut self, message_id: MessageId) -> Self {
+            self.common.message_id = Some(message_id);
+            self
+        }
+
+        #[doc = concat!("Only ", $what, " after `seq` (keyset paging: the last `seq` of the previous page).")]
+        pub fn after_seq(mut self, seq: i64) -> Self {
+            self.common.after_seq = Some(seq);
+            self
+        }
+
+        #[doc = concat!("At most `limit` ", $what, " (1..=10000).")]
+        pub fn limit(mut self, limit: u32) -> Self {
+            self.common.limit = limit;
+            self
+        }
+    };
+}
+
+/// Selects queue dead letters; criteria combine with AND.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueDeadLetterFilter {
+    queue: Option<String>,
+    original_topic: Option<String>,
+    reason: Option<String>,
+    common: Common,
+}
+
+impl Default for Common {
     fn default() -> Self {
-        QueueDeadLetterFilter::new()
+        Common::new()
     }
 }
 
 impl QueueDeadLetterFilter {
     /// Every dead letter, [`DEFAULT_LIMIT`] at a time.
     pub fn new() -> Self {
-        QueueDeadLetterFilter {
-            queue: None,
-            original_topic: None,
-            reason: None,
-            older_than: None,
-            message_id: None,
-            after_seq: None,
-            limit: DEFAULT_LIMIT,
-        }
+        QueueDeadLetterFilter::default()
     }
 
-    /// One message, by id.
-    pub fn message(message_id: MessageId) -> Self {
-        QueueDeadLetterFilter { message_id: Some(message_id), ..QueueDeadLetterFilter::new() }
-    }
+    common_criteria!("dead letters", "Dead-lettered");
 
     /// Held in dead-letter queue `queue`.
     pub fn queue(mut self, queue: impl Into<String>) -> Self {
@@ -204,61 +266,26 @@ impl QueueDeadLetterFilter {
         self
     }
 
-    /// Dead-lettered at least `age` ago (database clock).
-    pub fn older_than(mut self, age: Duration) -> Self {
-        self.older_than = Some(age);
-        self
-    }
-
-    /// With message id `message_id`.
-    pub fn message_id(mut self, message_id: MessageId) -> Self {
-        self.message_id = Some(message_id);
-        self
-    }
-
-    /// Only rows after `seq` (keyset paging: the last `seq` of the previous page).
-    pub fn after_seq(mut self, seq: i64) -> Self {
-        self.after_seq = Some(seq);
-        self
-    }
-
-    /// At most `limit` rows (1..=10000).
-    pub fn limit(mut self, limit: u32) -> Self {
-        self.limit = limit;
-        self
-    }
-
     fn selects_something(&self) -> bool {
         self.queue.is_some()
             || self.original_topic.is_some()
             || self.reason.is_some()
-            || self.older_than.is_some()
-            || self.message_id.is_some()
+            || self.common.selects_something()
     }
 
     /// The filter's `WHERE`, starting with `base`.
     fn render(&self, base: &str) -> Where {
         let mut clauses = Where::new(base);
-        if let Some(queue) = &self.queue {
-            clauses.equal("queue", queue.clone(), Type::TEXT);
+        for (column, value) in [
+            ("queue", &self.queue),
+            ("original_topic", &self.original_topic),
+            ("rejection_reason", &self.reason),
+        ] {
+            if let Some(value) = value {
+                clauses.equal(column, value.clone(), Type::TEXT);
+            }
         }
-        if let Some(topic) = &self.original_topic {
-            clauses.equal("original_topic", topic.clone(), Type::TEXT);
-        }
-        if let Some(reason) = &self.reason {
-            clauses.equal("rejection_reason", reason.clone(), Type::TEXT);
-        }
-        if let Some(age) = self.older_than {
-            let at = clauses.bind(micros(age), Type::INT8);
-            clauses.and(format!("dead_lettered_at <= now() - {at}::int8 * interval '1 microsecond'"));
-        }
-        if let Some(id) = self.message_id {
-            clauses.equal("message_id", *id.as_uuid(), Type::UUID);
-        }
-        if let Some(seq) = self.after_seq {
-            let at = clauses.bind(seq, Type::INT8);
-            clauses.and(format!("seq > {at}"));
-        }
+        self.common.render(&mut clauses, "dead_lettered_at");
         clauses
     }
 }
@@ -269,49 +296,26 @@ impl fmt::Display for QueueDeadLetterFilter {
         describe(&mut text, "queue", self.queue.as_ref());
         describe(&mut text, "original_topic", self.original_topic.as_ref());
         describe(&mut text, "reason", self.reason.as_ref());
-        describe(&mut text, "older_than", self.older_than.map(relayer_core::HumanDuration).as_ref());
-        describe(&mut text, "message_id", self.message_id.as_ref());
-        describe(&mut text, "after_seq", self.after_seq.as_ref());
-        write!(f, "{text}limit={}", self.limit)
+        self.common.fmt(text, f)
     }
 }
 
 /// Selects rows of the outbox's dead table; criteria combine with AND.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OutboxDeadFilter {
     transport: Option<String>,
     destination: Option<String>,
     lane: Option<String>,
-    older_than: Option<Duration>,
-    message_id: Option<MessageId>,
-    after_seq: Option<i64>,
-    limit: u32,
-}
-
-impl Default for OutboxDeadFilter {
-    fn default() -> Self {
-        OutboxDeadFilter::new()
-    }
+    common: Common,
 }
 
 impl OutboxDeadFilter {
     /// Every dead row, [`DEFAULT_LIMIT`] at a time.
     pub fn new() -> Self {
-        OutboxDeadFilter {
-            transport: None,
-            destination: None,
-            lane: None,
-            older_than: None,
-            message_id: None,
-            after_seq: None,
-            limit: DEFAULT_LIMIT,
-        }
+        OutboxDeadFilter::default()
     }
 
-    /// One message, by id.
-    pub fn message(message_id: MessageId) -> Self {
-        OutboxDeadFilter { message_id: Some(message_id), ..OutboxDeadFilter::new() }
-    }
+    common_criteria!("dead rows", "Failed");
 
     /// For transport `transport`.
     pub fn transport(mut self, transport: impl Into<String>) -> Self {
@@ -331,60 +335,23 @@ impl OutboxDeadFilter {
         self
     }
 
-    /// Failed at least `age` ago (database clock).
-    pub fn older_than(mut self, age: Duration) -> Self {
-        self.older_than = Some(age);
-        self
-    }
-
-    /// With message id `message_id`.
-    pub fn message_id(mut self, message_id: MessageId) -> Self {
-        self.message_id = Some(message_id);
-        self
-    }
-
-    /// Only rows after `seq` (keyset paging).
-    pub fn after_seq(mut self, seq: i64) -> Self {
-        self.after_seq = Some(seq);
-        self
-    }
-
-    /// At most `limit` rows (1..=10000).
-    pub fn limit(mut self, limit: u32) -> Self {
-        self.limit = limit;
-        self
-    }
-
     fn selects_something(&self) -> bool {
         self.transport.is_some()
             || self.destination.is_some()
             || self.lane.is_some()
-            || self.older_than.is_some()
-            || self.message_id.is_some()
+            || self.common.selects_something()
     }
 
     fn render(&self) -> Where {
         let mut clauses = Where::new("true");
-        if let Some(transport) = &self.transport {
-            clauses.equal("transport", transport.clone(), Type::TEXT);
+        for (column, value) in
+            [("transport", &self.transport), ("destination", &self.destination), ("lane", &self.lane)]
+        {
+            if let Some(value) = value {
+                clauses.equal(column, value.clone(), Type::TEXT);
+            }
         }
-        if let Some(destination) = &self.destination {
-            clauses.equal("destination", destination.clone(), Type::TEXT);
-        }
-        if let Some(lane) = &self.lane {
-            clauses.equal("lane", lane.clone(), Type::TEXT);
-        }
-        if let Some(age) = self.older_than {
-            let at = clauses.bind(micros(age), Type::INT8);
-            clauses.and(format!("failed_at <= now() - {at}::int8 * interval '1 microsecond'"));
-        }
-        if let Some(id) = self.message_id {
-            clauses.equal("message_id", *id.as_uuid(), Type::UUID);
-        }
-        if let Some(seq) = self.after_seq {
-            let at = clauses.bind(seq, Type::INT8);
-            clauses.and(format!("seq > {at}"));
-        }
+        self.common.render(&mut clauses, "failed_at");
         clauses
     }
 }
@@ -395,10 +362,7 @@ impl fmt::Display for OutboxDeadFilter {
         describe(&mut text, "transport", self.transport.as_ref());
         describe(&mut text, "destination", self.destination.as_ref());
         describe(&mut text, "lane", self.lane.as_ref());
-        describe(&mut text, "older_than", self.older_than.map(relayer_core::HumanDuration).as_ref());
-        describe(&mut text, "message_id", self.message_id.as_ref());
-        describe(&mut text, "after_seq", self.after_seq.as_ref());
-        write!(f, "{text}limit={}", self.limit)
+        self.common.fmt(text, f)
     }
 }
 
@@ -473,7 +437,7 @@ impl DeadLetterApi {
             channel: notify_channel(namespace),
             // The outbox writer's lane lock resource (LAN-1c): the same lock, so a redriven
             // lane row is ordered with concurrent writers of its lane.
-            lane_lock_prefix: format!("lane:{}.{}:", namespace.schema(), namespace.prefix()),
+            lane_lock_prefix: lane_lock_prefix(namespace),
         }
     }
 
@@ -483,7 +447,7 @@ impl DeadLetterApi {
         client: &impl Executor,
         filter: &QueueDeadLetterFilter,
     ) -> Result<Vec<QueueDeadLetter>, DeadLetterApiError> {
-        let limit = check_limit(filter.limit)?;
+        let limit = check_limit(filter.common.limit)?;
         let mut clauses = filter.render("dead_lettered_at IS NOT NULL");
         let limit = clauses.bind(limit, Type::INT8);
         let sql = format!(
@@ -575,7 +539,7 @@ impl DeadLetterApi {
         name: &str,
         action: impl Fn(&str, &str) -> String,
     ) -> Result<Vec<Touched>, DeadLetterApiError> {
-        let limit = check_action(filter.limit, filter.selects_something(), actor)?;
+        let limit = check_action(filter.common.limit, filter.selects_something(), actor)?;
         let mut clauses = filter.render(base);
         let limit = clauses.bind(limit, Type::INT8);
         let selection = format!("FROM {} WHERE {} ORDER BY seq LIMIT {limit}", self.queue, clauses.sql());
@@ -610,7 +574,7 @@ impl DeadLetterApi {
         client: &impl Executor,
         filter: &OutboxDeadFilter,
     ) -> Result<Vec<OutboxDeadRow>, DeadLetterApiError> {
-        let limit = check_limit(filter.limit)?;
+        let limit = check_limit(filter.common.limit)?;
         let mut clauses = filter.render();
         let limit = clauses.bind(limit, Type::INT8);
         let sql = format!(
@@ -643,7 +607,7 @@ impl DeadLetterApi {
         actor: &str,
         mode: Mode,
     ) -> Result<Vec<Touched>, DeadLetterApiError> {
-        let limit = check_action(filter.limit, filter.selects_something(), actor)?;
+        let limit = check_action(filter.common.limit, filter.selects_something(), actor)?;
         let candidates = self.outbox_candidates(client, filter, limit, "outbox_dead.redrive").await?;
         if mode == Mode::DryRun || candidates.is_empty() {
             return Ok(candidates.iter().map(|(touched, _)| *touched).collect());
@@ -712,7 +676,7 @@ impl DeadLetterApi {
         actor: &str,
         mode: Mode,
     ) -> Result<Vec<Touched>, DeadLetterApiError> {
-        let limit = check_action(filter.limit, filter.selects_something(), actor)?;
+        let limit = check_action(filter.common.limit, filter.selects_something(), actor)?;
         if mode == Mode::DryRun {
             let candidates = self.outbox_candidates(client, filter, limit, "outbox_dead.purge").await?;
             return Ok(candidates.iter().map(|(touched, _)| *touched).collect());

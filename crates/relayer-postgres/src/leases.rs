@@ -27,8 +27,8 @@ use relayer_core::{Namespace, Timestamp, advisory_lock_key};
 use tokio_postgres::types::Type;
 
 use crate::error::StorageError;
-use crate::exec::{Executor, one_row};
-use crate::pool::PgPool;
+use crate::exec::{Executor, Prepared, one_row};
+use crate::pool::{PgClient, PgPool};
 use crate::recovery::micros;
 
 // Pure data, defined in the core crate next to the `HoldLease` trait; re-exported so
@@ -194,6 +194,26 @@ impl LeaseStatements {
                 StorageError::database(format!("renewing lease {:?} for {:?}", lease.job, lease.owner), e)
             })?;
         Ok(row.first().map(|row| Lease { expires_at: timestamp(row.get(0)), ..lease.clone() }))
+    }
+
+    /// Takes or renews `job`'s lease for `owner` in a short transaction of its own on
+    /// `client`, committed before it returns, for a pass whose statements are each their own
+    /// transaction (made safe by fences or by being one-statement moves rather than by this
+    /// row lock). `None`: another owner leads; skip this turn.
+    pub async fn acquire_committed(
+        &self,
+        client: &mut PgClient,
+        job: &str,
+        owner: &str,
+        lease_duration: Duration,
+    ) -> Result<Option<Lease>, StorageError> {
+        let context = |what: &str| format!("{what} the transaction of lease {job:?} for {owner:?}");
+        let (connection, statements) = client.split();
+        let tx =
+            connection.transaction().await.map_err(|e| StorageError::database(context("beginning"), e))?;
+        let lease = self.acquire(&Prepared::new(&tx, statements), job, owner, lease_duration).await?;
+        tx.commit().await.map_err(|e| StorageError::database(context("committing"), e))?;
+        Ok(lease)
     }
 
     /// Releases `owner`'s lease on `job` when a worker stops (LIF-1), on a connection of

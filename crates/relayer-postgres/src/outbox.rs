@@ -52,6 +52,12 @@ pub fn notify_channel(namespace: &Namespace) -> String {
     format!("relayer_{:016x}", u64::from_be_bytes(key.to_be_bytes()))
 }
 
+/// `lane:{schema}.{prefix}:`: a lane's writer-lock resource is this plus its key (LAN-1c).
+/// Everything that inserts lane rows takes the same lock.
+pub(crate) fn lane_lock_prefix(namespace: &Namespace) -> String {
+    format!("lane:{}.{}:", namespace.schema(), namespace.prefix())
+}
+
 /// One message written by [`OutboxWriter::enqueue`]: its outbox row and its id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Enqueued {
@@ -167,7 +173,7 @@ impl OutboxWriter {
             unordered: insert(false),
             ordered: insert(true),
             channel: notify_channel(namespace),
-            lane_lock_prefix: format!("lane:{}.{}:", namespace.schema(), namespace.prefix()),
+            lane_lock_prefix: lane_lock_prefix(namespace),
             transports: transports.into_iter().map(Into::into).collect(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             notify: true,

@@ -11,7 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use relayer_core::dead_letter::{DeadLetterDecision, DeadLetterPolicy, DeadLetterRow, UNACCEPTABLE};
+use relayer_core::dead_letter::{
+    DeadLetterDecision, DeadLetterPolicy, DeadLetterRow, DeadLetterType, UNACCEPTABLE,
+};
 use relayer_core::store::Completion;
 use relayer_core::{NewMessage, Timestamp, Uuid};
 use relayer_postgres::{DeadLetterPolicyStatements, OutboxStatements, OutboxWriter, PgClient, migrate};
@@ -44,6 +46,11 @@ fn dead_letter() -> impl Strategy<Value = GeneratedDeadLetter> {
         })
 }
 
+/// Messages of queue "orders" dead-lettered into "dead".
+fn queue_type() -> DeadLetterType {
+    DeadLetterType::Queue { original_topic: "orders".into(), dead_letter_queue: "dead".into() }
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime")
 }
@@ -58,6 +65,7 @@ fn policy_sql_agrees_with_the_pure_decisions_dlp_2_dlp_4_dlp_5() {
     rt.block_on(migrate(&mut rt.block_on(db.connect()), db.namespace())).unwrap();
     let statements = DeadLetterPolicyStatements::new(db.namespace());
     let queue = db.namespace().table("queue");
+    let orders = queue_type();
 
     let mut runner = TestRunner::new(Config { cases: 48, ..Config::default() });
     let strategy = (prop::collection::vec(dead_letter(), 0..30), 0u64..=20, 1u64..=30);
@@ -104,11 +112,11 @@ fn policy_sql_agrees_with_the_pure_decisions_dlp_2_dlp_4_dlp_5() {
                         .map(|(seq, ..)| *seq)
                         .collect()
                 };
-                let stuck = statements.stuck_in_queue(&client, "dead", "orders", after, give_up).await.unwrap();
+                let stuck = statements.stuck(&client, &orders, after, give_up).await.unwrap();
                 prop_assert_eq!(stuck, pick(DeadLetterDecision::GaveUp, true).len() as u64);
 
                 client.batch_execute("SAVEPOINT before_actions").await.unwrap();
-                let moved = statements.redrive_queue(&client, "dead", "orders", after, give_up, 10_000).await.unwrap();
+                let moved = statements.redrive(&client, &orders, after, give_up, 10_000).await.unwrap();
                 let back: BTreeSet<i64> = client
                     .query(&format!("SELECT seq FROM {queue} WHERE queue = 'orders'"), &[])
                     .await
@@ -120,7 +128,7 @@ fn policy_sql_agrees_with_the_pure_decisions_dlp_2_dlp_4_dlp_5() {
                 prop_assert_eq!(&back, &pick(DeadLetterDecision::Redrive, true));
 
                 client.batch_execute("ROLLBACK TO SAVEPOINT before_actions").await.unwrap();
-                let deleted = statements.expire_queue(&client, "dead", "orders", after, 10_000).await.unwrap();
+                let deleted = statements.expire(&client, &orders, after, 10_000).await.unwrap();
                 let left: BTreeSet<i64> = client
                     .query(&format!("SELECT seq FROM {queue}"), &[])
                     .await
@@ -149,12 +157,14 @@ async fn policy_batches_stay_bounded_under_a_generic_plan_made_on_empty_tables()
     let client = PgClient::new(raw);
     client.batch_execute("SET plan_cache_mode = force_generic_plan").await.unwrap();
     let statements = DeadLetterPolicyStatements::new(db.namespace());
+    let (orders, outbox_type) =
+        (queue_type(), DeadLetterType::Outbox { transport: "queue".into(), destination: "orders".into() });
     let (day, zero) = (Duration::from_secs(86_400), Duration::ZERO);
     for _ in 0..6 {
-        assert_eq!(statements.redrive_queue(&client, "dead", "orders", zero, day, 5).await.unwrap(), 0);
-        assert_eq!(statements.expire_queue(&client, "dead", "orders", zero, 5).await.unwrap(), 0);
-        assert_eq!(statements.redrive_outbox(&client, "queue", "orders", zero, day, 5).await.unwrap(), 0);
-        assert_eq!(statements.expire_outbox(&client, "queue", "orders", zero, 5).await.unwrap(), 0);
+        assert_eq!(statements.redrive(&client, &orders, zero, day, 5).await.unwrap(), 0);
+        assert_eq!(statements.expire(&client, &orders, zero, 5).await.unwrap(), 0);
+        assert_eq!(statements.redrive(&client, &outbox_type, zero, day, 5).await.unwrap(), 0);
+        assert_eq!(statements.expire(&client, &outbox_type, zero, 5).await.unwrap(), 0);
     }
 
     let queue = db.namespace().table("queue");
@@ -180,10 +190,10 @@ async fn policy_batches_stay_bounded_under_a_generic_plan_made_on_empty_tables()
     }
     assert_eq!(outbox.complete(&client, token, &completion).await.unwrap().dead, 40);
 
-    assert_eq!(statements.redrive_queue(&client, "dead", "orders", zero, day, 5).await.unwrap(), 5);
-    assert_eq!(statements.expire_queue(&client, "dead", "orders", zero, 5).await.unwrap(), 5);
-    assert_eq!(statements.redrive_outbox(&client, "queue", "orders", zero, day, 5).await.unwrap(), 5);
-    assert_eq!(statements.expire_outbox(&client, "queue", "orders", zero, 5).await.unwrap(), 5);
-    assert_eq!(statements.stuck_in_queue(&client, "dead", "orders", zero, day).await.unwrap(), 0);
+    assert_eq!(statements.redrive(&client, &orders, zero, day, 5).await.unwrap(), 5);
+    assert_eq!(statements.expire(&client, &orders, zero, 5).await.unwrap(), 5);
+    assert_eq!(statements.redrive(&client, &outbox_type, zero, day, 5).await.unwrap(), 5);
+    assert_eq!(statements.expire(&client, &outbox_type, zero, 5).await.unwrap(), 5);
+    assert_eq!(statements.stuck(&client, &orders, zero, day).await.unwrap(), 0);
     assert!(client.statements().len() >= 5, "the statements were prepared");
 }

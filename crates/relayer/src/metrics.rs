@@ -14,7 +14,9 @@
 //! | `relayer_worker_seconds_since_last_success` | gauge | `worker` | seconds since this instance's last successful pass (led or not); refreshed every few seconds, so a stalled worker shows a growing value |
 //! | `relayer_leader` | gauge | `worker` | 1 while this instance led the worker's last pass, else 0 |
 //! | `relayer_lease_term` | gauge | `worker` | the lease term of the last led pass (lease leadership only) |
-//! | `relayer_dead_letters_stuck` | gauge | — | dead letters past their redrive window at the last policy pass (DLP-5) |
+//!
+//! The dead-letter policy worker also reports its own per-type metrics
+//! (`relayer_dead_letters_stuck`, DLP-5), since it knows the message types.
 // With no led worker compiled in, there is nothing to observe.
 #![cfg_attr(not(any(feature = "sweeper", feature = "cleanup", feature = "dead-letters")), allow(dead_code))]
 
@@ -34,7 +36,7 @@ pub(crate) type Count = (&'static str, Option<(&'static str, &'static str)>, u64
 pub(crate) trait Counted {
     /// `(outcome, extra label, count)` for each count the report carries.
     fn counts(&self) -> Vec<Count>;
-    /// Gauges the report sets: the lease term, stuck dead letters.
+    /// Gauges the report sets (the lease term).
     fn gauges(&self, worker: WorkerKind) {
         let _ = worker;
     }
@@ -75,11 +77,6 @@ impl Counted for relayer_cleanup::CleanupReport {
 impl Counted for relayer_dead_letters::DeadLetterReport {
     fn counts(&self) -> Vec<Count> {
         vec![("redriven", None, self.redriven), ("expired", None, self.expired)]
-    }
-
-    fn gauges(&self, _worker: WorkerKind) {
-        #[allow(clippy::cast_precision_loss)]
-        metrics::gauge!("relayer_dead_letters_stuck").set(self.stuck as f64);
     }
 }
 

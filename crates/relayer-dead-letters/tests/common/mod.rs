@@ -193,3 +193,24 @@ impl Transport for SwitchTransport {
         Ok(vec![SendOutcome::Accepted; batch.len()])
     }
 }
+
+/// A dispatcher (max_attempts 1) whose only transport, `switch`, starts out failing: what it
+/// sends goes to the dead table at once, until [`SwitchTransport::heal`].
+pub(crate) async fn failing_dispatcher(
+    db: &TestDb,
+) -> (relayer_dispatcher::Dispatcher, Arc<SwitchTransport>) {
+    let transport = SwitchTransport::failing();
+    let dispatcher = relayer_dispatcher::Dispatcher::new(
+        relayer_core::DispatcherOptions::builder()
+            .max_attempts(std::num::NonZeroU32::new(1))
+            .build()
+            .unwrap(),
+        db.namespace().clone(),
+        Arc::new(relayer_core::TransportRegistry::new().with(transport.clone()).unwrap()),
+        db.config(),
+        1,
+    )
+    .await
+    .unwrap();
+    (dispatcher, transport)
+}
