@@ -254,17 +254,15 @@ pub(crate) fn render(namespace: &str, status: &NamespaceStatus) -> String {
     let h = &status.horizon;
     let _ = writeln!(
         text,
-        "xmin horizon: oldest transaction {}{}, xmin age {} xids",
-        maybe_age(h.oldest_transaction_age),
-        h.oldest_transaction_pid.map_or_else(String::new, |pid| format!(
-            " (pid {pid}{})",
-            h.oldest_transaction_application
-                .as_deref()
-                .filter(|a| !a.is_empty())
-                .map_or_else(String::new, |a| format!(", {a}"))
-        )),
-        or_dash(h.xmin_age)
+        "xmin horizon: xmin age {} xids, oldest transaction {}",
+        or_dash(h.xmin_age),
+        maybe_age(h.oldest_transaction_age)
     );
+    if let Some(pid) = h.oldest_transaction_pid {
+        let application: String =
+            h.oldest_transaction_application.as_deref().unwrap_or("").chars().take(50).collect();
+        let _ = writeln!(text, "  held by pid {pid} {application}");
+    }
     let dead_tuples: i64 = status.dead_tuples.iter().map(|t| t.dead).sum();
     let _ = writeln!(text, "dead tuples in the namespace's tables: {dead_tuples}");
     text
