@@ -3,8 +3,9 @@
 //!
 //! Naming: `RELAYER_` then the path in capitals, sections separated by a double underscore:
 //! `sweeper.batch_size` ← `RELAYER_SWEEPER__BATCH_SIZE`, `namespace.schema` ←
-//! `RELAYER_NAMESPACE__SCHEMA`, `database_url` ← `RELAYER_DATABASE_URL`. `RELAYER_LOG` is
-//! the log filter, not configuration. A worker runs when its section is present. The
+//! `RELAYER_NAMESPACE__SCHEMA`, `database_url` ← `RELAYER_DATABASE_URL`. Of the variables
+//! without `__`, only `RELAYER_DATABASE_URL`, `RELAYER_POOL_SIZE` and `RELAYER_INSTANCE_ID`
+//! are configuration (`RELAYER_LOG` is the log filter). A worker runs when its section is present. The
 //! worker sections are the worker options types themselves (OPT-2: human durations,
 //! `infinite` retentions, unknown keys refused, ranges checked).
 
@@ -21,8 +22,10 @@ use serde::Deserialize;
 
 /// The environment variables' prefix.
 pub(crate) const ENV_PREFIX: &str = "RELAYER_";
-/// Variables with the prefix that are not configuration.
-const NOT_CONFIG: &[&str] = &["log"];
+/// The top-level keys that a variable without `__` may set. Other `RELAYER_X` variables
+/// (`RELAYER_LOG`, test and tool settings) are not configuration; any variable with `__`
+/// is, so a misspelt section is refused.
+const TOP_LEVEL: &[&str] = &["database_url", "pool_size", "instance_id"];
 
 /// The whole configuration of a sidecar, as written.
 #[derive(Debug, Deserialize)]
@@ -99,8 +102,14 @@ impl Config {
         if !path.is_file() {
             return Err(format!("{}: no such configuration file", path.display()));
         }
-        let figment = Figment::from(Toml::file(path))
-            .merge(Env::prefixed(ENV_PREFIX).split("__").filter(|key| !NOT_CONFIG.contains(&key.as_str())));
+        let figment = Figment::from(Toml::file(path)).merge(
+            Env::prefixed(ENV_PREFIX)
+                .filter(|key| {
+                    key.as_str().contains("__")
+                        || TOP_LEVEL.iter().any(|top| key.as_str().eq_ignore_ascii_case(top))
+                })
+                .split("__"),
+        );
         let file: File = figment.extract().map_err(|e| one_line(&e, path))?;
         file.validate()
     }

@@ -117,6 +117,40 @@ async fn each_configuration_error_is_one_line_naming_its_path_opt_2() {
     assert_eq!(json["sweeper"]["sweep_interval"], "100ms");
 }
 
+/// OPT-2: `RELAYER_*` variables are layered over the file (`__` between levels), are
+/// refused like the file's values, and other tools' `RELAYER_*` variables pass.
+#[tokio::test]
+async fn environment_variables_override_the_file_and_are_checked_alike_opt_2() {
+    let db = TestDb::new().await;
+    let config = ConfigFile::new(SWEEPER);
+    let check = |vars: &'static [(&'static str, &'static str)]| {
+        let mut command = relayer_command(&db);
+        command.args(["config", "check", config.path(), "--json"]);
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        let output = command.output().unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (ok, stdout, _) = check(&[("RELAYER_SWEEPER__SWEEP_INTERVAL", "2s"), ("RELAYER_TEST_THREADS", "4")]);
+    assert!(ok);
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json["sweeper"]["sweep_interval"], "2s");
+    let (ok, _, stderr) = check(&[("RELAYER_SWEEPER__BATCH_SIZE", "0")]);
+    assert!(!ok);
+    assert_eq!(
+        stderr.trim_end(),
+        "error: sweeper.batch_size: 0 is out of range (1..=10000) (from RELAYER_SWEEPER__*)"
+    );
+    let (ok, _, stderr) = check(&[("RELAYER_SWEEPR__BATCH_SIZE", "5")]);
+    assert!(!ok);
+    assert_eq!(stderr.trim_end(), "error: sweepr: unknown key (from RELAYER_SWEEPR__*)");
+}
+
 /// LIF-1, LDR-2: `run` stops cleanly on SIGTERM and releases its lease, so a second `run`
 /// leads at once — well before the first lease (30 s) would have expired; `status` shows the
 /// sidecar's lease and its worker's last pass meanwhile.
