@@ -8,7 +8,7 @@
 //!
 //! | metric | kind | labels | meaning |
 //! |---|---|---|---|
-//! | `relayer_messages_total` | counter | `worker`, `outcome` | messages a worker's passes moved: `recovered`, `failed`, `dead` (sweeper); `cleaned` (cleanup, with `table`); `redriven`, `expired` (dead-letter policies) |
+//! | `relayer_messages_total` | counter | `worker`, `outcome` | messages a worker's passes moved: `sent`, `failed`, `dead` (dispatcher, once it publishes pass events); `recovered`, `failed`, `dead` (sweeper); `cleaned` (cleanup, with `table`); `redriven`, `expired` (dead-letter policies) |
 //! | `relayer_passes_total` | counter | `worker`, `result` | passes by result: `led`, `not_leader`, `failed` |
 //! | `relayer_pass_duration_seconds` | histogram | `worker` | wall time of each pass that did not fail |
 //! | `relayer_worker_seconds_since_last_success` | gauge | `worker` | seconds since this instance's last successful pass (led or not); refreshed every few seconds, so a stalled worker shows a growing value |
@@ -39,6 +39,14 @@ pub(crate) trait Counted {
     /// Gauges the report sets (the lease term).
     fn gauges(&self, worker: WorkerKind) {
         let _ = worker;
+    }
+}
+
+// Wired once the dispatcher publishes its pass events (`Dispatcher::subscribe`).
+#[cfg(feature = "dispatcher")]
+impl Counted for relayer_dispatcher::PassReport {
+    fn counts(&self) -> Vec<Count> {
+        vec![("sent", None, self.sent), ("failed", None, self.failed), ("dead", None, self.dead)]
     }
 }
 
