@@ -61,6 +61,45 @@ async fn status_shows_backlog_lanes_dead_letters_and_the_horizon_obs_3() {
     assert!(json["workers"].as_array().unwrap().is_empty(), "no worker runs: {}", json["workers"]);
 }
 
+/// OBS-2: a worker whose lease was last renewed more than three of its intervals ago is
+/// flagged stalled, with where the evidence comes from; a fresh one is not. (Old timestamps
+/// are hand-written: no component makes them quickly.)
+#[tokio::test]
+async fn status_flags_a_worker_whose_last_pass_is_three_intervals_old_obs_2() {
+    let (db, client) = setup().await;
+    let (leases, instances) = (db.namespace().table("leases"), db.namespace().table("instances"));
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {instances} (worker, instance, fingerprint, settings) VALUES \
+               ('sweeper', 'a', 'f1', '{{\"sweep_interval\": \"5s\"}}'), \
+               ('cleanup', 'a', 'f2', '{{\"cleanup_interval\": \"1m\"}}'); \
+             INSERT INTO {leases} (job, owner, term, acquired_at, renewed_at, expires_at) VALUES \
+               ('sweeper', 'a', 3, now() - interval '1 hour', now() - interval '10 minutes', now() - interval '9 minutes'), \
+               ('cleanup', 'a', 1, now() - interval '1 hour', now() - interval '30 seconds', now() + interval '30 seconds')"
+        ))
+        .await
+        .unwrap();
+    let json = relayer(&db, &["status", "--json"]).await.json();
+    let worker = |name: &str| {
+        json["workers"].as_array().unwrap().iter().find(|w| w["worker"] == name).unwrap().clone()
+    };
+    assert_eq!(
+        (worker("sweeper")["stalled"].as_bool(), worker("sweeper")["source"].as_str()),
+        (Some(true), Some("lease"))
+    );
+    assert_eq!(worker("sweeper")["interval_seconds"], 5.0);
+    assert_eq!(worker("cleanup")["stalled"], false);
+    let text = relayer(&db, &["status"]).await;
+    let flagged = |name: &str| {
+        text.stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with(name) && l.contains("STALLED") && l.contains("lease"))
+    };
+    assert!(text.ok().contains("workers (last pass"));
+    assert!(flagged("sweeper") && !flagged("cleanup"), "{}", text.stdout);
+    assert!(text.stdout.contains("expired"), "the sweeper's lease shows as expired: {}", text.stdout);
+}
+
 /// `status` on a namespace without relayer's schema says so and how to fix it.
 #[tokio::test]
 async fn status_without_a_schema_says_how_to_apply_it_ns_3() {

@@ -209,7 +209,7 @@ async fn the_metrics_endpoint_serves_the_counters_after_a_pass_obs_2() {
     write(&client, &db, &[NewMessage::new("queue", "orders", b"recover me".to_vec())]).await;
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let config = ConfigFile::new(&format!(
-        "{SWEEPER}[metrics]\nlisten = \"127.0.0.1:{port}\"\nsample_interval = \"100ms\"\n"
+        "{SWEEPER}[cleanup]\n[metrics]\nlisten = \"127.0.0.1:{port}\"\nsample_interval = \"100ms\"\n"
     ));
     let mut sidecar = Sidecar::start(&db, &config);
     let recovered = |body: &str| {
@@ -231,6 +231,7 @@ async fn the_metrics_endpoint_serves_the_counters_after_a_pass_obs_2() {
     .await;
     for name in [
         "relayer_passes_total{",
+        "outcome=\"cleaned\"",
         "relayer_pass_duration_seconds",
         "relayer_worker_seconds_since_last_success{",
         "relayer_outbox_pending",
