@@ -458,6 +458,13 @@ impl DeadLetterPolicies {
         self.rules.is_empty()
     }
 
+    /// A stable fingerprint of the set (OPT-4): the SHA-1, in hex, of its rules as
+    /// displayed, in order. Replicas applying different policies to one namespace differ.
+    pub fn fingerprint(&self) -> String {
+        use sha1::{Digest, Sha1};
+        Sha1::digest(self.to_string().as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect()
+    }
+
     /// DLP-6, checked at start: every queue type with a policy has exactly one subscription
     /// of its topic with a dead-letter queue, and that queue is the policy's; no policy's
     /// dead-letter queue is a subscription's invalid-message queue (DLP-4). Outbox types
@@ -615,6 +622,18 @@ mod tests {
         for (rules, expected) in cases {
             assert_eq!(DeadLetterPolicies::new(rules).unwrap_err().to_string(), expected);
         }
+        let one = DeadLetterPolicies::new([DeadLetterRule::queue("orders", "dead", expire())]).unwrap();
+        let other = DeadLetterPolicies::new([DeadLetterRule::queue(
+            "orders",
+            "dead",
+            DeadLetterPolicy::expire(secs(61)),
+        )]);
+        assert_eq!(one.fingerprint().len(), 40);
+        assert_ne!(
+            one.fingerprint(),
+            other.unwrap().fingerprint(),
+            "OPT-4: a changed window is a disagreement"
+        );
         let shared = DeadLetterPolicies::new([
             DeadLetterRule::queue("orders", "dead", expire()),
             DeadLetterRule::queue("invoices", "dead", expire()),

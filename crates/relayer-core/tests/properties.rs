@@ -627,8 +627,8 @@ prop_compose! {
 }
 
 prop_compose! {
-    fn dead_letter_options()(every in interval(), batch in batch_size(), max_backoff in interval()) -> DeadLetterOptions {
-        DeadLetterOptions::builder().interval(every).batch_size(batch).max_backoff(max_backoff).build().unwrap()
+    fn dead_letter_options()(every in interval(), batch in batch_size(), max_backoff in interval(), lease in lease()) -> DeadLetterOptions {
+        DeadLetterOptions::builder().interval(every).batch_size(batch).max_backoff(max_backoff).lease_duration(lease).build().unwrap()
     }
 }
 
@@ -715,7 +715,7 @@ const FIELDS: &[(&str, &[&str])] = &[
             "max_backoff",
         ],
     ),
-    ("dead_letter", &["interval", "batch_size", "max_backoff"]),
+    ("dead_letter", &["interval", "batch_size", "max_backoff", "lease_duration"]),
 ];
 
 fn section_and_field() -> impl Strategy<Value = (&'static str, &'static str)> {

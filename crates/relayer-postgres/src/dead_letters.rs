@@ -44,18 +44,18 @@
 //! # let _ = (page, would, done); Ok(()) }
 //! ```
 
-use std::fmt::{self, Write as _};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use relayer_core::options::MAX_BATCH_SIZE;
 use relayer_core::{Headers, MessageId, Namespace, Timestamp, advisory_lock_key};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
+use crate::dead_letter_filter::Where;
+pub use crate::dead_letter_filter::{OutboxDeadFilter, QueueDeadLetterFilter};
 use crate::error::{StorageError, StorageErrorKind};
 use crate::exec::Executor;
 use crate::outbox::{headers_from_json, lane_lock_prefix, notify_channel};
-use crate::recovery::micros;
 
 /// Rows a listing or an action takes unless told otherwise.
 pub const DEFAULT_LIMIT: u32 = 100;
@@ -149,264 +149,6 @@ pub struct OutboxDeadRow {
     pub trace_context: Option<String>,
 }
 
-/// What both filters share: age, message id, keyset position and limit.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Common {
-    older_than: Option<Duration>,
-    message_id: Option<MessageId>,
-    after_seq: Option<i64>,
-    limit: u32,
-}
-
-impl Common {
-    const fn new() -> Self {
-        Common { older_than: None, message_id: None, after_seq: None, limit: DEFAULT_LIMIT }
-    }
-
-    fn selects_something(&self) -> bool {
-        self.older_than.is_some() || self.message_id.is_some()
-    }
-
-    /// Adds the shared criteria to `clauses`; ages count from `aged_column`.
-    fn render(&self, clauses: &mut Where, aged_column: &str) {
-        if let Some(age) = self.older_than {
-            let at = clauses.bind(micros(age), Type::INT8);
-            clauses.and(format!("{aged_column} <= now() - {at}::int8 * interval '1 microsecond'"));
-        }
-        if let Some(id) = self.message_id {
-            clauses.equal("message_id", *id.as_uuid(), Type::UUID);
-        }
-        if let Some(seq) = self.after_seq {
-            let at = clauses.bind(seq, Type::INT8);
-            clauses.and(format!("seq > {at}"));
-        }
-    }
-
-    /// Writes the shared criteria after `text`, the filter's own ones.
-    fn fmt(&self, mut text: String, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        describe(&mut text, "older_than", self.older_than.map(relayer_core::HumanDuration).as_ref());
-        describe(&mut text, "message_id", self.message_id.as_ref());
-        describe(&mut text, "after_seq", self.after_seq.as_ref());
-        write!(f, "{text}limit={}", self.limit)
-    }
-}
-
-/// The setters of [`Common`]'s criteria, on a filter with a `common` field.
-macro_rules! common_criteria {
-    ($what:literal, $aged:literal) => {
-        /// One message, by id.
-        pub fn message(message_id: MessageId) -> Self {
-            Self::new().message_id(message_id)
-        }
-
-        #[doc = concat!($aged, " at least `age` ago (database clock).")]
-        pub fn older_than(mut self, age: Duration) -> Self {
-            self.common.older_than = Some(age);
-            self
-        }
-
-        /// With message id `message_id`.
-        pub fn message_id(mut self, message_id: MessageId) -> Self {
-            self.common.message_id = Some(message_id);
-            self
-        }
-
-        #[doc = concat!("Only ", $what, " after `seq` (keyset paging: the last `seq` of the previous page).")]
-        pub fn after_seq(mut self, seq: i64) -> Self {
-            self.common.after_seq = Some(seq);
-            self
-        }
-
-        #[doc = concat!("At most `limit` ", $what, " (1..=10000).")]
-        pub fn limit(mut self, limit: u32) -> Self {
-            self.common.limit = limit;
-            self
-        }
-    };
-}
-
-/// Selects queue dead letters; criteria combine with AND.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct QueueDeadLetterFilter {
-    queue: Option<String>,
-    original_topic: Option<String>,
-    reason: Option<String>,
-    common: Common,
-}
-
-impl Default for Common {
-    fn default() -> Self {
-        Common::new()
-    }
-}
-
-impl QueueDeadLetterFilter {
-    /// Every dead letter, [`DEFAULT_LIMIT`] at a time.
-    pub fn new() -> Self {
-        QueueDeadLetterFilter::default()
-    }
-
-    common_criteria!("dead letters", "Dead-lettered");
-
-    /// Held in dead-letter queue `queue`.
-    pub fn queue(mut self, queue: impl Into<String>) -> Self {
-        self.queue = Some(queue.into());
-        self
-    }
-
-    /// Dead-lettered from `topic`.
-    pub fn original_topic(mut self, topic: impl Into<String>) -> Self {
-        self.original_topic = Some(topic.into());
-        self
-    }
-
-    /// With rejection reason `reason`.
-    pub fn reason(mut self, reason: impl Into<String>) -> Self {
-        self.reason = Some(reason.into());
-        self
-    }
-
-    fn selects_something(&self) -> bool {
-        self.queue.is_some()
-            || self.original_topic.is_some()
-            || self.reason.is_some()
-            || self.common.selects_something()
-    }
-
-    /// The filter's `WHERE`, starting with `base`.
-    fn render(&self, base: &str) -> Where {
-        let mut clauses = Where::new(base);
-        for (column, value) in [
-            ("queue", &self.queue),
-            ("original_topic", &self.original_topic),
-            ("rejection_reason", &self.reason),
-        ] {
-            if let Some(value) = value {
-                clauses.equal(column, value.clone(), Type::TEXT);
-            }
-        }
-        self.common.render(&mut clauses, "dead_lettered_at");
-        clauses
-    }
-}
-
-impl fmt::Display for QueueDeadLetterFilter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut text = String::new();
-        describe(&mut text, "queue", self.queue.as_ref());
-        describe(&mut text, "original_topic", self.original_topic.as_ref());
-        describe(&mut text, "reason", self.reason.as_ref());
-        self.common.fmt(text, f)
-    }
-}
-
-/// Selects rows of the outbox's dead table; criteria combine with AND.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OutboxDeadFilter {
-    transport: Option<String>,
-    destination: Option<String>,
-    lane: Option<String>,
-    common: Common,
-}
-
-impl OutboxDeadFilter {
-    /// Every dead row, [`DEFAULT_LIMIT`] at a time.
-    pub fn new() -> Self {
-        OutboxDeadFilter::default()
-    }
-
-    common_criteria!("dead rows", "Failed");
-
-    /// For transport `transport`.
-    pub fn transport(mut self, transport: impl Into<String>) -> Self {
-        self.transport = Some(transport.into());
-        self
-    }
-
-    /// For destination `destination`.
-    pub fn destination(mut self, destination: impl Into<String>) -> Self {
-        self.destination = Some(destination.into());
-        self
-    }
-
-    /// Of lane `lane`.
-    pub fn lane(mut self, lane: impl Into<String>) -> Self {
-        self.lane = Some(lane.into());
-        self
-    }
-
-    fn selects_something(&self) -> bool {
-        self.transport.is_some()
-            || self.destination.is_some()
-            || self.lane.is_some()
-            || self.common.selects_something()
-    }
-
-    fn render(&self) -> Where {
-        let mut clauses = Where::new("true");
-        for (column, value) in
-            [("transport", &self.transport), ("destination", &self.destination), ("lane", &self.lane)]
-        {
-            if let Some(value) = value {
-                clauses.equal(column, value.clone(), Type::TEXT);
-            }
-        }
-        self.common.render(&mut clauses, "failed_at");
-        clauses
-    }
-}
-
-impl fmt::Display for OutboxDeadFilter {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut text = String::new();
-        describe(&mut text, "transport", self.transport.as_ref());
-        describe(&mut text, "destination", self.destination.as_ref());
-        describe(&mut text, "lane", self.lane.as_ref());
-        self.common.fmt(text, f)
-    }
-}
-
-fn describe(text: &mut String, name: &str, value: Option<&impl fmt::Display>) {
-    if let Some(value) = value {
-        let _ = write!(text, "{name}={value} ");
-    }
-}
-
-/// A `WHERE` clause under construction and its bound values ($1, $2, … in order).
-struct Where {
-    clauses: Vec<String>,
-    values: Vec<(Box<dyn ToSql + Sync + Send>, Type)>,
-}
-
-impl Where {
-    fn new(base: &str) -> Self {
-        Where { clauses: vec![base.to_owned()], values: Vec::new() }
-    }
-
-    /// Binds `value` and returns its placeholder.
-    fn bind(&mut self, value: impl ToSql + Sync + Send + 'static, ty: Type) -> String {
-        self.values.push((Box::new(value), ty));
-        format!("${}", self.values.len())
-    }
-
-    fn and(&mut self, clause: String) {
-        self.clauses.push(clause);
-    }
-
-    fn equal(&mut self, column: &str, value: impl ToSql + Sync + Send + 'static, ty: Type) {
-        let at = self.bind(value, ty);
-        self.and(format!("{column} = {at}"));
-    }
-
-    fn sql(&self) -> String {
-        self.clauses.join(" AND ")
-    }
-
-    fn params(&self) -> Vec<(&(dyn ToSql + Sync), Type)> {
-        self.values.iter().map(|(value, ty)| (&**value as &(dyn ToSql + Sync), ty.clone())).collect()
-    }
-}
-
 /// The columns every queue dead-letter read returns, in [`decode_queue`]'s order.
 const QUEUE_COLUMNS: &str = "seq, message_id, queue, original_topic, rejection_reason, rejection_message, \
      handled_count, created_at, dead_lettered_at, headers, body, trace_context";
@@ -447,16 +189,9 @@ impl DeadLetterApi {
         client: &impl Executor,
         filter: &QueueDeadLetterFilter,
     ) -> Result<Vec<QueueDeadLetter>, DeadLetterApiError> {
-        let limit = check_limit(filter.common.limit)?;
-        let mut clauses = filter.render("dead_lettered_at IS NOT NULL");
-        let limit = clauses.bind(limit, Type::INT8);
-        let sql = format!(
-            "SELECT {QUEUE_COLUMNS} FROM {} WHERE {} ORDER BY seq LIMIT {limit}",
-            self.queue,
-            clauses.sql()
-        );
-        let rows = read(client, &sql, &clauses, "listing queue dead letters").await?;
-        Ok(rows.iter().map(decode_queue).collect::<Result<_, _>>()?)
+        let clauses = filter.render("dead_lettered_at IS NOT NULL");
+        let listing = (self.queue.as_str(), QUEUE_COLUMNS, "listing queue dead letters");
+        list(client, listing, clauses, filter.common.limit, decode_queue).await
     }
 
     /// The queue dead letter with id `message_id` (the oldest, should there be several).
@@ -574,16 +309,8 @@ impl DeadLetterApi {
         client: &impl Executor,
         filter: &OutboxDeadFilter,
     ) -> Result<Vec<OutboxDeadRow>, DeadLetterApiError> {
-        let limit = check_limit(filter.common.limit)?;
-        let mut clauses = filter.render();
-        let limit = clauses.bind(limit, Type::INT8);
-        let sql = format!(
-            "SELECT {DEAD_COLUMNS} FROM {} WHERE {} ORDER BY seq LIMIT {limit}",
-            self.dead,
-            clauses.sql()
-        );
-        let rows = read(client, &sql, &clauses, "listing dead outbox rows").await?;
-        Ok(rows.iter().map(decode_dead).collect::<Result<_, _>>()?)
+        let listing = (self.dead.as_str(), DEAD_COLUMNS, "listing dead outbox rows");
+        list(client, listing, filter.render(), filter.common.limit, decode_dead).await
     }
 
     /// The dead outbox row with id `message_id` (the oldest, should there be several).
@@ -725,6 +452,21 @@ impl DeadLetterApi {
         let touched = touched(&rows)?;
         Ok(touched.into_iter().zip(rows.iter().map(|row| row.get::<_, Option<String>>(2))).collect())
     }
+}
+
+/// Reads `columns` of the rows of `table` that `clauses` select, at most `limit`, in `seq`
+/// order, decoded by `decode`; `what` names the listing in errors.
+async fn list<T>(
+    client: &impl Executor,
+    (table, columns, what): (&str, &str, &str),
+    mut clauses: Where,
+    limit: u32,
+    decode: fn(&Row) -> Result<T, StorageError>,
+) -> Result<Vec<T>, DeadLetterApiError> {
+    let limit = clauses.bind(check_limit(limit)?, Type::INT8);
+    let sql = format!("SELECT {columns} FROM {table} WHERE {} ORDER BY seq LIMIT {limit}", clauses.sql());
+    let rows = read(client, &sql, &clauses, what).await?;
+    Ok(rows.iter().map(decode).collect::<Result<_, _>>()?)
 }
 
 fn check_limit(limit: u32) -> Result<i64, DeadLetterApiError> {

@@ -8,6 +8,7 @@
 //! the capabilities they use rather than on this crate's statement types.
 #![deny(missing_docs)]
 
+mod dead_letter_filter;
 pub mod dead_letter_policy;
 pub mod dead_letters;
 mod error;

@@ -250,7 +250,11 @@ impl RelayerHost {
         };
 
         // OPT-4: record this instance's settings and compare with the other live instances'.
-        let worker_settings = worker_settings(&options);
+        let worker_settings = worker_settings(
+            &options,
+            #[cfg(feature = "dead-letters")]
+            dead_letters.as_ref().map(relayer_dead_letters::DeadLetterWorker::policies),
+        );
         let instances = InstanceStatements::new(&namespace);
         let mut disagreements = Vec::new();
         if !worker_settings.is_empty() {
@@ -465,7 +469,10 @@ fn led_by(
 }
 
 /// The settings this instance records, per worker it runs.
-fn worker_settings(options: &RelayerOptions) -> Vec<WorkerSettings> {
+fn worker_settings(
+    options: &RelayerOptions,
+    #[cfg(feature = "dead-letters")] dead_letter_policies: Option<&relayer_core::DeadLetterPolicies>,
+) -> Vec<WorkerSettings> {
     let mut settings = Vec::new();
     if let Some(o) = options.dispatcher() {
         settings.push(WorkerSettings::new("dispatcher", o.fingerprint(), &o.canonical_settings()));
@@ -477,8 +484,15 @@ fn worker_settings(options: &RelayerOptions) -> Vec<WorkerSettings> {
         settings.push(WorkerSettings::new("cleanup", o.fingerprint(), &o.canonical_settings()));
     }
     #[cfg(feature = "dead-letters")]
-    if let Some(o) = options.dead_letter() {
-        settings.push(WorkerSettings::new("dead_letter", o.fingerprint(), &o.canonical_settings()));
+    if let (Some(o), Some(policies)) = (options.dead_letter(), dead_letter_policies) {
+        // The policies are part of the worker's settings: replicas must agree on them too.
+        let policies = policies.fingerprint();
+        let canonical = format!("{};policies={policies}", o.canonical_settings());
+        settings.push(WorkerSettings::new(
+            "dead_letter",
+            format!("{}/{policies}", o.fingerprint()),
+            &canonical,
+        ));
     }
     settings
 }

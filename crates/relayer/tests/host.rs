@@ -331,3 +331,24 @@ async fn start_refuses_dead_letter_policies_for_an_unknown_transport_opt_5() {
     );
     assert_eq!(count(&client, &db, "instances").await, 0);
 }
+
+/// OPT-4: replicas applying different dead-letter policies to one namespace are told apart.
+#[tokio::test]
+async fn two_hosts_with_different_dead_letter_policies_report_a_disagreement_opt_4() {
+    use relayer::{DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule};
+    let (db, _client) = migrated().await;
+    let policies = |after: u64| {
+        let policy = DeadLetterPolicy::expire(Duration::from_secs(after));
+        DeadLetterPolicies::new([DeadLetterRule::queue("orders", "orders.dead", policy)]).unwrap()
+    };
+    let first = builder(&db).dead_letters(policies(60)).instance_id("host-a").start().await.unwrap();
+    let second = builder(&db).dead_letters(policies(120)).instance_id("host-b").start().await.unwrap();
+    let disagreements = second.disagreements();
+    assert_eq!(disagreements.len(), 1, "{disagreements:?}");
+    assert_eq!(disagreements[0].worker, "dead_letter");
+    let differing: Vec<_> = disagreements[0].differences.iter().map(|d| d.setting.as_str()).collect();
+    assert_eq!(differing, ["policies"]);
+    for host in [first, second] {
+        within(host.shutdown()).await;
+    }
+}
