@@ -216,7 +216,7 @@ pub async fn namespace_status(
     let dead_letters: Vec<DeadLetters> = query(format!(
         "SELECT queue, original_topic, rejection_reason, count(*), {age} FROM {queue} \
          WHERE dead_lettered_at IS NOT NULL GROUP BY queue, original_topic, rejection_reason \
-         ORDER BY count(*) DESC, queue, original_topic, rejection_reason",
+         ORDER BY queue, original_topic, rejection_reason",
         age = micros_since("min(dead_lettered_at)"),
     ))
     .await?
