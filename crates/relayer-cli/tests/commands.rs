@@ -62,7 +62,8 @@ async fn status_shows_backlog_lanes_dead_letters_and_the_horizon_obs_3() {
 }
 
 /// OBS-2: a worker whose lease was last renewed more than three of its intervals ago is
-/// flagged stalled, with where the evidence comes from; a fresh one is not. (Old timestamps
+/// flagged stalled, with where the evidence comes from; a fresh one is not; instances that
+/// disagree on a setting are listed (OPT-4). (Old timestamps
 /// are hand-written: no component makes them quickly.)
 #[tokio::test]
 async fn status_flags_a_worker_whose_last_pass_is_three_intervals_old_obs_2() {
@@ -72,6 +73,7 @@ async fn status_flags_a_worker_whose_last_pass_is_three_intervals_old_obs_2() {
         .batch_execute(&format!(
             "INSERT INTO {instances} (worker, instance, fingerprint, settings) VALUES \
                ('sweeper', 'a', 'f1', '{{\"sweep_interval\": \"5s\"}}'), \
+               ('sweeper', 'b', 'f3', '{{\"sweep_interval\": \"9s\"}}'), \
                ('cleanup', 'a', 'f2', '{{\"cleanup_interval\": \"1m\"}}'); \
              INSERT INTO {leases} (job, owner, term, acquired_at, renewed_at, expires_at) VALUES \
                ('sweeper', 'a', 3, now() - interval '1 hour', now() - interval '10 minutes', now() - interval '9 minutes'), \
@@ -98,6 +100,18 @@ async fn status_flags_a_worker_whose_last_pass_is_three_intervals_old_obs_2() {
     assert!(text.ok().contains("workers (last pass"));
     assert!(flagged("sweeper") && !flagged("cleanup"), "{}", text.stdout);
     assert!(text.stdout.contains("expired"), "the sweeper's lease shows as expired: {}", text.stdout);
+    // OPT-4: the two sweeper instances disagree on sweep_interval.
+    assert!(
+        text.stdout.contains("DISAGREEMENT (OPT-4): sweeper instances differ on sweep_interval"),
+        "{}",
+        text.stdout
+    );
+    let disagreement = &json["disagreements"][0];
+    assert_eq!(
+        (disagreement["worker"].as_str(), disagreement["settings"][0].as_str()),
+        (Some("sweeper"), Some("sweep_interval"))
+    );
+    assert_eq!(disagreement["groups"].as_array().unwrap().len(), 2);
 }
 
 /// `status` on a namespace without relayer's schema says so and how to fix it.
