@@ -1,143 +1,298 @@
-//! Command-line parsing, by hand: the command set is small and the binary stays lean.
+//! The command line, described with clap: every subcommand has its own help
+//! (`relayer help <command>`), and completions are generated from this description.
 
+use std::path::PathBuf;
+
+use clap::{Args as ClapArgs, Parser, Subcommand};
 use relayer_core::Namespace;
 
-pub(crate) const USAGE: &str = "\
-relayer — reliable messaging on PostgreSQL: operations
+/// The database used when neither `--database-url` nor `DATABASE_URL` names one.
+pub(crate) const DEFAULT_DATABASE_URL: &str = "host=127.0.0.1 user=postgres dbname=test";
 
-USAGE:
-    relayer <COMMAND> [OPTIONS]
-
-COMMANDS:
-    schema print     Print the schema SQL for a namespace (for your own migration tool)
-    schema apply     Apply the schema to a namespace (idempotent, safe from several replicas)
-    status           Show a namespace's backlog, oldest message, lanes, dead rows, queues, leases
-    dead-letters list|show <ID>|redrive|purge
-                     Queue dead letters (with --outbox: the outbox's dead rows); redrive and
-                     purge are audited and need --actor and a filter; --dry-run shows what
-                     they would touch. Filters: --queue --topic --reason (queue),
-                     --transport --destination --lane (outbox), --older-than <DURATION>,
-                     --id <MESSAGE ID>, --after <SEQ>, --limit <N> [default: 100]
-    demo             The end-to-end run: apply the schema, write, dispatch, crash, recover, clean up
-    help             Show this text
-
-OPTIONS:
-    --database-url <URL>   postgres://… URL or key=value string
-                           [default: $DATABASE_URL, else host=127.0.0.1 user=postgres dbname=test]
-    --schema <NAME>        Namespace schema [default: public; demo: relayer_demo]
-    --prefix <PREFIX>      Namespace table prefix [default: relayer_]
-";
-
-/// What to run.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Command {
-    SchemaPrint,
-    SchemaApply,
-    Status,
-    Demo,
-    /// `dead-letters list|show|redrive|purge` (DLP-7).
-    DeadLetters(crate::dead_letters::Action),
-    /// Hidden: the demo's dispatcher process, killed on purpose by `demo`.
-    DemoChild,
-    Help,
+/// relayer — reliable messaging on PostgreSQL: operations.
+#[derive(Debug, Parser)]
+#[command(name = "relayer", version, about, long_about = None, propagate_version = true)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Command,
 }
 
-/// A parsed command line.
-#[derive(Debug)]
+/// Options every command takes.
+#[derive(Debug, ClapArgs)]
+pub(crate) struct Global {
+    /// postgres://… URL or key=value string [default: host=127.0.0.1 user=postgres dbname=test]
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub(crate) database_url: Option<String>,
+    /// Namespace schema [default: public; demo: relayer_demo; run: the config file's]
+    #[arg(long, global = true)]
+    pub(crate) schema: Option<String>,
+    /// Namespace table prefix [default: relayer_]
+    #[arg(long, global = true)]
+    pub(crate) prefix: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Show a namespace's health: backlog, lanes, leases, instances, dead letters, workers,
+    /// xmin horizon
+    Status(JsonFlag),
+    /// Print, apply or check the schema
+    #[command(subcommand)]
+    Schema(SchemaCommand),
+    /// List, show, redrive or purge dead letters (queue dead letters, or the outbox's dead
+    /// table with --outbox); every action is audited
+    #[command(subcommand, name = "dead-letters")]
+    DeadLetters(DeadLetterCommand),
+    /// List parked lanes; release or skip their heads (audited)
+    #[command(subcommand)]
+    Lanes(LaneCommand),
+    /// Run the maintenance workers as a sidecar, from a TOML file (stops on SIGTERM/SIGINT)
+    Run(RunArgs),
+    /// Validate a configuration file
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
+    /// The end-to-end run: apply the schema, write, dispatch, crash, recover, clean up
+    Demo,
+    /// The demo's dispatcher process, killed on purpose by `demo`
+    #[command(name = "demo-child", hide = true)]
+    DemoChild,
+}
+
+#[derive(Debug, ClapArgs)]
+pub(crate) struct JsonFlag {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SchemaCommand {
+    /// Print the schema SQL for the namespace (for your own migration tool)
+    Print,
+    /// Apply the schema to the namespace (idempotent, safe from several replicas)
+    Apply,
+    /// Show the namespace's schema version against the one this binary ships
+    Status(JsonFlag),
+}
+
+/// Which dead letters a command selects; criteria combine with AND.
+#[derive(Debug, Clone, Default, ClapArgs)]
+pub(crate) struct DeadLetterSelection {
+    /// The outbox's dead table instead of queue dead letters
+    #[arg(long)]
+    pub(crate) outbox: bool,
+    /// Queue: dead letters held in this dead-letter queue
+    #[arg(long)]
+    pub(crate) queue: Option<String>,
+    /// Queue: dead-lettered from this topic
+    #[arg(long)]
+    pub(crate) topic: Option<String>,
+    /// Queue: with this rejection reason
+    #[arg(long)]
+    pub(crate) reason: Option<String>,
+    /// Outbox: for this transport
+    #[arg(long)]
+    pub(crate) transport: Option<String>,
+    /// Outbox: for this destination
+    #[arg(long)]
+    pub(crate) destination: Option<String>,
+    /// Outbox: of this lane
+    #[arg(long)]
+    pub(crate) lane: Option<String>,
+    /// Dead for at least this long (30s, 5m, 7d)
+    #[arg(long, value_parser = parse_duration)]
+    pub(crate) older_than: Option<std::time::Duration>,
+    /// Only rows after this seq (paging)
+    #[arg(long)]
+    pub(crate) after_seq: Option<i64>,
+    /// At most this many rows (1..=10000)
+    #[arg(long, default_value_t = 100)]
+    pub(crate) limit: u32,
+}
+
+/// Who acts and whether for real.
+#[derive(Debug, Clone, ClapArgs)]
+pub(crate) struct Action {
+    /// Only show what would be touched; change and audit nothing
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+    /// Who acts, for the audit record [default: the OS user]
+    #[arg(long)]
+    pub(crate) actor: Option<String>,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DeadLetterCommand {
+    /// List dead letters (oldest seq first)
+    List {
+        #[command(flatten)]
+        selection: DeadLetterSelection,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one dead letter by message id, with headers and body
+    Show {
+        /// The message id
+        id: relayer_core::Uuid,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move dead letters back where they came from (by id or by filter)
+    Redrive {
+        /// One message id (instead of, or besides, a filter)
+        id: Option<relayer_core::Uuid>,
+        #[command(flatten)]
+        selection: DeadLetterSelection,
+        #[command(flatten)]
+        action: Action,
+    },
+    /// Delete dead letters (by id or by filter)
+    Purge {
+        /// One message id (instead of, or besides, a filter)
+        id: Option<relayer_core::Uuid>,
+        #[command(flatten)]
+        selection: DeadLetterSelection,
+        #[command(flatten)]
+        action: Action,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum LaneCommand {
+    /// List parked lanes (with --all, every lane that has rows)
+    List {
+        /// Every lane with rows, not only parked ones
+        #[arg(long)]
+        all: bool,
+        /// At most this many lanes
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Un-park a lane: its head is tried again at once, with a fresh attempt count
+    Release {
+        /// The lane key
+        lane: String,
+        #[command(flatten)]
+        action: Action,
+    },
+    /// Move a parked lane's head to the dead table; the rest of the lane goes on
+    Skip {
+        /// The lane key
+        lane: String,
+        #[command(flatten)]
+        action: Action,
+    },
+}
+
+#[derive(Debug, ClapArgs)]
+pub(crate) struct RunArgs {
+    /// The configuration file (TOML; RELAYER_* environment variables override it)
+    #[arg(long, short)]
+    pub(crate) config: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ConfigCommand {
+    /// Validate a configuration file (and RELAYER_* variables) without connecting
+    Check {
+        /// The configuration file
+        file: PathBuf,
+        /// Print the effective configuration as JSON
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    relayer_core::duration::parse_duration(text).map_err(|e| e.to_string())
+}
+
+/// The connection and namespace a database command works on (the demo reads these too).
+#[derive(Debug, Clone)]
 pub(crate) struct Args {
-    pub(crate) command: Command,
     pub(crate) database_url: String,
     pub(crate) namespace: Namespace,
-    /// The `dead-letters` options (`--queue value`, `--dry-run`, …), checked by that command.
-    pub(crate) dead_letter_options: Vec<(String, Option<String>)>,
 }
 
-/// Parses `args` (without the program name). Errors name the offending argument.
-pub(crate) fn parse(args: &[String], env_database_url: Option<String>) -> Result<Args, String> {
-    let mut words = Vec::new();
-    let mut dead_letter_options = Vec::new();
-    let (mut url, mut schema, mut prefix) = (env_database_url, None, None);
-    let mut iter = args.iter();
-    while let Some(arg) = iter.next() {
-        let mut value = |name: &str| iter.next().cloned().ok_or_else(|| format!("{name} needs a value"));
-        match arg.as_str() {
-            "--database-url" => url = Some(value("--database-url")?),
-            "--schema" => schema = Some(value("--schema")?),
-            "--prefix" => prefix = Some(value("--prefix")?),
-            "-h" | "--help" => words.push("help".to_owned()),
-            flag if crate::dead_letters::FLAGS.contains(&flag) => {
-                dead_letter_options.push((flag.to_owned(), None));
-            }
-            option if crate::dead_letters::OPTIONS.contains(&option) => {
-                dead_letter_options.push((option.to_owned(), Some(value(option)?)));
-            }
-            flag if flag.starts_with('-') => {
-                return Err(format!("unknown option {flag:?}; see `relayer help`"));
-            }
-            word => words.push(word.to_owned()),
-        }
+impl Global {
+    /// The connection and namespace, with `default_schema` when `--schema` is absent.
+    pub(crate) fn resolve(&self, default_schema: &str) -> Result<Args, String> {
+        let namespace = Namespace::new(
+            self.schema.clone().unwrap_or_else(|| default_schema.to_owned()),
+            self.prefix.clone().unwrap_or_else(|| relayer_core::namespace::DEFAULT_PREFIX.to_owned()),
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(Args {
+            database_url: self.database_url.clone().unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
+            namespace,
+        })
     }
-    let command = match words.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        ["schema", "print"] => Command::SchemaPrint,
-        ["schema", "apply"] => Command::SchemaApply,
-        ["status"] => Command::Status,
-        ["demo"] => Command::Demo,
-        ["demo-child"] => Command::DemoChild,
-        [] | ["help", ..] | [_, "help"] => Command::Help,
-        ["dead-letters", action @ ..] => Command::DeadLetters(crate::dead_letters::Action::parse(action)?),
-        other => return Err(format!("unknown command {:?}; see `relayer help`", other.join(" "))),
-    };
-    let default_schema =
-        if matches!(command, Command::Demo | Command::DemoChild) { "relayer_demo" } else { "public" };
-    let namespace = Namespace::new(
-        schema.unwrap_or_else(|| default_schema.to_owned()),
-        prefix.unwrap_or_else(|| relayer_core::namespace::DEFAULT_PREFIX.to_owned()),
-    )
-    .map_err(|e| e.to_string())?;
-    if !dead_letter_options.is_empty() && !matches!(command, Command::DeadLetters(_)) {
-        return Err(format!("option {:?} belongs to `relayer dead-letters`", dead_letter_options[0].0));
-    }
-    Ok(Args {
-        command,
-        dead_letter_options,
-        database_url: url.unwrap_or_else(|| "host=127.0.0.1 user=postgres dbname=test".to_owned()),
-        namespace,
-    })
 }
 
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory;
+
     use super::*;
 
-    fn parse_words(words: &str) -> Result<Args, String> {
-        let args: Vec<String> = words.split_whitespace().map(str::to_owned).collect();
-        parse(&args, None)
+    fn parse(words: &str) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("relayer").chain(words.split_whitespace()))
     }
 
     #[test]
-    fn parses_commands_and_options() {
-        let args = parse_words("schema print --schema msg --prefix o_").unwrap();
-        assert_eq!(args.command, Command::SchemaPrint);
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_commands_and_global_options_anywhere() {
+        let cli = parse("schema print --schema msg --prefix o_").unwrap();
+        assert!(matches!(cli.command, Command::Schema(SchemaCommand::Print)));
+        let args = cli.global.resolve("public").unwrap();
         assert_eq!(args.namespace, Namespace::new("msg", "o_").unwrap());
-        assert_eq!(parse_words("demo").unwrap().namespace.schema(), "relayer_demo");
-        assert_eq!(parse_words("demo-child --prefix d_").unwrap().command, Command::DemoChild);
-        assert!(!USAGE.contains("demo-child"), "the demo's child process is not a user command");
-        assert_eq!(parse_words("").unwrap().command, Command::Help);
-        assert_eq!(parse_words("status --help").unwrap().command, Command::Help);
+        let cli = parse("--schema msg status --json").unwrap();
+        assert!(matches!(cli.command, Command::Status(JsonFlag { json: true })));
+        assert_eq!(
+            parse("demo").unwrap().global.resolve("relayer_demo").unwrap().namespace.schema(),
+            "relayer_demo"
+        );
+        assert!(matches!(parse("demo-child --prefix d_").unwrap().command, Command::DemoChild));
+        let help = Cli::command().render_help().to_string();
+        assert!(!help.contains("demo-child"), "the demo's child process is not a user command");
+        let cli = parse("dead-letters redrive --queue orders.dead --older-than 1h --dry-run").unwrap();
+        let Command::DeadLetters(DeadLetterCommand::Redrive { selection, action, id: None }) = cli.command
+        else {
+            panic!("not a redrive")
+        };
+        assert_eq!(selection.older_than, Some(std::time::Duration::from_secs(3600)));
+        assert!(action.dry_run);
     }
 
     #[test]
     fn refuses_bad_input_naming_it() {
-        assert_eq!(
-            parse_words("schema drop").unwrap_err(),
-            "unknown command \"schema drop\"; see `relayer help`"
-        );
-        assert_eq!(
-            parse_words("status --shema x").unwrap_err(),
-            "unknown option \"--shema\"; see `relayer help`"
-        );
-        assert_eq!(parse_words("status --schema").unwrap_err(), "--schema needs a value");
-        let err = parse_words("status --schema a;b").unwrap_err();
-        assert!(err.starts_with("invalid schema \"a;b\""), "{err}");
+        let error = parse("schema drop").unwrap_err().to_string();
+        assert!(error.contains("unrecognized subcommand 'drop'"), "{error}");
+        let error = parse("status --shema x").unwrap_err().to_string();
+        assert!(error.contains("--shema"), "{error}");
+        let error = parse("dead-letters list --older-than 5").unwrap_err().to_string();
+        assert!(error.contains("--older-than"), "{error}");
+        let cli = parse("status --schema a;b").unwrap();
+        let error = cli.global.resolve("public").unwrap_err();
+        assert!(error.starts_with("invalid schema \"a;b\""), "{error}");
     }
 }

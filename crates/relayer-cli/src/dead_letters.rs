@@ -1,251 +1,263 @@
-//! `relayer dead-letters list|show|redrive|purge` (DLP-7, OBS-3): the dead-letter API on the
-//! command line. Queue dead letters by default, the outbox's dead rows with `--outbox`;
-//! redrive and purge record the `--actor` in the audit table, and `--dry-run` only lists
-//! what they would touch.
-
-use std::time::Duration;
+//! `relayer dead-letters list|show|redrive|purge` (DLP-7) over the audited dead-letter API.
 
 use relayer_core::{MessageId, Uuid};
 use relayer_postgres::{
-    DeadLetterApi, Mode, OutboxDeadFilter, OutboxDeadRow, QueueDeadLetter, QueueDeadLetterFilter,
+    DeadLetterApi, Mode, OutboxDeadFilter, OutboxDeadRow, QueueDeadLetter, QueueDeadLetterFilter, Touched,
 };
+use serde_json::{Value, json};
 
-use crate::args::Args;
+use crate::args::{Action, Args, DeadLetterCommand, DeadLetterSelection};
+use crate::output::{Table, age, or_dash, print_json};
 use crate::{CliResult, connect};
 
-/// Options without a value.
-pub(crate) const FLAGS: &[&str] = &["--dry-run", "--outbox"];
-
-/// Options with a value.
-pub(crate) const OPTIONS: &[&str] = &[
-    "--queue",
-    "--topic",
-    "--reason",
-    "--transport",
-    "--destination",
-    "--lane",
-    "--older-than",
-    "--id",
-    "--after",
-    "--limit",
-    "--actor",
-];
-
-/// What `relayer dead-letters` does.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Action {
-    List,
-    Show(MessageId),
-    Redrive,
-    Purge,
-}
-
-impl Action {
-    pub(crate) fn parse(words: &[&str]) -> Result<Self, String> {
-        match words {
-            ["list"] => Ok(Action::List),
-            ["show", id] => Ok(Action::Show(message_id(id)?)),
-            ["redrive"] => Ok(Action::Redrive),
-            ["purge"] => Ok(Action::Purge),
-            other => Err(format!(
-                "unknown command \"dead-letters {}\"; use list, show <ID>, redrive or purge",
-                other.join(" ")
-            )),
-        }
-    }
-}
-
-fn message_id(text: &str) -> Result<MessageId, String> {
-    text.parse::<Uuid>().map(MessageId::from_uuid).map_err(|e| format!("invalid message id {text:?}: {e}"))
-}
-
-/// The parsed `dead-letters` options.
-#[derive(Debug, Default)]
-struct Options {
-    outbox: bool,
-    dry_run: bool,
-    actor: Option<String>,
-    queue: QueueDeadLetterFilter,
-    dead: OutboxDeadFilter,
-}
-
-fn options(args: &Args) -> Result<Options, String> {
-    let mut options = Options::default();
-    let mut queue_only = None;
-    let mut outbox_only = None;
-    for (name, value) in &args.dead_letter_options {
-        let value = value.clone().unwrap_or_default();
-        match name.as_str() {
-            "--outbox" => options.outbox = true,
-            "--dry-run" => options.dry_run = true,
-            "--actor" => options.actor = Some(value),
-            "--queue" | "--topic" | "--reason" => {
-                queue_only = Some(name.clone());
-                options.queue = match name.as_str() {
-                    "--queue" => options.queue.queue(value),
-                    "--topic" => options.queue.original_topic(value),
-                    _ => options.queue.reason(value),
-                };
-            }
-            "--transport" | "--destination" | "--lane" => {
-                outbox_only = Some(name.clone());
-                options.dead = match name.as_str() {
-                    "--transport" => options.dead.transport(value),
-                    "--destination" => options.dead.destination(value),
-                    _ => options.dead.lane(value),
-                };
-            }
-            "--older-than" => {
-                let age: Duration = relayer_core::duration::parse_duration(&value)
-                    .map_err(|e| format!("invalid --older-than {value:?}: {e}"))?;
-                options.queue = options.queue.older_than(age);
-                options.dead = options.dead.older_than(age);
-            }
-            "--id" => {
-                let id = message_id(&value)?;
-                options.queue = options.queue.message_id(id);
-                options.dead = options.dead.message_id(id);
-            }
-            "--after" => {
-                let seq: i64 = value.parse().map_err(|e| format!("invalid --after {value:?}: {e}"))?;
-                options.queue = options.queue.after_seq(seq);
-                options.dead = options.dead.after_seq(seq);
-            }
-            "--limit" => {
-                let limit: u32 = value.parse().map_err(|e| format!("invalid --limit {value:?}: {e}"))?;
-                options.queue = options.queue.limit(limit);
-                options.dead = options.dead.limit(limit);
-            }
-            other => return Err(format!("unknown option {other:?} for `relayer dead-letters`")),
-        }
-    }
-    match (options.outbox, queue_only, outbox_only) {
-        (true, Some(option), _) => Err(format!("{option} filters queue dead letters; leave out --outbox")),
-        (false, _, Some(option)) => Err(format!("{option} filters the outbox's dead rows; add --outbox")),
-        _ => Ok(options),
-    }
-}
-
-pub(crate) async fn run(args: &Args, action: Action) -> CliResult {
-    let options = options(args)?;
+pub(crate) async fn run(args: &Args, command: DeadLetterCommand) -> CliResult {
     let client = connect(args).await?;
     let api = DeadLetterApi::new(&args.namespace);
-    let mode = if options.dry_run { Mode::DryRun } else { Mode::Apply };
-    let actor = || {
-        options
-            .actor
-            .clone()
-            .ok_or_else(|| "redrive and purge need --actor <WHO>, for the audit record".to_owned())
-    };
-    match (action, options.outbox) {
-        (Action::List, false) => api.list_queue(&client, &options.queue).await?.iter().for_each(print_queue),
-        (Action::List, true) => api.list_outbox(&client, &options.dead).await?.iter().for_each(print_dead),
-        (Action::Show(id), false) => match api.show_queue(&client, id).await? {
-            Some(letter) => show_queue(&letter),
-            None => return Err(format!("no queue dead letter with id {id}").into()),
-        },
-        (Action::Show(id), true) => match api.show_outbox(&client, id).await? {
-            Some(row) => show_dead(&row),
-            None => return Err(format!("no dead outbox row with id {id}").into()),
-        },
-        (action @ (Action::Redrive | Action::Purge), outbox) => {
-            let actor = actor()?;
-            let touched = match (action == Action::Redrive, outbox) {
-                (true, false) => api.redrive_queue(&client, &options.queue, &actor, mode).await?,
-                (false, false) => api.purge_queue(&client, &options.queue, &actor, mode).await?,
-                (true, true) => api.redrive_outbox(&client, &options.dead, &actor, mode).await?,
-                (false, true) => api.purge_outbox(&client, &options.dead, &actor, mode).await?,
-            };
-            let verb = match (action == Action::Redrive, options.dry_run) {
-                (true, true) => "would redrive",
-                (true, false) => "redrove",
-                (false, true) => "would purge",
-                (false, false) => "purged",
-            };
-            for t in &touched {
-                println!("{verb}\tseq={}\t{}", t.seq, t.message_id);
+    match command {
+        DeadLetterCommand::List { selection, json } => {
+            let now = std::time::SystemTime::now();
+            if selection.outbox {
+                let rows = api.list_outbox(&client, &outbox_filter(&selection, None)?).await?;
+                if json {
+                    print_json(&Value::Array(rows.iter().map(outbox_json).collect()));
+                } else {
+                    let mut table =
+                        Table::new(&["seq", "message id", "destination", "tries", "died", "error"]);
+                    for r in &rows {
+                        table.row(vec![
+                            r.seq.to_string(),
+                            r.message_id.to_string(),
+                            format!("{}:{}", r.transport, r.destination),
+                            r.attempts.to_string(),
+                            ago(now, r.failed_at),
+                            r.last_error.clone().unwrap_or_default(),
+                        ]);
+                    }
+                    print!("{}", table.render(0));
+                    println!("{} dead outbox row(s)", rows.len());
+                }
+            } else {
+                let rows = api.list_queue(&client, &queue_filter(&selection, None)?).await?;
+                if json {
+                    print_json(&Value::Array(rows.iter().map(queue_json).collect()));
+                } else {
+                    let mut table = Table::new(&["seq", "message id", "queue", "from", "reason", "dead"]);
+                    for r in &rows {
+                        table.row(vec![
+                            r.seq.to_string(),
+                            r.message_id.to_string(),
+                            r.queue.clone(),
+                            or_dash(r.original_topic.as_ref()),
+                            or_dash(r.rejection_reason.as_ref()),
+                            ago(now, r.dead_lettered_at),
+                        ]);
+                    }
+                    print!("{}", table.render(0));
+                    println!("{} queue dead letter(s)", rows.len());
+                }
             }
-            println!("{verb} {} message(s)", touched.len());
+        }
+        DeadLetterCommand::Show { id, json } => {
+            let id = MessageId::from_uuid(id);
+            let queue = api.show_queue(&client, id).await?;
+            let outbox = api.show_outbox(&client, id).await?;
+            if queue.is_none() && outbox.is_none() {
+                return Err(format!("no dead letter with message id {id} in {}", args.namespace).into());
+            }
+            if json {
+                print_json(&json!({
+                    "queue": queue.as_ref().map(queue_json),
+                    "outbox": outbox.as_ref().map(outbox_json),
+                }));
+            } else {
+                if let Some(letter) = &queue {
+                    print!("{}", describe(&queue_json(letter)));
+                }
+                if let Some(row) = &outbox {
+                    print!("{}", describe(&outbox_json(row)));
+                }
+            }
+        }
+        DeadLetterCommand::Redrive { id, selection, action } => {
+            let (actor, mode) = (actor(&action)?, mode(&action));
+            let touched = if selection.outbox {
+                api.redrive_outbox(&client, &outbox_filter(&selection, id)?, &actor, mode).await?
+            } else {
+                api.redrive_queue(&client, &queue_filter(&selection, id)?, &actor, mode).await?
+            };
+            report("redrive", "redriven", &touched, &action, &actor);
+        }
+        DeadLetterCommand::Purge { id, selection, action } => {
+            let (actor, mode) = (actor(&action)?, mode(&action));
+            let touched = if selection.outbox {
+                api.purge_outbox(&client, &outbox_filter(&selection, id)?, &actor, mode).await?
+            } else {
+                api.purge_queue(&client, &queue_filter(&selection, id)?, &actor, mode).await?
+            };
+            report("purge", "purged", &touched, &action, &actor);
         }
     }
     Ok(())
 }
 
-fn print_queue(letter: &QueueDeadLetter) {
-    println!(
-        "{}\t{}\t{}\t{}\t{}\thandled={}",
-        letter.seq,
-        letter.message_id,
-        letter.queue,
-        letter.original_topic.as_deref().unwrap_or("-"),
-        letter.rejection_reason.as_deref().unwrap_or("-"),
-        letter.handled_count
-    );
+/// The actor of an action: `--actor`, else the OS user.
+pub(crate) fn actor(action: &Action) -> Result<String, String> {
+    action
+        .actor
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .or_else(|| std::env::var("LOGNAME").ok())
+        .filter(|name| !name.trim().is_empty())
+        .ok_or_else(|| "--actor: no actor given and no OS user found (USER, LOGNAME)".to_owned())
 }
 
-fn print_dead(row: &OutboxDeadRow) {
-    println!(
-        "{}\t{}\t{}\t{}\t{}\tattempts={}\t{}",
-        row.seq,
-        row.message_id,
-        row.transport,
-        row.destination,
-        row.lane.as_deref().unwrap_or("-"),
-        row.attempts,
-        row.last_error.as_deref().unwrap_or("-")
-    );
+fn mode(action: &Action) -> Mode {
+    if action.dry_run { Mode::DryRun } else { Mode::Apply }
 }
 
-fn show_queue(letter: &QueueDeadLetter) {
-    print_queue(letter);
-    println!("message: {}", letter.rejection_message.as_deref().unwrap_or("-"));
-    println!("created_at: {}  dead_lettered_at: {}", letter.created_at, letter.dead_lettered_at);
-    println!("headers: {:?}", letter.headers);
-    println!("body: {}", String::from_utf8_lossy(&letter.body));
-}
-
-fn show_dead(row: &OutboxDeadRow) {
-    print_dead(row);
-    println!("created_at: {}  failed_at: {}", row.created_at, row.failed_at);
-    println!("headers: {:?}", row.headers);
-    println!("body: {}", String::from_utf8_lossy(&row.body));
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use crate::args::{Command, parse};
-
-    fn parse_words(words: &str) -> Result<crate::args::Args, String> {
-        let args: Vec<String> = words.split_whitespace().map(str::to_owned).collect();
-        parse(&args, None)
+fn report(verb: &str, done: &str, touched: &[Touched], action: &Action, actor: &str) {
+    if action.json {
+        print_json(&json!({
+            "action": verb,
+            "dry_run": action.dry_run,
+            "actor": actor,
+            "count": touched.len(),
+            "messages": touched.iter().map(|t| json!({"seq": t.seq, "message_id": t.message_id.to_string()})).collect::<Vec<_>>(),
+        }));
+        return;
     }
-
-    #[test]
-    fn parses_dead_letter_commands_and_refuses_misplaced_filters_dlp_7() {
-        let args =
-            parse_words("dead-letters redrive --queue dead --topic orders --actor ops --dry-run").unwrap();
-        assert_eq!(args.command, Command::DeadLetters(super::Action::Redrive));
-        let options = super::options(&args).unwrap();
-        assert!(options.dry_run && !options.outbox);
-        assert_eq!(options.queue.to_string(), "queue=dead original_topic=orders limit=100");
-        let error = parse_words("dead-letters show nope").unwrap_err();
-        assert!(error.starts_with("invalid message id \"nope\": "), "{error}");
-        assert!(
-            parse_words("dead-letters drop")
-                .unwrap_err()
-                .starts_with("unknown command \"dead-letters drop\"")
-        );
-        assert_eq!(
-            parse_words("status --queue dead").unwrap_err(),
-            "option \"--queue\" belongs to `relayer dead-letters`"
-        );
-        let args = parse_words("dead-letters list --outbox --queue dead").unwrap();
-        assert_eq!(
-            super::options(&args).unwrap_err(),
-            "--queue filters queue dead letters; leave out --outbox"
-        );
-        let args = parse_words("dead-letters list --older-than 5").unwrap();
-        assert!(super::options(&args).unwrap_err().starts_with("invalid --older-than \"5\""));
+    for t in touched {
+        println!("{}  seq {}", t.message_id, t.seq);
     }
+    if action.dry_run {
+        println!("dry run: would {verb} {} dead letter(s); nothing changed", touched.len());
+    } else {
+        println!("{done} {} dead letter(s), audited as {actor}", touched.len());
+    }
+}
+
+fn queue_filter(s: &DeadLetterSelection, id: Option<Uuid>) -> Result<QueueDeadLetterFilter, String> {
+    for (name, given) in [
+        ("--transport", s.transport.is_some()),
+        ("--destination", s.destination.is_some()),
+        ("--lane", s.lane.is_some()),
+    ] {
+        if given {
+            return Err(format!("{name} selects outbox dead rows: add --outbox"));
+        }
+    }
+    let mut filter = QueueDeadLetterFilter::new().limit(s.limit);
+    if let Some(queue) = &s.queue {
+        filter = filter.queue(queue);
+    }
+    if let Some(topic) = &s.topic {
+        filter = filter.original_topic(topic);
+    }
+    if let Some(reason) = &s.reason {
+        filter = filter.reason(reason);
+    }
+    if let Some(age) = s.older_than {
+        filter = filter.older_than(age);
+    }
+    if let Some(seq) = s.after_seq {
+        filter = filter.after_seq(seq);
+    }
+    if let Some(id) = id {
+        filter = filter.message_id(MessageId::from_uuid(id));
+    }
+    Ok(filter)
+}
+
+fn outbox_filter(s: &DeadLetterSelection, id: Option<Uuid>) -> Result<OutboxDeadFilter, String> {
+    for (name, given) in
+        [("--queue", s.queue.is_some()), ("--topic", s.topic.is_some()), ("--reason", s.reason.is_some())]
+    {
+        if given {
+            return Err(format!("{name} selects queue dead letters: drop --outbox"));
+        }
+    }
+    let mut filter = OutboxDeadFilter::new().limit(s.limit);
+    if let Some(transport) = &s.transport {
+        filter = filter.transport(transport);
+    }
+    if let Some(destination) = &s.destination {
+        filter = filter.destination(destination);
+    }
+    if let Some(lane) = &s.lane {
+        filter = filter.lane(lane);
+    }
+    if let Some(age) = s.older_than {
+        filter = filter.older_than(age);
+    }
+    if let Some(seq) = s.after_seq {
+        filter = filter.after_seq(seq);
+    }
+    if let Some(id) = id {
+        filter = filter.message_id(MessageId::from_uuid(id));
+    }
+    Ok(filter)
+}
+
+fn ago(now: std::time::SystemTime, at: relayer_core::Timestamp) -> String {
+    age(now.duration_since(at.to_system_time()).unwrap_or_default())
+}
+
+fn body_text(body: &[u8]) -> Value {
+    match std::str::from_utf8(body) {
+        Ok(text) => json!(text),
+        Err(_) => json!(body.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+    }
+}
+
+fn queue_json(l: &QueueDeadLetter) -> Value {
+    json!({
+        "kind": "queue",
+        "seq": l.seq,
+        "message_id": l.message_id.to_string(),
+        "queue": l.queue,
+        "original_topic": l.original_topic,
+        "rejection_reason": l.rejection_reason,
+        "rejection_message": l.rejection_message,
+        "handled_count": l.handled_count,
+        "created_at": l.created_at.to_string(),
+        "dead_lettered_at": l.dead_lettered_at.to_string(),
+        "headers": l.headers.iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "body": body_text(&l.body),
+        "trace_context": l.trace_context,
+    })
+}
+
+fn outbox_json(r: &OutboxDeadRow) -> Value {
+    json!({
+        "kind": "outbox",
+        "seq": r.seq,
+        "message_id": r.message_id.to_string(),
+        "transport": r.transport,
+        "destination": r.destination,
+        "lane": r.lane,
+        "attempts": r.attempts,
+        "last_error": r.last_error,
+        "created_at": r.created_at.to_string(),
+        "failed_at": r.failed_at.to_string(),
+        "headers": r.headers.iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "body": body_text(&r.body),
+        "trace_context": r.trace_context,
+    })
+}
+
+/// One `name: value` line per field of a JSON object.
+fn describe(value: &Value) -> String {
+    let mut text = String::new();
+    if let Some(object) = value.as_object() {
+        for (name, field) in object {
+            let shown = match field {
+                Value::String(s) => s.clone(),
+                Value::Null => "-".to_owned(),
+                other => other.to_string(),
+            };
+            text.push_str(&format!("{name:>18}: {shown}\n"));
+        }
+    }
+    text.push('\n');
+    text
 }

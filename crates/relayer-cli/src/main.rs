@@ -1,16 +1,23 @@
-//! `relayer`: the operations binary (OBS-3).
+//! `relayer`: the operations binary (OBS-3) — the maintenance sidecar (`run`), `status`,
+//! `dead-letters`, `lanes`, `schema`, `config check`, shell completions, and the demo.
 #![deny(missing_docs)]
 // A command-line tool writes its results to standard output.
 #![allow(clippy::print_stdout)]
 
 mod args;
+mod config;
 mod dead_letters;
 mod demo;
+mod gauges;
+mod lanes;
+mod output;
+mod run;
 mod status;
 
 use std::process::ExitCode;
 
-use args::Command;
+use args::{Cli, Command, ConfigCommand, SchemaCommand};
+use clap::{CommandFactory, Parser};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -21,30 +28,8 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let args = match args::parse(&argv, std::env::var("DATABASE_URL").ok()) {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("error: {message}");
-            return ExitCode::from(2);
-        }
-    };
-    let result = match args.command {
-        Command::Help => {
-            print!("{}", args::USAGE);
-            Ok(())
-        }
-        Command::SchemaPrint => {
-            print!("{}", relayer_postgres::schema_sql(&args.namespace));
-            Ok(())
-        }
-        Command::SchemaApply => status::apply(&args).await,
-        Command::Status => status::show(&args).await,
-        Command::Demo => demo::run(&args).await,
-        Command::DeadLetters(ref action) => dead_letters::run(&args, action.clone()).await,
-        Command::DemoChild => demo::child::run(&args).await,
-    };
-    match result {
+    let cli = Cli::parse();
+    match execute(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error}");
@@ -55,6 +40,46 @@ async fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+async fn execute(cli: Cli) -> CliResult {
+    let global = cli.global;
+    let database = |default_schema: &str| global.resolve(default_schema);
+    match cli.command {
+        Command::Status(flag) => status::show(&database("public")?, flag.json).await,
+        Command::Schema(SchemaCommand::Print) => {
+            print!("{}", relayer_postgres::schema_sql(&database("public")?.namespace));
+            Ok(())
+        }
+        Command::Schema(SchemaCommand::Apply) => status::apply(&database("public")?).await,
+        Command::Schema(SchemaCommand::Status(flag)) => {
+            status::schema_status(&database("public")?, flag.json).await
+        }
+        Command::DeadLetters(command) => dead_letters::run(&database("public")?, command).await,
+        Command::Lanes(command) => lanes::run(&database("public")?, command).await,
+        Command::Run(run_args) => run::run(&global, &run_args).await,
+        Command::Config(ConfigCommand::Check { file, json }) => {
+            let config = config::Config::load(&file)?;
+            if json {
+                output::print_json(&config.to_json());
+            } else {
+                println!(
+                    "{}: ok — runs {} on namespace {}{}",
+                    file.display(),
+                    config.workers().join(", "),
+                    config.namespace,
+                    config.metrics.map_or_else(String::new, |m| format!(", metrics on {}", m.listen))
+                );
+            }
+            Ok(())
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "relayer", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Demo => demo::run(&database("relayer_demo")?).await,
+        Command::DemoChild => demo::child::run(&database("relayer_demo")?).await,
     }
 }
 

@@ -16,6 +16,7 @@ pub mod exec;
 pub mod inbox;
 pub mod instances;
 pub mod lanes;
+pub mod lanes_admin;
 pub mod leases;
 pub mod listen;
 mod migrate;
@@ -26,7 +27,7 @@ pub mod recovery;
 pub mod retention;
 mod row_codec;
 mod schema;
-mod status;
+pub mod status;
 mod store;
 
 pub use dead_letter_policy::DeadLetterPolicyStatements;
@@ -39,6 +40,7 @@ pub use exec::{Executor, Prepared};
 pub use inbox::{Inbox, InboxEntry};
 pub use instances::{InstanceSettings, InstanceStatements};
 pub use lanes::{HeadFailure, LaneClaim, LaneHead, LaneStatements, ParkedLane};
+pub use lanes_admin::{LaneAdmin, LaneListing};
 pub use leases::{Lease, LeaseStatements};
 pub use listen::{Heard, listen};
 pub use migrate::{MigrationReport, current_version, migrate, migration_lock_resource, verify_schema};
@@ -55,5 +57,5 @@ pub use queue::{
     Receipt, Received, Requeue, Undecodable, queue_channel,
 };
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
-pub use status::{DeadLetterCount, NamespaceStatus, namespace_status};
+pub use status::{NamespaceStatus, namespace_status};
 pub use store::PgStore;

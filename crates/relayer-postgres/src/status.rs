@@ -1,6 +1,15 @@
-//! A namespace's health at a glance (OBS-3 `status`): backlog, oldest pending message,
-//! parked lanes, dead rows, queue depths, dead letters per queue and reason, and leases. Counting is O(table): this is for an
-//! operator's command, not for a worker's pass.
+//! A namespace's health at a glance (OBS-3 `relayer status`, and the sidecar's gauges).
+//!
+//! One snapshot, read in a few statements: the backlog and the age of the oldest pending
+//! row per transport and destination, scheduled rows, parked lanes with their reason, dead
+//! rows and dead letters by queue and reason (this module); leases, instances and their
+//! settings disagreements, and each worker's last successful pass ([`workers`]); the
+//! database's xmin horizon and dead tuples ([`database`]). Every age is measured on the
+//! database clock (NS-4). Counting is O(table): this is for an operator's command or a
+//! scrape every few seconds, not for a worker's pass.
+
+mod database;
+mod workers;
 
 use std::time::Duration;
 
@@ -10,11 +19,14 @@ use tokio_postgres::GenericClient;
 use crate::error::StorageError;
 use crate::migrate::current_version;
 
+pub use database::{DeadTuples, Horizon};
+pub use workers::{Disagreement, InstanceStatus, LastPassSource, LeaseStatus, WorkerPass, stalled_after};
+
 /// A snapshot of one namespace.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct NamespaceStatus {
-    /// The schema version (`None`: no relayer schema).
+    /// The schema version (`None`: no relayer schema; every other field is empty).
     pub schema_version: Option<i32>,
     /// Outbox rows not yet accepted by their transport.
     pub outbox_pending: i64,
@@ -22,35 +34,106 @@ pub struct NamespaceStatus {
     pub outbox_due: i64,
     /// Of those, rows on an ordered lane.
     pub outbox_ordered: i64,
-    /// Age of the oldest pending row, on the database clock.
+    /// Of those, rows whose delivery time is still ahead.
+    pub outbox_scheduled: i64,
+    /// Age of the oldest pending row that is not scheduled for later.
     pub oldest_pending_age: Option<Duration>,
+    /// The backlog per transport and destination, largest first.
+    pub backlog: Vec<Backlog>,
     /// Lanes parked behind a dead head.
     pub lanes_parked: i64,
+    /// The parked lanes, oldest park first.
+    pub parked_lanes: Vec<ParkedLaneStatus>,
     /// Rows in the outbox's dead table.
     pub dead: i64,
+    /// The dead table per transport and destination.
+    pub dead_rows: Vec<DeadRows>,
+    /// Queue dead letters per queue, original topic and reason.
+    pub dead_letters: Vec<DeadLetters>,
     /// Inbox records.
     pub inbox: i64,
     /// Messages per queue in the PostgreSQL queue transport, dead-letter queues included.
     pub queues: Vec<(String, i64)>,
-    /// Leases: job, owner, term, and whether it is still live.
-    pub leases: Vec<(String, String, i64, bool)>,
-    /// Queue dead letters per dead-letter queue, original topic and rejection reason, with
-    /// their count (OBS-3, DLP-7).
-    pub dead_letters: Vec<DeadLetterCount>,
+    /// Every lease row.
+    pub leases: Vec<LeaseStatus>,
+    /// Instances seen within the last ten minutes, per worker they run.
+    pub instances: Vec<InstanceStatus>,
+    /// Workers whose live instances recorded different settings (OPT-4).
+    pub disagreements: Vec<Disagreement>,
+    /// Each worker's last successful pass, as far as the database shows it.
+    pub workers: Vec<WorkerPass>,
+    /// The oldest transaction and xmin horizon of the whole server.
+    pub horizon: Horizon,
+    /// Live and dead tuples of the namespace's tables.
+    pub dead_tuples: Vec<DeadTuples>,
 }
 
-/// How many dead letters one (queue, original topic, reason) holds.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The backlog of one transport and destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct DeadLetterCount {
+pub struct Backlog {
+    /// The transport name.
+    pub transport: String,
+    /// The destination.
+    pub destination: String,
+    /// Rows pending.
+    pub pending: i64,
+    /// Of those, free to send now.
+    pub due: i64,
+    /// Of those, scheduled for later.
+    pub scheduled: i64,
+    /// Of those, failed at least once.
+    pub retrying: i64,
+    /// Of those, on an ordered lane.
+    pub ordered: i64,
+    /// Age of the oldest row not scheduled for later.
+    pub oldest_age: Option<Duration>,
+}
+
+/// A parked lane (LAN-2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ParkedLaneStatus {
+    /// The lane key.
+    pub lane: String,
+    /// How long it has been parked.
+    pub parked_for: Duration,
+    /// The head that could not be delivered.
+    pub parked_seq: Option<i64>,
+    /// The head's last error.
+    pub reason: Option<String>,
+    /// Rows of the lane waiting, the head included.
+    pub waiting: i64,
+}
+
+/// Dead rows of one transport and destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadRows {
+    /// The transport name.
+    pub transport: String,
+    /// The destination.
+    pub destination: String,
+    /// Rows.
+    pub count: i64,
+    /// Since the oldest failed.
+    pub oldest_age: Duration,
+}
+
+/// Queue dead letters of one queue, original topic and reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeadLetters {
     /// The dead-letter queue.
     pub queue: String,
     /// Where they came from (`None`: not stamped by relayer).
     pub original_topic: Option<String>,
-    /// Why they were dead-lettered.
+    /// The rejection reason.
     pub reason: Option<String>,
-    /// How many.
+    /// Dead letters.
     pub count: i64,
+    /// Since the oldest was dead-lettered.
+    pub oldest_age: Duration,
 }
 
 /// Reads the status of `namespace`.
@@ -60,86 +143,135 @@ pub async fn namespace_status(
 ) -> Result<NamespaceStatus, StorageError> {
     let schema_version = current_version(client, namespace).await?;
     if schema_version.is_none() {
-        return Ok(NamespaceStatus::default());
+        return Ok(NamespaceStatus {
+            horizon: database::horizon(client).await?,
+            ..NamespaceStatus::default()
+        });
     }
     let context = || format!("reading the status of {namespace}");
-    let outbox = namespace.table("outbox");
-    let row = client
-        .query_one(
-            &format!(
-                "SELECT count(*), \
-                        count(*) FILTER (WHERE visible_at <= now()), \
-                        count(*) FILTER (WHERE lane IS NOT NULL), \
-                        (extract(epoch FROM now() - min(created_at)) * 1e6)::bigint, \
-                        (SELECT count(*) FROM {lanes} WHERE parked_at IS NOT NULL), \
-                        (SELECT count(*) FROM {dead}), \
-                        (SELECT count(*) FROM {inbox}) \
-                 FROM {outbox}",
-                lanes = namespace.table("lanes"),
-                dead = namespace.table("dead"),
-                inbox = namespace.table("inbox"),
-            ),
-            &[],
-        )
+    let query = |sql: String| async move {
+        client.query(&sql, &[]).await.map_err(|e| StorageError::database(context(), e))
+    };
+    let (outbox, lanes, dead, queue) = (
+        namespace.table("outbox"),
+        namespace.table("lanes"),
+        namespace.table("dead"),
+        namespace.table("queue"),
+    );
+    // Index: none; a grouped scan of the outbox (small when healthy).
+    let backlog: Vec<Backlog> = query(format!(
+        "SELECT transport, destination, count(*), \
+                count(*) FILTER (WHERE visible_at <= now()), \
+                count(*) FILTER (WHERE deliver_at > now()), \
+                count(*) FILTER (WHERE attempts > 0), \
+                count(*) FILTER (WHERE lane IS NOT NULL), \
+                {age} \
+         FROM {outbox} GROUP BY transport, destination ORDER BY count(*) DESC, transport, destination",
+        age = micros_since("min(created_at) FILTER (WHERE deliver_at IS NULL OR deliver_at <= now())"),
+    ))
+    .await?
+    .iter()
+    .map(|r| Backlog {
+        transport: r.get(0),
+        destination: r.get(1),
+        pending: r.get(2),
+        due: r.get(3),
+        scheduled: r.get(4),
+        retrying: r.get(5),
+        ordered: r.get(6),
+        oldest_age: r.get::<_, Option<i64>>(7).map(duration_from_micros),
+    })
+    .collect();
+    // Index: lanes_parked_idx; outbox_lane_idx for the rows waiting behind each.
+    let parked_lanes: Vec<ParkedLaneStatus> = query(format!(
+        "SELECT l.lane, {age}, l.parked_seq, l.parked_reason, \
+                (SELECT count(*) FROM {outbox} o WHERE o.lane = l.lane) \
+         FROM {lanes} l WHERE l.parked_at IS NOT NULL ORDER BY l.parked_at, l.lane",
+        age = micros_since("l.parked_at"),
+    ))
+    .await?
+    .iter()
+    .map(|r| ParkedLaneStatus {
+        lane: r.get(0),
+        parked_for: duration_from_micros(r.get(1)),
+        parked_seq: r.get(2),
+        reason: r.get(3),
+        waiting: r.get(4),
+    })
+    .collect();
+    let dead_rows: Vec<DeadRows> = query(format!(
+        "SELECT transport, destination, count(*), {age} FROM {dead} \
+         GROUP BY transport, destination ORDER BY count(*) DESC, transport, destination",
+        age = micros_since("min(failed_at)"),
+    ))
+    .await?
+    .iter()
+    .map(|r| DeadRows {
+        transport: r.get(0),
+        destination: r.get(1),
+        count: r.get(2),
+        oldest_age: duration_from_micros(r.get(3)),
+    })
+    .collect();
+    let dead_letters: Vec<DeadLetters> = query(format!(
+        "SELECT queue, original_topic, rejection_reason, count(*), {age} FROM {queue} \
+         WHERE dead_lettered_at IS NOT NULL GROUP BY queue, original_topic, rejection_reason \
+         ORDER BY queue, original_topic, rejection_reason",
+        age = micros_since("min(dead_lettered_at)"),
+    ))
+    .await?
+    .iter()
+    .map(|r| DeadLetters {
+        queue: r.get(0),
+        original_topic: r.get(1),
+        reason: r.get(2),
+        count: r.get(3),
+        oldest_age: duration_from_micros(r.get(4)),
+    })
+    .collect();
+    let counts = client
+        .query_one(&format!("SELECT count(*) FROM {inbox}", inbox = namespace.table("inbox"),), &[])
         .await
         .map_err(|e| StorageError::database(context(), e))?;
-    let oldest: Option<i64> = row.get(3);
-    let queues = client
-        .query(
-            &format!(
-                "SELECT queue, count(*) FROM {} GROUP BY queue ORDER BY queue",
-                namespace.table("queue")
-            ),
-            &[],
-        )
-        .await
-        .map_err(|e| StorageError::database(context(), e))?
+    let queues = query(format!("SELECT queue, count(*) FROM {queue} GROUP BY queue ORDER BY queue"))
+        .await?
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    let leases = client
-        .query(
-            &format!(
-                "SELECT job, owner, term, expires_at > now() FROM {} ORDER BY job",
-                namespace.table("leases")
-            ),
-            &[],
-        )
-        .await
-        .map_err(|e| StorageError::database(context(), e))?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-        .collect();
-    let dead_letters = client
-        .query(
-            &format!(
-                "SELECT queue, original_topic, rejection_reason, count(*) FROM {} \
-                 WHERE dead_lettered_at IS NOT NULL GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
-                namespace.table("queue")
-            ),
-            &[],
-        )
-        .await
-        .map_err(|e| StorageError::database(context(), e))?
-        .iter()
-        .map(|r| DeadLetterCount {
-            queue: r.get(0),
-            original_topic: r.get(1),
-            reason: r.get(2),
-            count: r.get(3),
-        })
-        .collect();
+    let (leases, instances) =
+        (workers::leases(client, namespace).await?, workers::instances(client, namespace).await?);
+    let disagreements = workers::disagreements(&instances);
+    let workers = workers::last_passes(&leases, &instances);
     Ok(NamespaceStatus {
         schema_version,
+        outbox_pending: backlog.iter().map(|b| b.pending).sum(),
+        outbox_due: backlog.iter().map(|b| b.due).sum(),
+        outbox_ordered: backlog.iter().map(|b| b.ordered).sum(),
+        outbox_scheduled: backlog.iter().map(|b| b.scheduled).sum(),
+        oldest_pending_age: backlog.iter().filter_map(|b| b.oldest_age).max(),
+        backlog,
+        lanes_parked: i64::try_from(parked_lanes.len()).unwrap_or(i64::MAX),
+        parked_lanes,
+        dead: dead_rows.iter().map(|d| d.count).sum(),
+        dead_rows,
         dead_letters,
-        outbox_pending: row.get(0),
-        outbox_due: row.get(1),
-        outbox_ordered: row.get(2),
-        oldest_pending_age: oldest.map(|m| Duration::from_micros(u64::try_from(m).unwrap_or(0))),
-        lanes_parked: row.get(4),
-        dead: row.get(5),
-        inbox: row.get(6),
+        inbox: counts.get(0),
         queues,
         leases,
+        instances,
+        disagreements,
+        workers,
+        horizon: database::horizon(client).await?,
+        dead_tuples: database::dead_tuples(client, namespace).await?,
     })
+}
+
+/// SQL for the microseconds from `at` to now, as `int8`.
+pub(crate) fn micros_since(at: &str) -> String {
+    format!("(extract(epoch FROM now() - {at}) * 1e6)::int8")
+}
+
+/// A non-negative duration from microseconds (clamped at zero).
+pub(crate) fn duration_from_micros(micros: i64) -> Duration {
+    Duration::from_micros(u64::try_from(micros).unwrap_or(0))
 }

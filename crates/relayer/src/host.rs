@@ -319,6 +319,16 @@ impl RelayerHost {
         }
         let disagreements = Arc::new(Mutex::new(disagreements));
 
+        #[cfg(feature = "metrics")]
+        observe_workers(
+            #[cfg(feature = "sweeper")]
+            sweeper.as_ref(),
+            #[cfg(feature = "cleanup")]
+            cleanup.as_ref(),
+            #[cfg(feature = "dead-letters")]
+            dead_letters.as_ref(),
+        );
+
         // Everything checked: start the workers.
         let mut tasks: Vec<(&'static str, JoinHandle<()>)> = Vec::new();
         #[cfg(feature = "dispatcher")]
@@ -598,5 +608,26 @@ async fn refresh_fingerprints(
             Err(cause) => tracing::warn!(target: TARGET, instance = %instance_id, %cause,
                 "could not refresh this instance's fingerprint rows"),
         }
+    }
+}
+
+/// Subscribes the metrics recorder to each worker's events before it starts (OBS-2).
+#[cfg(feature = "metrics")]
+fn observe_workers(
+    #[cfg(feature = "sweeper")] sweeper: Option<&relayer_sweeper::Sweeper>,
+    #[cfg(feature = "cleanup")] cleanup: Option<&relayer_cleanup::Cleanup>,
+    #[cfg(feature = "dead-letters")] dead_letters: Option<&relayer_dead_letters::DeadLetterWorker>,
+) {
+    #[cfg(feature = "sweeper")]
+    if let Some(sweeper) = sweeper {
+        crate::metrics::observe(WorkerKind::Sweeper, sweeper.subscribe());
+    }
+    #[cfg(feature = "cleanup")]
+    if let Some(cleanup) = cleanup {
+        crate::metrics::observe(WorkerKind::Cleanup, cleanup.subscribe());
+    }
+    #[cfg(feature = "dead-letters")]
+    if let Some(dead_letters) = dead_letters {
+        crate::metrics::observe(WorkerKind::DeadLetter, dead_letters.subscribe());
     }
 }

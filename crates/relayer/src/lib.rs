@@ -65,6 +65,7 @@
 //! | `consumer` | [`consumer`] and [`RelayerBuilder::consumer`] |
 //! | `advisory-lock` | [`advisory_lock`] and [`LeaderElection::AdvisoryLock`] |
 //! | `dead-letters` | [`dead_letters`] and [`RelayerBuilder::dead_letters`] (brings `advisory-lock`) |
+//! | `metrics` | worker counters, pass durations and gauges through the `metrics` facade (OBS-2; see the `metrics` module docs in the source for every name) |
 //! | `nats` | [`nats`]: the NATS JetStream transport |
 //! | `rabbitmq` | [`rabbitmq`]: the RabbitMQ transport |
 //! | `full` | all of the above but the broker transports |
@@ -100,6 +101,8 @@ mod error;
 mod fingerprints;
 #[cfg(feature = "postgres")]
 mod host;
+#[cfg(feature = "metrics")]
+mod metrics;
 #[cfg(feature = "postgres")]
 mod writer;
 

@@ -1,0 +1,304 @@
+//! `relayer run`'s configuration: a TOML file with `RELAYER_*` environment variables layered
+//! on top (figment), refused in one line naming the path of the first bad value.
+//!
+//! Naming: `RELAYER_` then the path in capitals, sections separated by a double underscore:
+//! `sweeper.batch_size` ← `RELAYER_SWEEPER__BATCH_SIZE`, `namespace.schema` ←
+//! `RELAYER_NAMESPACE__SCHEMA`, `database_url` ← `RELAYER_DATABASE_URL`. Of the variables
+//! without `__`, only `RELAYER_DATABASE_URL`, `RELAYER_POOL_SIZE` and `RELAYER_INSTANCE_ID`
+//! are configuration (`RELAYER_LOG` is the log filter). A worker runs when its section is present. The
+//! worker sections are the worker options types themselves (OPT-2: human durations,
+//! `infinite` retentions, unknown keys refused, ranges checked).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use relayer_core::{
+    CleanupOptions, DeadLetterOptions, DeadLetterPolicies, DispatcherOptions, Namespace, SweeperOptions,
+};
+use serde::Deserialize;
+
+/// The environment variables' prefix.
+pub(crate) const ENV_PREFIX: &str = "RELAYER_";
+/// The top-level keys that a variable without `__` may set. Other `RELAYER_X` variables
+/// (`RELAYER_LOG`, test and tool settings) are not configuration; any variable with `__`
+/// is, so a misspelt section is refused.
+const TOP_LEVEL: &[&str] = &["database_url", "pool_size", "instance_id"];
+
+/// The whole configuration of a sidecar, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    database_url: Option<String>,
+    pool_size: Option<u32>,
+    instance_id: Option<String>,
+    #[serde(default)]
+    namespace: NamespaceSection,
+    metrics: Option<MetricsSection>,
+    dispatcher: Option<DispatcherOptions>,
+    sweeper: Option<SweeperOptions>,
+    cleanup: Option<CleanupOptions>,
+    dead_letter: Option<DeadLetterOptions>,
+    /// One table per message type (`relayer_core::dead_letter_config`), validated as a set.
+    dead_letter_policies: Option<DeadLetterPolicies>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct NamespaceSection {
+    schema: String,
+    prefix: String,
+}
+
+impl Default for NamespaceSection {
+    fn default() -> Self {
+        NamespaceSection {
+            schema: "public".to_owned(),
+            prefix: relayer_core::namespace::DEFAULT_PREFIX.to_owned(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetricsSection {
+    listen: SocketAddr,
+    #[serde(default = "default_sample_interval", with = "relayer_core::duration::human")]
+    sample_interval: Duration,
+}
+
+fn default_sample_interval() -> Duration {
+    Duration::from_secs(15)
+}
+
+/// A validated sidecar configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) database_url: Option<String>,
+    pub(crate) pool_size: u32,
+    pub(crate) instance_id: Option<String>,
+    pub(crate) namespace: Namespace,
+    pub(crate) metrics: Option<Metrics>,
+    pub(crate) dispatcher: Option<DispatcherOptions>,
+    pub(crate) sweeper: Option<SweeperOptions>,
+    pub(crate) cleanup: Option<CleanupOptions>,
+    pub(crate) dead_letter: Option<DeadLetterOptions>,
+    pub(crate) policies: Option<DeadLetterPolicies>,
+}
+
+/// Where metrics are served.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Metrics {
+    pub(crate) listen: SocketAddr,
+    pub(crate) sample_interval: Duration,
+}
+
+impl Config {
+    /// Reads `path`, layers `RELAYER_*` variables from `env` on top, and validates it all.
+    /// The error is one line naming the path of the first bad value.
+    pub(crate) fn load(path: &Path) -> Result<Config, String> {
+        if !path.is_file() {
+            return Err(format!("{}: no such configuration file", path.display()));
+        }
+        let figment = Figment::from(Toml::file(path)).merge(
+            Env::prefixed(ENV_PREFIX)
+                .filter(|key| {
+                    key.as_str().contains("__")
+                        || TOP_LEVEL.iter().any(|top| key.as_str().eq_ignore_ascii_case(top))
+                })
+                .split("__"),
+        );
+        let file: File = figment.extract().map_err(|e| one_line(&e, path))?;
+        file.validate()
+    }
+
+    /// The workers this configuration runs, by name.
+    pub(crate) fn workers(&self) -> Vec<&'static str> {
+        [
+            self.dispatcher.as_ref().map(|_| "dispatcher"),
+            self.sweeper.as_ref().map(|_| "sweeper"),
+            self.cleanup.as_ref().map(|_| "cleanup"),
+            self.policies.as_ref().map(|_| "dead_letter"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    /// The effective configuration, as JSON (the database URL is left out).
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "namespace": {"schema": self.namespace.schema(), "prefix": self.namespace.prefix()},
+            "pool_size": self.pool_size,
+            "instance_id": self.instance_id,
+            "metrics": self.metrics.map(|m| serde_json::json!({
+                "listen": m.listen.to_string(),
+                "sample_interval": relayer_core::duration::format_duration(m.sample_interval),
+            })),
+            "dispatcher": self.dispatcher,
+            "sweeper": self.sweeper,
+            "cleanup": self.cleanup,
+            "dead_letter": self.dead_letter,
+            "dead_letter_policies": self.policies.as_ref().map(|p| p.rules().iter().map(ToString::to_string).collect::<Vec<_>>()),
+            "workers": self.workers(),
+        })
+    }
+}
+
+impl File {
+    fn validate(self) -> Result<Config, String> {
+        let namespace = Namespace::new(&self.namespace.schema, &self.namespace.prefix)
+            .map_err(|e| format!("namespace: {e}"))?;
+        let pool_size = self.pool_size.unwrap_or(2);
+        if !(1..=64).contains(&pool_size) {
+            return Err(format!("pool_size: {pool_size} is out of range (1..=64)"));
+        }
+        if self.instance_id.as_deref().is_some_and(|id| id.trim().is_empty()) {
+            return Err("instance_id: must not be empty".to_owned());
+        }
+        if let Some(metrics) = &self.metrics {
+            if !metrics.listen.ip().is_loopback() {
+                return Err(format!(
+                    "metrics.listen: {} is not a loopback address (expose it through a proxy you control)",
+                    metrics.listen
+                ));
+            }
+            if metrics.sample_interval.is_zero() {
+                return Err("metrics.sample_interval: 0s must be positive".to_owned());
+            }
+        }
+        let policies = self.dead_letter_policies.filter(|policies| !policies.is_empty());
+        if policies.is_none() && self.dead_letter.is_some() {
+            return Err("dead_letter: set, but no [[dead_letter_policies]] to apply".to_owned());
+        }
+        let config = Config {
+            database_url: self.database_url,
+            pool_size,
+            instance_id: self.instance_id,
+            namespace,
+            metrics: self.metrics.map(|m| Metrics { listen: m.listen, sample_interval: m.sample_interval }),
+            dispatcher: self.dispatcher,
+            sweeper: self.sweeper,
+            cleanup: self.cleanup,
+            dead_letter: self.dead_letter,
+            policies,
+        };
+        if config.workers().is_empty() {
+            return Err(
+                "nothing to run: add a [sweeper], [cleanup], [dispatcher] section or [[dead_letter_policies]]"
+                    .to_owned(),
+            );
+        }
+        Ok(config)
+    }
+}
+
+/// A figment error as one line: `path: problem (where it came from)`.
+fn one_line(error: &figment::Error, file: &Path) -> String {
+    use figment::error::Kind;
+    let path = error.path.join(".");
+    let problem = match &error.kind {
+        Kind::UnknownField(field, _) => {
+            let full = if path.is_empty() || path.to_lowercase().ends_with(&field.to_lowercase()) {
+                if path.is_empty() { field.clone() } else { path }
+            } else {
+                format!("{path}.{field}")
+            };
+            return format!("{full}: unknown key{}", origin(error, file));
+        }
+        Kind::MissingField(field) => {
+            let full = if path.is_empty() || error.path.last().map(String::as_str) == Some(&**field) {
+                if path.is_empty() { field.to_string() } else { path }
+            } else {
+                format!("{path}.{field}")
+            };
+            return format!("{full}: missing{}", origin(error, file));
+        }
+        Kind::Message(message) => message.clone(),
+        other => other.to_string(),
+    };
+    // The options types name their field themselves (`sweeper.batch_size: 0 is out of …`).
+    if !path.is_empty()
+        && (problem.starts_with(&format!("{path}.")) || problem.starts_with(&format!("{path}:")))
+    {
+        return format!("{problem}{}", origin(error, file));
+    }
+    if path.is_empty() {
+        format!("{problem}{}", origin(error, file))
+    } else {
+        format!("{path}: {problem}{}", origin(error, file))
+    }
+}
+
+/// ` (in FILE)` or ` (from VARIABLE)`.
+fn origin(error: &figment::Error, file: &Path) -> String {
+    match &error.metadata {
+        Some(metadata) if metadata.name.contains("environment") => {
+            let name: Vec<String> = error.path.iter().map(|key| key.to_uppercase()).collect();
+            let wildcard = if error.path.len() == 1 { "__*" } else { "" };
+            format!(" (from {ENV_PREFIX}{}{wildcard})", name.join("__"))
+        }
+        _ => format!(" (in {})", file.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Config, String> {
+        let path = std::env::temp_dir().join(format!("relayer-config-{}.toml", relayer_core::Uuid::new_v4()));
+        std::fs::write(&path, text).unwrap();
+        let loaded = Config::load(&path);
+        let _ = std::fs::remove_file(&path);
+        loaded
+    }
+
+    #[test]
+    fn a_full_file_is_read_with_human_durations_opt_2() {
+        let config = load(
+            "[namespace]\nschema = \"messaging\"\n[sweeper]\nbatch_size = 200\nsweep_interval = \"2s\"\n\
+             [cleanup]\ndead_retention = \"infinite\"\n[metrics]\nlisten = \"127.0.0.1:9187\"\n\
+             [[dead_letter_policies]]\noriginal_topic = \"orders\"\ndead_letter_queue = \"orders.dead\"\n\
+             action = \"redrive\"\nafter = \"1h\"\ngive_up_after = \"1d\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.namespace.schema(), "messaging");
+        assert_eq!(config.sweeper.as_ref().unwrap().batch_size(), 200);
+        assert_eq!(config.sweeper.as_ref().unwrap().sweep_interval(), Duration::from_secs(2));
+        assert_eq!(config.workers(), ["sweeper", "cleanup", "dead_letter"]);
+    }
+
+    #[test]
+    fn each_bad_value_is_refused_in_one_line_naming_its_path_opt_2() {
+        let cases = [
+            ("[sweeper]\nbatch_size = 0\n", "sweeper.batch_size: 0 is out of range"),
+            ("[sweeper]\nbatch_siz = 10\n", "sweeper.batch_siz: unknown key"),
+            ("[sweeper]\nsweep_interval = \"5 parsecs\"\n", "sweeper.sweep_interval: "),
+            ("[cleanup]\ninbox_retention = \"forever\"\n", "cleanup.inbox_retention: "),
+            ("colour = \"blue\"\n[sweeper]\n", "colour: unknown key"),
+            (
+                "[namespace]\nschema = \"a;b\"\nprefix = \"r_\"\n[sweeper]\n",
+                "namespace: invalid schema \"a;b\"",
+            ),
+            (
+                "[sweeper]\n[metrics]\nlisten = \"0.0.0.0:9187\"\n",
+                "metrics.listen: 0.0.0.0:9187 is not a loopback",
+            ),
+            ("[sweeper]\n[metrics]\nlisten = \"nowhere\"\n", "metrics.listen: "),
+            (
+                "[[dead_letter_policies]]\noriginal_topic = \"q\"\ndead_letter_queue = \"d\"\naction = \"redrive\"\nafter = \"1d\"\ngive_up_after = \"1h\"\n",
+                "dead_letter_policies: dead-letter rule 1: give_up_after: 1h must be greater than after (1d)",
+            ),
+            ("pool_size = 0\n[sweeper]\n", "pool_size: 0 is out of range"),
+            ("", "nothing to run"),
+        ];
+        for (text, expected) in cases {
+            let error = load(text).unwrap_err();
+            assert!(error.starts_with(expected), "{text:?}: {error}");
+            assert!(!error.contains('\n'), "{text:?}: {error}");
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! The sidecar's gauges sampled from SQL every `metrics.sample_interval` (OBS-2): what only
+//! the database knows — backlog, oldest pending age, parked lanes, dead rows and letters,
+//! each worker's last successful pass as the database shows it, dead tuples and the xmin
+//! horizon. A label set that disappears (a destination drained) is set to 0 rather than
+//! left at its last value.
+
+use std::collections::HashSet;
+
+use metrics::Label;
+use relayer_postgres::NamespaceStatus;
+
+use crate::output::seconds;
+
+/// One gauge family and the label sets it set last time.
+struct Family {
+    name: &'static str,
+    previous: HashSet<Vec<(String, String)>>,
+}
+
+impl Family {
+    fn new(name: &'static str) -> Self {
+        Family { name, previous: HashSet::new() }
+    }
+
+    fn set_all(&mut self, values: Vec<(Vec<(&'static str, String)>, f64)>) {
+        let mut current = HashSet::new();
+        for (labels, value) in values {
+            let key: Vec<(String, String)> =
+                labels.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+            metrics::gauge!(self.name, to_labels(&key)).set(value);
+            current.insert(key);
+        }
+        for gone in self.previous.difference(&current) {
+            metrics::gauge!(self.name, to_labels(gone)).set(0.0);
+        }
+        self.previous = current;
+    }
+}
+
+fn to_labels(key: &[(String, String)]) -> Vec<Label> {
+    key.iter().map(|(k, v)| Label::new(k.clone(), v.clone())).collect()
+}
+
+/// The gauge families of one sidecar.
+pub(crate) struct Gauges {
+    backlog: Family,
+    oldest: Family,
+    dead_letters: Family,
+    since_pass: Family,
+    stalled: Family,
+    dead_tuples: Family,
+}
+
+impl Gauges {
+    pub(crate) fn new() -> Self {
+        Gauges {
+            backlog: Family::new("relayer_backlog"),
+            oldest: Family::new("relayer_oldest_pending_seconds"),
+            dead_letters: Family::new("relayer_dead_letters"),
+            since_pass: Family::new("relayer_seconds_since_last_pass"),
+            stalled: Family::new("relayer_worker_stalled"),
+            dead_tuples: Family::new("relayer_dead_tuples"),
+        }
+    }
+
+    /// Sets every gauge from `status`.
+    #[allow(clippy::cast_precision_loss)]
+    pub(crate) fn record(&mut self, status: &NamespaceStatus) {
+        let destination = |t: &str, d: &str| vec![("transport", t.to_owned()), ("destination", d.to_owned())];
+        self.backlog.set_all(
+            status
+                .backlog
+                .iter()
+                .map(|b| (destination(&b.transport, &b.destination), b.pending as f64))
+                .collect(),
+        );
+        self.oldest.set_all(
+            status
+                .backlog
+                .iter()
+                .map(|b| (destination(&b.transport, &b.destination), b.oldest_age.map_or(0.0, seconds)))
+                .collect(),
+        );
+        metrics::gauge!("relayer_outbox_pending").set(status.outbox_pending as f64);
+        metrics::gauge!("relayer_outbox_scheduled").set(status.outbox_scheduled as f64);
+        metrics::gauge!("relayer_oldest_pending_age_seconds")
+            .set(status.oldest_pending_age.map_or(0.0, seconds));
+        metrics::gauge!("relayer_lanes_parked").set(status.lanes_parked as f64);
+        metrics::gauge!("relayer_dead_rows").set(status.dead as f64);
+        self.dead_letters.set_all(
+            status
+                .dead_letters
+                .iter()
+                .map(|d| {
+                    let labels =
+                        vec![("queue", d.queue.clone()), ("reason", d.reason.clone().unwrap_or_default())];
+                    (labels, d.count as f64)
+                })
+                .collect(),
+        );
+        self.since_pass.set_all(
+            status
+                .workers
+                .iter()
+                .map(|w| {
+                    (
+                        vec![("worker", w.worker.clone()), ("source", w.source.name().to_owned())],
+                        seconds(w.since),
+                    )
+                })
+                .collect(),
+        );
+        self.stalled.set_all(
+            status
+                .workers
+                .iter()
+                .map(|w| (vec![("worker", w.worker.clone())], if w.stalled { 1.0 } else { 0.0 }))
+                .collect(),
+        );
+        self.dead_tuples.set_all(
+            status.dead_tuples.iter().map(|t| (vec![("table", t.table.clone())], t.dead as f64)).collect(),
+        );
+        let horizon = &status.horizon;
+        metrics::gauge!("relayer_oldest_transaction_seconds")
+            .set(horizon.oldest_transaction_age.map_or(0.0, seconds));
+        metrics::gauge!("relayer_xmin_horizon_age_xids").set(f64::from(horizon.xmin_age.unwrap_or(0)));
+    }
+}

@@ -1,0 +1,254 @@
+//! `relayer run` as a sidecar and `relayer config check`, against a real PostgreSQL:
+//! configuration errors in one line naming their path (OPT-2), a clean stop on SIGTERM that
+//! releases the lease so a second sidecar leads at once (LIF-1, LDR-2), and the Prometheus
+//! endpoint serving the counters after a pass (OBS-2).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read as _, Write as _};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+
+use common::{relayer, relayer_command, setup, write};
+use relayer::NewMessage;
+use relayer_test_support::{TestDb, eventually, within};
+use tokio_postgres::Client;
+
+/// A configuration file removed when dropped.
+struct ConfigFile(PathBuf);
+
+impl ConfigFile {
+    fn new(text: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("relayer-run-{}.toml", relayer::core::Uuid::new_v4()));
+        std::fs::write(&path, text).unwrap();
+        ConfigFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A running sidecar, killed if the test ends without stopping it.
+struct Sidecar(Option<Child>);
+
+impl Sidecar {
+    fn start(db: &TestDb, config: &ConfigFile) -> Self {
+        let child = relayer_command(db)
+            .args(["run", "--config", config.path()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Sidecar(Some(child))
+    }
+
+    /// Sends SIGTERM and waits for the exit; returns whether it succeeded, and its stderr.
+    async fn terminate(&mut self) -> (bool, String) {
+        let mut child = self.0.take().unwrap();
+        let pid = child.id().to_string();
+        let killed = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(killed.success());
+        within(tokio::task::spawn_blocking(move || {
+            let status = child.wait().unwrap();
+            let mut stderr = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+            (status.success(), stderr)
+        }))
+        .await
+        .unwrap()
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+const SWEEPER: &str =
+    "[sweeper]\nsweep_interval = \"100ms\"\nrecovery_delay = \"0s\"\nlease_duration = \"30s\"\n";
+
+async fn lease_owner(client: &Client, db: &TestDb) -> Option<(String, bool)> {
+    let sql = format!(
+        "SELECT owner, expires_at > now() FROM {} WHERE job = 'sweeper'",
+        db.namespace().table("leases")
+    );
+    client.query_opt(&sql, &[]).await.unwrap().map(|row| (row.get(0), row.get(1)))
+}
+
+/// OPT-2: each bad value is refused by `config check` and by `run` in one line on standard
+/// error naming its path, with a non-zero exit and nothing started.
+#[tokio::test]
+async fn each_configuration_error_is_one_line_naming_its_path_opt_2() {
+    let db = TestDb::new().await;
+    let cases = [
+        ("[sweeper]\nbatch_size = 0\n", "error: sweeper.batch_size: 0 is out of range (1..=10000)"),
+        ("[sweeper]\nbatch_sise = 10\n", "error: sweeper.batch_sise: unknown key"),
+        (
+            "[cleanup]\ncleanup_interval = \"soon\"\n",
+            "error: cleanup.cleanup_interval: invalid duration \"soon\"",
+        ),
+        ("[namespace]\nschema = \"bad-name\"\n[sweeper]\n", "error: namespace: invalid schema \"bad-name\""),
+    ];
+    for (text, expected) in cases {
+        let config = ConfigFile::new(text);
+        for command in [vec!["config", "check", config.path()], vec!["run", "--config", config.path()]] {
+            let ran = relayer(&db, &command).await;
+            assert!(!ran.success, "{command:?} accepted {text:?}");
+            assert_eq!(ran.stderr.lines().count(), 1, "{command:?}: {}", ran.stderr);
+            assert!(ran.stderr.starts_with(expected), "{command:?}: {}", ran.stderr);
+        }
+    }
+    let ok = ConfigFile::new(SWEEPER);
+    let checked = relayer(&db, &["config", "check", ok.path()]).await;
+    assert!(checked.ok().contains("ok — runs sweeper"), "{checked:?}");
+    let json = relayer(&db, &["config", "check", ok.path(), "--json"]).await.json();
+    assert_eq!(json["sweeper"]["sweep_interval"], "100ms");
+}
+
+/// OPT-2: `RELAYER_*` variables are layered over the file (`__` between levels), are
+/// refused like the file's values, and other tools' `RELAYER_*` variables pass.
+#[tokio::test]
+async fn environment_variables_override_the_file_and_are_checked_alike_opt_2() {
+    let db = TestDb::new().await;
+    let config = ConfigFile::new(SWEEPER);
+    let check = |vars: &'static [(&'static str, &'static str)]| {
+        let mut command = relayer_command(&db);
+        command.args(["config", "check", config.path(), "--json"]);
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        let output = command.output().unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (ok, stdout, _) = check(&[("RELAYER_SWEEPER__SWEEP_INTERVAL", "2s"), ("RELAYER_TEST_THREADS", "4")]);
+    assert!(ok);
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json["sweeper"]["sweep_interval"], "2s");
+    let (ok, _, stderr) = check(&[("RELAYER_SWEEPER__BATCH_SIZE", "0")]);
+    assert!(!ok);
+    assert_eq!(
+        stderr.trim_end(),
+        "error: sweeper.batch_size: 0 is out of range (1..=10000) (from RELAYER_SWEEPER__*)"
+    );
+    let (ok, _, stderr) = check(&[("RELAYER_SWEEPR__BATCH_SIZE", "5")]);
+    assert!(!ok);
+    assert_eq!(stderr.trim_end(), "error: sweepr: unknown key (from RELAYER_SWEEPR__*)");
+}
+
+/// LIF-1, LDR-2: `run` stops cleanly on SIGTERM and releases its lease, so a second `run`
+/// leads at once — well before the first lease (30 s) would have expired; `status` shows the
+/// sidecar's lease and its worker's last pass meanwhile.
+#[tokio::test]
+async fn run_stops_on_sigterm_releases_its_lease_and_a_second_run_leads_at_once_lif_1() {
+    let (db, client) = setup().await;
+    let first = ConfigFile::new(&format!("instance_id = \"first\"\n[cleanup]\n{SWEEPER}"));
+    let mut sidecar = Sidecar::start(&db, &first);
+    eventually("the first sidecar leads the sweep", || async {
+        lease_owner(&client, &db).await == Some(("first".to_owned(), true))
+    })
+    .await;
+    let status = relayer(&db, &["status", "--json"]).await.json();
+    let sweeper =
+        status["workers"].as_array().unwrap().iter().find(|w| w["worker"] == "sweeper").unwrap().clone();
+    assert_eq!((sweeper["source"].as_str(), sweeper["stalled"].as_bool()), (Some("lease"), Some(false)));
+    assert_eq!(sweeper["interval_seconds"], 0.1);
+    assert_eq!(status["leases"][1]["owner"], "first", "{}", status["leases"]);
+
+    let (success, stderr) = sidecar.terminate().await;
+    assert!(success, "{stderr}");
+    assert!(stderr.contains("SIGTERM: stopping") && stderr.contains("stopped"), "{stderr}");
+    assert_eq!(lease_owner(&client, &db).await, Some(("first".to_owned(), false)), "released at shutdown");
+    let instances = format!("SELECT count(*) FROM {}", db.namespace().table("instances"));
+    assert_eq!(client.query_one(&instances, &[]).await.unwrap().get::<_, i64>(0), 0);
+
+    let leases = db.namespace().table("leases");
+    let released_at: std::time::SystemTime = client
+        .query_one(&format!("SELECT renewed_at FROM {leases} WHERE job = 'sweeper'"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    let second = ConfigFile::new(&format!("instance_id = \"second\"\n{SWEEPER}"));
+    let mut second_sidecar = Sidecar::start(&db, &second);
+    eventually("the second sidecar leads the sweep", || async {
+        lease_owner(&client, &db).await == Some(("second".to_owned(), true))
+    })
+    .await;
+    let at_once: bool = client
+        .query_one(
+            &format!("SELECT acquired_at < $1::timestamptz + interval '30 seconds' FROM {leases} WHERE job = 'sweeper'"),
+            &[&released_at],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(at_once, "the second sidecar waited out the first one's lease");
+    assert!(second_sidecar.terminate().await.0);
+}
+
+/// OBS-2: with `[metrics]`, the sidecar serves Prometheus text on a loopback port: the
+/// sweeper's counters after it recovered a message, its pass durations, and the SQL gauges.
+#[tokio::test]
+async fn the_metrics_endpoint_serves_the_counters_after_a_pass_obs_2() {
+    let (db, client) = setup().await;
+    write(&client, &db, &[NewMessage::new("queue", "orders", b"recover me".to_vec())]).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = ConfigFile::new(&format!(
+        "{SWEEPER}[cleanup]\n[metrics]\nlisten = \"127.0.0.1:{port}\"\nsample_interval = \"100ms\"\n"
+    ));
+    let mut sidecar = Sidecar::start(&db, &config);
+    let recovered = |body: &str| {
+        body.lines().any(|line| {
+            line.starts_with("relayer_messages_total{")
+                && line.contains("worker=\"sweeper\"")
+                && line.contains("outcome=\"recovered\"")
+                && line.ends_with(" 1")
+        })
+    };
+    let mut body = String::new();
+    eventually("the endpoint serves the recovered counter and the sampled gauges", || {
+        let fetched = scrape(port);
+        let done =
+            fetched.as_deref().is_some_and(|body| recovered(body) && body.contains("relayer_outbox_pending"));
+        body = fetched.unwrap_or_default();
+        async move { done }
+    })
+    .await;
+    for name in [
+        "relayer_passes_total{",
+        "outcome=\"cleaned\"",
+        "relayer_pass_duration_seconds",
+        "relayer_worker_seconds_since_last_success{",
+        "relayer_outbox_pending",
+        "relayer_xmin_horizon_age_xids",
+    ] {
+        assert!(body.contains(name), "{name} missing from:\n{body}");
+    }
+    let delivered = format!("SELECT count(*) FROM {} WHERE queue = 'orders'", db.namespace().table("queue"));
+    assert_eq!(client.query_one(&delivered, &[]).await.unwrap().get::<_, i64>(0), 1);
+    assert!(sidecar.terminate().await.0);
+}
+
+/// GET /metrics over plain HTTP/1.1 (`None` while nothing listens yet).
+fn scrape(port: u16) -> Option<String> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    Some(response)
+}

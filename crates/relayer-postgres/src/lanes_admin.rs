@@ -1,0 +1,156 @@
+//! Operator actions on ordered lanes (LAN-2, LAN-5): list, release, skip — each audited.
+//!
+//! A lane whose head reached `max_attempts` is *parked*: nothing behind the head moves
+//! until an operator decides. Two decisions, both recorded in the audit table with the
+//! actor in the statement that acts, so the action and its record commit together:
+//!
+//! - **release**: the park is cleared and the head is tried again at once *with a fresh
+//!   attempt count* (`attempts = 0`), so it gets the full `max_attempts` again rather than
+//!   parking on its next failure; its `last_error` stays for the record.
+//! - **skip**: the park is cleared and the head moves to the dead table
+//!   ([`LaneStatements::skip_lane_head`]); the rest of the lane goes on in order. Nothing is
+//!   reordered: the head simply never arrives (unless redriven from the dead table, which
+//!   puts it at the lane's tail).
+//!
+//! Both are no-ops on a lane that is not parked. Listings are operator statements: they
+//! group the outbox's lane rows (O(lane rows)), not a worker's statement.
+
+use std::time::Duration;
+
+use relayer_core::Namespace;
+use tokio_postgres::types::Type;
+
+use crate::error::StorageError;
+use crate::exec::Executor;
+use crate::lanes::LaneStatements;
+use crate::status::{duration_from_micros, micros_since};
+
+/// One lane as operators see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LaneListing {
+    /// The lane key.
+    pub lane: String,
+    /// Rows of the lane in the outbox, the head included.
+    pub waiting: i64,
+    /// The head's `seq`, when the lane has rows.
+    pub head_seq: Option<i64>,
+    /// The head's failed attempts.
+    pub head_attempts: Option<i32>,
+    /// The head's last error.
+    pub head_error: Option<String>,
+    /// How long the lane has been parked; `None` when it is not.
+    pub parked_for: Option<Duration>,
+    /// The park's reason.
+    pub parked_reason: Option<String>,
+    /// Whether a dispatcher holds a live claim on it.
+    pub owned: bool,
+}
+
+/// The lane actions of one namespace (see the [module docs](self)).
+#[derive(Clone, Debug)]
+pub struct LaneAdmin {
+    list: String,
+    release: String,
+    lanes: LaneStatements,
+}
+
+impl LaneAdmin {
+    /// The actions for `namespace`.
+    pub fn new(namespace: &Namespace) -> Self {
+        let (outbox, lanes, audit) =
+            (namespace.table("outbox"), namespace.table("lanes"), namespace.table("audit"));
+        LaneAdmin {
+            // $1: every lane with rows too, not only parked ones. Index: outbox_lane_idx
+            // (grouping), lanes_pkey, outbox_pkey (the head).
+            list: format!(
+                "WITH counted AS (SELECT lane, count(*) AS waiting, min(seq) AS head FROM {outbox} \
+                                  WHERE lane IS NOT NULL GROUP BY lane) \
+                 SELECT coalesce(c.lane, l.lane), coalesce(c.waiting, 0), c.head, h.attempts, h.last_error, \
+                        {parked}, l.parked_reason, coalesce(l.claimed_until > now(), false) \
+                 FROM counted c FULL JOIN {lanes} l ON l.lane = c.lane \
+                 LEFT JOIN {outbox} h ON h.seq = c.head \
+                 WHERE $1 OR l.parked_at IS NOT NULL \
+                 ORDER BY l.parked_at NULLS LAST, 1 LIMIT $2",
+                parked = micros_since("l.parked_at"),
+            ),
+            // Index: lanes_pkey, outbox_pkey. Like LaneStatements' release, but the head
+            // starts over with no attempts (LAN-2: released means tried again in full).
+            release: format!(
+                "WITH unparked AS ( \
+                   UPDATE {lanes} l SET parked_at = NULL, parked_seq = NULL, parked_reason = NULL \
+                   FROM (SELECT lane, parked_seq, parked_reason FROM {lanes} \
+                         WHERE lane = $1 AND parked_at IS NOT NULL FOR UPDATE) old \
+                   WHERE l.lane = old.lane \
+                   RETURNING old.lane, old.parked_seq, old.parked_reason), \
+                 fresh AS ( \
+                   UPDATE {outbox} o SET visible_at = now(), attempts = 0 FROM unparked u \
+                   WHERE o.seq = u.parked_seq AND o.lane = u.lane RETURNING o.seq), \
+                 audited AS ( \
+                   INSERT INTO {audit} (actor, action, subject, detail) \
+                   SELECT $2, 'lane.release', u.lane, \
+                          jsonb_build_object('seq', u.parked_seq, 'reason', u.parked_reason, \
+                                             'head_found', (SELECT count(*) FROM fresh) > 0, \
+                                             'attempts_reset', true) \
+                   FROM unparked u RETURNING id) \
+                 SELECT u.parked_seq FROM unparked u, audited"
+            ),
+            lanes: LaneStatements::new(namespace),
+        }
+    }
+
+    /// Parked lanes (oldest park first), and with `all` every lane that has rows, at most
+    /// `limit`.
+    pub async fn list(
+        &self,
+        client: &impl Executor,
+        all: bool,
+        limit: i64,
+    ) -> Result<Vec<LaneListing>, StorageError> {
+        let rows = client
+            .rows(&self.list, &[(&all, Type::BOOL), (&limit, Type::INT8)])
+            .await
+            .map_err(|e| StorageError::database("listing lanes", e))?;
+        Ok(rows
+            .iter()
+            .map(|r| LaneListing {
+                lane: r.get(0),
+                waiting: r.get(1),
+                head_seq: r.get(2),
+                head_attempts: r.get(3),
+                head_error: r.get(4),
+                parked_for: r.get::<_, Option<i64>>(5).map(duration_from_micros),
+                parked_reason: r.get(6),
+                owned: r.get(7),
+            })
+            .collect())
+    }
+
+    /// Releases the parked `lane`: its head is tried again at once with a fresh attempt
+    /// count; audited as `lane.release` by `actor`. Returns the head's `seq` (`None`: the
+    /// lane was not parked, and nothing was changed or audited).
+    pub async fn release(
+        &self,
+        client: &impl Executor,
+        lane: &str,
+        actor: &str,
+    ) -> Result<Option<Option<i64>>, StorageError> {
+        let rows = client
+            .rows(&self.release, &[(&lane, Type::TEXT), (&actor, Type::TEXT)])
+            .await
+            .map_err(|e| StorageError::database(format!("releasing lane {lane:?}"), e))?;
+        Ok(rows.first().map(|row| row.get(0)))
+    }
+
+    /// Skips the head of the parked `lane` to the dead table; the rest of the lane goes on.
+    /// Audited as `lane.skip_head` by `actor`. Returns the moved head's `seq` (`None`: the
+    /// lane was not parked).
+    pub async fn skip(
+        &self,
+        client: &impl Executor,
+        lane: &str,
+        actor: &str,
+    ) -> Result<Option<i64>, StorageError> {
+        self.lanes.skip_lane_head(client, lane, actor).await
+    }
+}
