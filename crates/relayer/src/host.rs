@@ -321,6 +321,8 @@ impl RelayerHost {
 
         #[cfg(feature = "metrics")]
         observe_workers(
+            #[cfg(feature = "dispatcher")]
+            dispatcher.as_ref(),
             #[cfg(feature = "sweeper")]
             sweeper.as_ref(),
             #[cfg(feature = "cleanup")]
@@ -614,10 +616,15 @@ async fn refresh_fingerprints(
 /// Subscribes the metrics recorder to each worker's events before it starts (OBS-2).
 #[cfg(feature = "metrics")]
 fn observe_workers(
+    #[cfg(feature = "dispatcher")] dispatcher: Option<&relayer_dispatcher::Dispatcher>,
     #[cfg(feature = "sweeper")] sweeper: Option<&relayer_sweeper::Sweeper>,
     #[cfg(feature = "cleanup")] cleanup: Option<&relayer_cleanup::Cleanup>,
     #[cfg(feature = "dead-letters")] dead_letters: Option<&relayer_dead_letters::DeadLetterWorker>,
 ) {
+    #[cfg(feature = "dispatcher")]
+    if let Some(dispatcher) = dispatcher {
+        crate::metrics::observe(WorkerKind::Dispatcher, dispatcher.subscribe());
+    }
     #[cfg(feature = "sweeper")]
     if let Some(sweeper) = sweeper {
         crate::metrics::observe(WorkerKind::Sweeper, sweeper.subscribe());

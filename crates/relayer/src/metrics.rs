@@ -42,11 +42,15 @@ pub(crate) trait Counted {
     }
 }
 
-// Wired once the dispatcher publishes its pass events (`Dispatcher::subscribe`).
 #[cfg(feature = "dispatcher")]
 impl Counted for relayer_dispatcher::PassReport {
     fn counts(&self) -> Vec<Count> {
-        vec![("sent", None, self.sent), ("failed", None, self.failed), ("dead", None, self.dead)]
+        vec![
+            ("sent", None, self.sent),
+            ("failed", None, self.failed),
+            ("dead", None, self.dead),
+            ("undecodable", None, self.undecodable),
+        ]
     }
 }
 
