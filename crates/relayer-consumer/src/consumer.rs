@@ -92,9 +92,8 @@ impl Consumer {
     /// start.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ConsumerError> {
         let pump = self.pump;
-        {
-            let connection = pump.pool.get().await.map_err(ConsumerError::Pool)?;
-            verify_schema(&**connection, &self.namespace).await.map_err(ConsumerError::Schema)?;
+        if !wait_for_schema(&pump, &self.namespace, &shutdown).await? {
+            return Ok(());
         }
         let options = pump.subscription.options().clone();
         let queue = pump.subscription.queue().to_owned();
@@ -181,5 +180,36 @@ fn waker(queue: String, wake: Arc<Notify>) -> impl Fn(Heard<'_>) + Send + Sync +
             }
         }
         Heard::Notification(_) => {}
+    }
+}
+
+/// Checks the schema before the pump starts: a missing or old schema is refused (OPT-5),
+/// a database that cannot be reached yet (down, restarting, no connection) is retried with
+/// the subscription's backoff, so a pump started during an outage runs once it is over
+/// (RES-1). `false`: shut down meanwhile.
+async fn wait_for_schema(
+    pump: &Pump,
+    namespace: &Namespace,
+    shutdown: &CancellationToken,
+) -> Result<bool, ConsumerError> {
+    let backoff = pump.subscription.options().pass_backoff();
+    let mut failures = 0u32;
+    loop {
+        let checked = match pump.pool.get().await {
+            Ok(connection) => match verify_schema(&**connection, namespace).await {
+                Ok(_) => return Ok(true),
+                Err(error) if !error.is_transient() => return Err(ConsumerError::Schema(error)),
+                Err(error) => relayer_core::error_chain(&error),
+            },
+            Err(error) => relayer_core::error_chain(&error),
+        };
+        failures = failures.saturating_add(1);
+        let wait = backoff.wait_after(failures);
+        tracing::warn!(target: TARGET, queue = %pump.subscription.queue(), failures, ?wait, cause = %checked,
+            "consumer cannot check the schema yet; retrying");
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(false),
+            () = tokio::time::sleep(wait) => {}
+        }
     }
 }

@@ -228,13 +228,31 @@ impl Pump {
                 return Ok(Committed::RolledBack(ran));
             }
         }
-        let acked = self.statements.ack(&Prepared::new(&tx, cache), &[receipt]).await?;
+        // After the handler ran, a failed ack or commit (an aborted transaction, a deferred
+        // constraint, a serialization failure) is a failed handling: requeued with its
+        // handled count one higher, so a message that can never commit reaches its
+        // dead-letter queue instead of reappearing forever (QUE-2). Still fenced by the
+        // receipt when settled.
+        fn failed_handling(what: &str, error: &(dyn std::error::Error + 'static)) -> Committed {
+            Committed::RolledBack(Ran::Returned(Outcome::failed(format!(
+                "the inbox transaction could not {what}: {}",
+                relayer_core::error_chain(error)
+            ))))
+        }
+        let acked = match self.statements.ack(&Prepared::new(&tx, cache), &[receipt]).await {
+            Ok(acked) => acked,
+            Err(error) if !duplicate => return Ok(failed_handling("ack", &error)),
+            Err(error) => return Err(error.into()),
+        };
         if acked.is_empty() {
             tx.rollback().await.map_err(|e| ConsumerError::Transaction("rolling back", e))?;
             return Ok(Committed::Lapsed);
         }
-        tx.commit().await.map_err(|e| ConsumerError::Transaction("committing", e))?;
-        Ok(if duplicate { Committed::Duplicate } else { Committed::Acked })
+        match tx.commit().await {
+            Ok(()) => Ok(if duplicate { Committed::Duplicate } else { Committed::Acked }),
+            Err(error) if !duplicate => Ok(failed_handling("commit", &error)),
+            Err(error) => Err(ConsumerError::Transaction("committing", error)),
+        }
     }
 }
 

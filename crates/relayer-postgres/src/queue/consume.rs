@@ -136,9 +136,10 @@ impl ConsumeStatements {
                  WHERE q.seq = a.seq AND q.receipt = a.receipt RETURNING q.seq"
             ),
             // The move is an update in place: the dead-letter queue is rows of the same
-            // table, stamped with where they came from (QUE-2, DLP-4).
+            // table, stamped with where they came from (QUE-2, DLP-4) — the first queue, when
+            // a message is dead-lettered again from a dead-letter queue a subscription consumes.
             dead_letter: format!(
-                "UPDATE {queue} AS q SET queue = a.target, original_topic = q.queue, \
+                "UPDATE {queue} AS q SET queue = a.target, original_topic = coalesce(q.original_topic, q.queue), \
                         rejection_reason = a.reason, rejection_message = a.message, dead_lettered_at = now(), \
                         visible_at = now(), receipt = NULL, handled_count = q.handled_count + a.handled \
                  FROM unnest($1::int8[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::int4[]) \
