@@ -1,7 +1,7 @@
 //! relayer's benchmarks, run by `cargo xtask bench <name> [--quick]`.
 //!
 //! `dispatch` measures, in one run on one PostgreSQL (so the ratio is trustworthy even when
-//! absolute figures swing, BASELINE.md):
+//! absolute figures swing, docs/performance.md ("Raw limits")):
 //!
 //! - the **raw limit**: a plain loop on the same server doing the least SQL for the same
 //!   work — writers insert rows in transactions of 1 and of 10; one drainer moves them in

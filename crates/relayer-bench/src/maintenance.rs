@@ -14,7 +14,7 @@
 //!    PostgreSQL queue) and one cleanup pass (which deletes every due row, batch by batch);
 //! 3. **idle, after churn**: the due outbox rows drained by sweeper passes, no VACUUM; the
 //!    dead index entries left behind are what an idle pass then has to step over
-//!    (BASELINE.md: ~1,400 buffers instead of 3 for an unvacuumed retention index).
+//!    (docs/performance.md ("Raw limits"): ~1,400 buffers instead of 3 for an unvacuumed retention index).
 //!
 //! Then **recovery throughput**: a backlog of 100k due rows (quick: 20k) drained by the real
 //! sweeper, default options but the batch size, twice — `run_once` back to back, and the

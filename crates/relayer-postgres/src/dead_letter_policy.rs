@@ -5,7 +5,7 @@
 //! statement. A row locked by another replica's statement is skipped, and once that
 //! statement commits the row is no longer a dead letter of the type, so however many
 //! replicas run, each dead letter moves exactly once. The `ARRAY(…)` shape keeps a batch
-//! bounded under a generic plan made on an empty table (BASELINE.md, DRV-1b).
+//! bounded under a generic plan made on an empty table (docs/performance.md ("Raw limits"), DRV-1b).
 //!
 //! Every statement on the queue table matches **both** the dead-letter queue and the
 //! original topic (DLP-4), so types may share a dead-letter queue, and a dead letter without

@@ -10,7 +10,7 @@
 //! PostgreSQL may then run a cached *generic* plan. Every worker statement is written to
 //! stay correct and bounded under one: each "take a batch of n" has the
 //! `seq = ANY(ARRAY(SELECT … LIMIT n FOR UPDATE SKIP LOCKED))` shape, which a generic plan
-//! cannot turn into "take every row" (BASELINE.md), and the tests run the claim, the
+//! cannot turn into "take every row" (docs/performance.md, "Raw limits"), and the tests run the claim, the
 //! recovery page and the completion under `plan_cache_mode = force_generic_plan`.
 //!
 //! A server that loses the prepared statements (`DISCARD ALL`, a pooler handing the

@@ -11,7 +11,7 @@
 //!
 //! Every hot statement runs through `query_typed`: one round trip, an unnamed statement
 //! with explicit parameter types, planned for the values at hand (no generic plan cached
-//! while the table was empty, see BASELINE.md). Every "take a batch of n" statement has
+//! while the table was empty, see docs/performance.md, "Raw limits"). Every "take a batch of n" statement has
 //! the `seq = ANY(ARRAY(SELECT … LIMIT n FOR UPDATE SKIP LOCKED))` shape, which stays
 //! correct even under a stale generic plan. Ordered (lane) rows are never claimed here:
 //! see [`crate::lanes`].
@@ -125,7 +125,7 @@ impl OutboxWriter {
         I::Item: Into<String>,
     {
         let outbox = namespace.table("outbox");
-        // One multi-row insert (BASELINE: 3-5x single inserts) plus, unless silenced, the
+        // One multi-row insert (raw limits in docs/performance.md: 3-5x single inserts) plus, unless silenced, the
         // wake-up of other processes, delivered by PostgreSQL only when the caller's
         // transaction commits. The `notified` CTE is referenced so it runs, once.
         // Indexes: pkey, outbox_due_idx / outbox_lane_idx / outbox_recovery_idx maintenance only.
@@ -740,7 +740,7 @@ mod tests {
         assert_eq!(writer.with_max_body_bytes(64).max_body_bytes, 64);
     }
 
-    /// BASELINE.md trap: a claim planned while the table was empty, kept as a generic plan,
+    /// The empty-table plan trap (docs/performance.md, "Raw limits"): a claim planned while the table was empty, kept as a generic plan,
     /// must still claim at most `limit` rows once the table fills.
     #[tokio::test]
     async fn a_claim_never_exceeds_its_limit_even_under_a_generic_plan_made_on_an_empty_table() {

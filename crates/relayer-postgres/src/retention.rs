@@ -5,7 +5,7 @@
 //! `DELETE … WHERE ctid = ANY(ARRAY(SELECT ctid … ORDER BY ts LIMIT n FOR UPDATE SKIP LOCKED))`.
 //! The `ARRAY(…)` shape matters: written as `ctid IN (SELECT … LIMIT n)`, a plan cached while
 //! the table was empty can re-run the subquery per row and delete far more than `n`
-//! (BASELINE.md). `SKIP LOCKED` lets replicas clean side by side without blocking.
+//! (docs/performance.md, "Raw limits"). `SKIP LOCKED` lets replicas clean side by side without blocking.
 //! Outbox rows are never deleted here: accepted rows go at once in fenced deletes, and
 //! pending, parked and scheduled rows never expire by age (RET-1).
 //!

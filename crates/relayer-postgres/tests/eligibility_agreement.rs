@@ -210,7 +210,7 @@ fn retention_sql_deletes_exactly_the_pure_expired_rows() {
         .unwrap();
 }
 
-/// BASELINE.md's trap: a "take a batch of n" statement first run against an empty table
+/// the empty-table plan trap (docs/performance.md, "Raw limits"): a "take a batch of n" statement first run against an empty table
 /// must still take at most n rows once the table is full.
 #[tokio::test]
 async fn a_retention_batch_never_exceeds_its_limit_even_after_an_empty_first_run() {

@@ -1,6 +1,6 @@
 //! Worker statements prepared once per pooled connection ([`Prepared`], [`PgClient`]):
 //! they give the same answers as unnamed statements, stay bounded under the generic plans
-//! PostgreSQL may cache for them (BASELINE.md's trap: a plan made on an empty table), and a
+//! PostgreSQL may cache for them (the empty-table plan trap (docs/performance.md, "Raw limits"): a plan made on an empty table), and a
 //! cached statement that a schema change broke is prepared again instead of failing forever.
 
 #![allow(clippy::unwrap_used)]
@@ -127,7 +127,7 @@ async fn one_loss_seen_by_several_calls_in_flight_counts_once() {
     assert_eq!(client.statements().len(), 1, "prepared again");
 }
 
-/// BASELINE.md's trap, for the statements a pass prepares: a generic plan made while the
+/// the empty-table plan trap (docs/performance.md, "Raw limits"), for the statements a pass prepares: a generic plan made while the
 /// outbox was empty must still take at most `limit` rows once it fills — the claim, the
 /// recovery page (and its lock), and the completion.
 #[tokio::test]

@@ -115,7 +115,7 @@ impl ConsumeStatements {
         ConsumeStatements {
             // Index: queue_receive_idx (queue, visible_at, seq) for the locked page, then the
             // pkey. The `seq = ANY(ARRAY(… LIMIT n …))` shape stays bounded under a generic
-            // plan (DRV-1b, BASELINE.md).
+            // plan (DRV-1b, docs/performance.md ("Raw limits")).
             receive: format!(
                 "UPDATE {queue} AS q SET visible_at = now() + $3::int8 * interval '1 microsecond', receipt = $4 \
                  WHERE q.seq = ANY(ARRAY( \
