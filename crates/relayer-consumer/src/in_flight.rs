@@ -1,7 +1,8 @@
 //! The messages a pump holds: received and not yet settled.
 //!
 //! The heartbeat renews the visibility of each of them (QUE-5) while its handler runs and
-//! is within its deadline, and after the handler finished until its settlement is written.
+//! is within its deadline, and after the handler finished until its settlement is written
+//! (for at most a few visibility timeouts).
 //! A handler that overran is abandoned by the deadline; one that blocks its thread and
 //! cannot be abandoned stops being renewed at its deadline, so its message reappears.
 
@@ -19,21 +20,24 @@ pub(crate) struct InFlight {
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     receipt: Receipt,
-    /// Renewed until then (the handler's deadline); `None` once the handler is done and
-    /// the settlement is pending.
-    renew_until: Option<Instant>,
+    /// Renewed until then: the handler's deadline while it runs, then a bounded time for
+    /// its settlement to be written (QUE-5: never renewed forever).
+    renew_until: Instant,
 }
 
 impl InFlight {
     /// A message whose handler starts now and must end by `deadline`.
     pub(crate) fn received(&self, receipt: Receipt, deadline: Instant) {
-        self.entries().insert(receipt.seq, Entry { receipt, renew_until: Some(deadline) });
+        self.entries().insert(receipt.seq, Entry { receipt, renew_until: deadline });
     }
 
-    /// The handler of `receipt` is done; its settlement is pending.
-    pub(crate) fn settling(&self, receipt: Receipt) {
+    /// The handler of `receipt` is done; its settlement is pending and is renewed until
+    /// `until`. A settlement that cannot be written by then (the database keeps refusing
+    /// it) stops being renewed: the message reappears for another reader, and the late
+    /// settlement, fenced by its receipt, changes nothing.
+    pub(crate) fn settling(&self, receipt: Receipt, until: Instant) {
         if let Some(entry) = self.entries().get_mut(&receipt.seq).filter(|e| e.receipt == receipt) {
-            entry.renew_until = None;
+            entry.renew_until = until;
         }
     }
 
@@ -47,11 +51,7 @@ impl InFlight {
 
     /// The receipts to renew at `now`.
     pub(crate) fn to_renew(&self, now: Instant) -> Vec<Receipt> {
-        self.entries()
-            .values()
-            .filter(|e| e.renew_until.is_none_or(|until| until > now))
-            .map(|e| e.receipt)
-            .collect()
+        self.entries().values().filter(|e| e.renew_until > now).map(|e| e.receipt).collect()
     }
 
     pub(crate) fn len(&self) -> usize {

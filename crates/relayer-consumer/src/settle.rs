@@ -68,7 +68,9 @@ impl Pass for SettlePass {
 impl Pump {
     /// Queues `settlement` for the settle loop.
     pub(crate) fn settle(&self, settlement: Settlement) {
-        self.in_flight.settling(settlement.receipt);
+        // Three visibility timeouts for the settle loop to write it, through its backoff.
+        let until = tokio::time::Instant::now() + 3 * self.subscription.options().visibility_timeout();
+        self.in_flight.settling(settlement.receipt, until);
         self.pending().push(settlement);
         self.settle_wake.notify_one();
     }
