@@ -27,7 +27,8 @@ Commands:
                           nextest (or to cargo test).
   ci                      fmt check, clippy -D warnings, the facade's docs with every feature
                           (RUSTDOCFLAGS=-D warnings), cargo check of each crate on its own,
-                          cargo deny (when installed), `test`, then runs the examples. Stops
+                          cargo deny (when installed), `test`, then runs the examples and the
+                          demo at 300 orders (its RESULT line must say lost=0). Stops
                           at the first failure. Broker tests without their broker are listed
                           by name in a `broker tests skipped: N` line.
   schema [print|apply] [--schema S --prefix P]
@@ -48,6 +49,9 @@ else a postgres:17 container.";
 /// Test threads when `RELAYER_TEST_THREADS` is not set: the database, not the CPU, is the
 /// bottleneck, and CI machines have 2 cores.
 const DEFAULT_TEST_THREADS: u32 = 4;
+
+/// Orders the demo writes in `cargo xtask ci`: every step runs, in well under a minute.
+const CI_DEMO_MESSAGES: u32 = 300;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -184,6 +188,9 @@ fn ci(args: &[String]) -> Result<(), String> {
         ));
     }
 
+    // The README's first command, small: every step of the demo, nothing lost.
+    steps.push(Step::demo(CI_DEMO_MESSAGES));
+
     let count = steps.len();
     for (index, step) in steps.iter().enumerate() {
         println!("\n==> [{}/{count}] {}", index + 1, step.title());
@@ -195,6 +202,7 @@ fn ci(args: &[String]) -> Result<(), String> {
                 Ok(())
             }
             Step::Tests => test_suite(&[]),
+            Step::Demo { messages, .. } => small_demo(*messages),
         };
         let elapsed = step_started.elapsed().as_secs_f64();
         match result {
@@ -207,6 +215,31 @@ fn ci(args: &[String]) -> Result<(), String> {
     }
     println!("\nci: all {count} steps passed in {:.1}s", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// Runs the demo with `messages` orders; fails unless it exits 0 and its `RESULT` line
+/// reports `lost=0`.
+fn small_demo(messages: u32) -> Result<(), String> {
+    postgres::ensure_local_server()?;
+    let (status, output) = run::tee(cargo(&run::demo_args(messages)))?;
+    demo_verdict(status.success(), &output)
+}
+
+/// The verdict on a demo run from its exit status and output: the last `RESULT` line must
+/// carry `lost=0`.
+fn demo_verdict(succeeded: bool, output: &str) -> Result<(), String> {
+    let result = output.lines().rev().find(|line| line.starts_with("RESULT "));
+    match result {
+        None => Err(format!(
+            "the demo printed no RESULT line (it {})",
+            if succeeded { "succeeded" } else { "failed" }
+        )),
+        Some(line) if !line.split_whitespace().any(|field| field == "lost=0") => {
+            Err(format!("the demo lost messages: {line}"))
+        }
+        Some(line) if !succeeded => Err(format!("the demo failed after `{line}`")),
+        Some(_) => Ok(()),
+    }
 }
 
 /// `cargo xtask demo`.
@@ -249,4 +282,25 @@ fn delegate(package: &str, fixed: &[&str], args: &[String]) -> Result<(), String
     let mut all: Vec<OsString> = fixed.iter().map(OsString::from).collect();
     all.extend(args.iter().map(OsString::from));
     run::status(cargo(&all))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // A failed unwrap is a failed test.
+mod tests {
+    use super::demo_verdict;
+
+    #[test]
+    fn the_ci_demo_step_needs_a_result_line_with_lost_0() {
+        assert!(demo_verdict(true, "[8/8] summary\nRESULT lost=0 duplicates=3 redriven=12\n").is_ok());
+        let lost = demo_verdict(false, "RESULT lost=2 duplicates=0 redriven=12\n").unwrap_err();
+        assert!(lost.contains("lost=2"), "{lost}");
+        assert!(
+            demo_verdict(true, "RESULT lost=10 duplicates=0 redriven=0").is_err(),
+            "lost=10 is not lost=0"
+        );
+        assert!(demo_verdict(true, "summary only\n").is_err());
+        assert!(
+            demo_verdict(false, "RESULT lost=0 duplicates=0 redriven=0\nError: lanes out of order").is_err()
+        );
+    }
 }

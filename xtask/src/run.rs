@@ -14,6 +14,8 @@ pub(crate) enum Step {
     Skipped { title: String, why: String },
     /// The test suite (`cargo xtask test`).
     Tests,
+    /// The demo at a small size: it must succeed and its `RESULT` line report `lost=0`.
+    Demo { title: String, messages: u32 },
 }
 
 impl Step {
@@ -31,16 +33,32 @@ impl Step {
         Step::Command { title: format!("{title}: {shown_env}cargo {}", args.join(" ")), command }
     }
 
+    pub(crate) fn demo(messages: u32) -> Step {
+        Step::Demo {
+            title: format!("demo: cargo {} (RESULT lost=0)", demo_args(messages).join(" ")),
+            messages,
+        }
+    }
+
     pub(crate) fn skipped(title: &str, why: &str) -> Step {
         Step::Skipped { title: title.to_owned(), why: why.to_owned() }
     }
 
     pub(crate) fn title(&self) -> &str {
         match self {
-            Step::Command { title, .. } | Step::Skipped { title, .. } => title,
+            Step::Command { title, .. } | Step::Skipped { title, .. } | Step::Demo { title, .. } => title,
             Step::Tests => "tests: cargo xtask test",
         }
     }
+}
+
+/// The cargo arguments that run the demo with `messages` orders (debug build: CI has it).
+pub(crate) fn demo_args(messages: u32) -> Vec<String> {
+    ["run", "-q", "-p", "relayer-cli", "--", "demo", "--messages"]
+        .iter()
+        .map(|arg| (*arg).to_owned())
+        .chain([messages.to_string()])
+        .collect()
 }
 
 /// The arguments of a cargo command, built when the step runs.

@@ -58,8 +58,14 @@ pub(crate) enum Command {
         /// The shell
         shell: clap_complete::Shell,
     },
-    /// The end-to-end run: apply the schema, write, dispatch, crash, recover, clean up
-    Demo,
+    /// The end-to-end run: apply the schema, write, dispatch, crash, recover, consume
+    /// (reject, redrive, handle), clean up
+    Demo {
+        /// Orders to write (payments: half as many); CI runs it small
+        #[arg(long, visible_alias = "size", default_value_t = 2_000,
+              value_parser = clap::value_parser!(u32).range(100..=200_000))]
+        messages: u32,
+    },
     /// The demo's dispatcher process, killed on purpose by `demo`
     #[command(name = "demo-child", hide = true)]
     DemoChild,
@@ -271,6 +277,9 @@ mod tests {
             parse("demo").unwrap().global.resolve("relayer_demo").unwrap().namespace.schema(),
             "relayer_demo"
         );
+        assert!(matches!(parse("demo").unwrap().command, Command::Demo { messages: 2_000 }));
+        assert!(matches!(parse("demo --messages 300").unwrap().command, Command::Demo { messages: 300 }));
+        assert!(parse("demo --messages 10").is_err(), "too few for every lane");
         assert!(matches!(parse("demo-child --prefix d_").unwrap().command, Command::DemoChild));
         let help = Cli::command().render_help().to_string();
         assert!(!help.contains("demo-child"), "the demo's child process is not a user command");

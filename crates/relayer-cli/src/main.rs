@@ -78,7 +78,7 @@ async fn execute(cli: Cli) -> CliResult {
             clap_complete::generate(shell, &mut Cli::command(), "relayer", &mut std::io::stdout());
             Ok(())
         }
-        Command::Demo => demo::run(&database("relayer_demo")?).await,
+        Command::Demo { messages } => demo::run(&database("relayer_demo")?, demo::Size::new(messages)).await,
         Command::DemoChild => demo::child::run(&database("relayer_demo")?).await,
     }
 }

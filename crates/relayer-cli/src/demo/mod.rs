@@ -1,22 +1,31 @@
 //! `relayer demo`: the end-to-end run against a real PostgreSQL.
 //!
-//! Seven steps, each through relayer's own components, with progress lines and a summary:
+//! Eight steps, each through relayer's own components, with progress lines and a summary:
 //!
 //! 1. drop and recreate the demo schema — only ever one an earlier demo created
 //!    ([`scratch`]) — and apply relayer's schema;
-//! 2. write 2,000 orders through a host's writer in transactions of 10 (some on ordered
-//!    lanes, some scheduled 2 s ahead), plus 10 poison messages;
+//! 2. write `--messages` orders (2,000 by default) through a host's writer in transactions
+//!    of 10 (some on ordered lanes, some scheduled 2 s ahead, one in 25 marked for review),
+//!    plus 10 poison messages;
 //! 3. dispatch them to relayer's PostgreSQL queue with a host running a dispatcher, showing
 //!    the outbox drain and the queue fill; the poison messages land in the dead table;
 //! 4. crash: a dispatcher in a child process (`relayer demo-child`) sends a fresh batch of
-//!    1,000 payments through a slow, flaky transport and is killed with SIGKILL mid-way;
+//!    payments (half as many as orders) through a slow, flaky transport and is killed with
+//!    SIGKILL mid-way;
 //! 5. recover: a host running only the recovery sweeper finds every row the dead process
 //!    left behind and sends it; every payment must be in the queue, duplicates are counted
 //!    (delivery is at least once);
-//! 6. clean up: a stand-in consumer acks the orders into the inbox, and a host running
-//!    retention cleanup with 1 s retentions deletes the inbox and dead rows;
-//! 7. the summary. The exit status is non-zero if any message was lost.
+//! 6. consume: a host runs relayer's consumer on both queues inside the inbox boundary
+//!    ([`billing`]) and a redrive policy for their dead-letter queues. The handler rejects
+//!    each order marked for review on its first delivery; the policy puts it back on its
+//!    queue and the consumer hands it over again, to be accepted. The inbox skips the
+//!    payments' duplicates;
+//! 7. clean up: a host running retention cleanup with 1 s retentions deletes the inbox and
+//!    dead rows;
+//! 8. the summary, ending with one line `RESULT lost=<n> duplicates=<n> redriven=<n>`. The
+//!    exit status is non-zero if any message was lost or a lane arrived out of order.
 
+mod billing;
 pub(crate) mod child;
 mod scratch;
 mod transports;
@@ -26,29 +35,34 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use relayer::consumer::{Handling, InboxHandler, Subscription};
 use relayer::core::Uuid;
 use relayer::postgres::{OutboxWriter, migrate};
 use relayer::{
-    CleanupOptions, Delivery, DispatcherOptions, Namespace, NewMessage, Relayer, Retention, SweeperOptions,
+    CleanupOptions, ConsumerOptions, DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule,
+    Delivery, DispatcherOptions, Namespace, NewMessage, Relayer, Retention, SweeperOptions,
 };
 use tokio_postgres::Client;
 
+use self::billing::{Billing, CONSUMER, REVIEW_MARK};
 use self::transports::{STRICT, Strict};
 use crate::args::Args;
 use crate::{CliResult, connect};
 
-/// Orders written in step 2 (besides the poison messages).
-const ORDERS: usize = 2_000;
 /// Messages per writing transaction.
 const PER_TX: usize = 10;
-/// Ordered lanes the lane messages spread over; every tenth order is on one.
+/// The most ordered lanes the lane messages spread over; every tenth order is on one.
 const LANES: usize = 20;
 /// Messages written to a destination the strict transport refuses for good.
 const POISON: usize = 10;
 /// The destination the strict transport refuses.
 const REFUSED: &str = "no-such-topic";
-/// Payments written for the crash in step 4.
-const CRASH_BATCH: usize = 1_000;
+/// One order in this many is marked for review: rejected once, then redriven.
+const REVIEW_EVERY: usize = 25;
+/// The queues the demo's messages are dispatched to, and consumed from.
+const QUEUES: [&str; 2] = ["orders", "payments"];
+/// How long a dead letter waits before the policy redrives it.
+const REDRIVE_AFTER: Duration = Duration::from_secs(1);
 /// The child is killed once this share of the payments is in the queue.
 const KILL_AT_PERCENT: usize = 40;
 /// How long the child's claims hold rows: after the crash they are free again this late.
@@ -58,12 +72,54 @@ const TICK: Duration = Duration::from_millis(250);
 /// A step that takes longer has failed.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How many messages the demo writes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Size {
+    /// Orders written in step 2 (besides the poison messages).
+    orders: usize,
+    /// Payments written for the crash in step 4.
+    payments: usize,
+    /// Ordered lanes: every lane gets at least one message.
+    lanes: usize,
+}
+
+impl Size {
+    /// `messages` orders (at least 100, so that every lane and every kind of message
+    /// occurs), half as many payments.
+    pub(crate) fn new(messages: u32) -> Self {
+        let orders = usize::try_from(messages).unwrap_or(usize::MAX).max(100);
+        Size { orders, payments: orders / 2, lanes: (orders / 10).min(LANES) }
+    }
+
+    /// Orders marked for review.
+    fn marked(self) -> usize {
+        (0..self.orders).filter(|n| is_marked(*n)).count()
+    }
+
+    /// Orders scheduled 2 s ahead.
+    fn scheduled(self) -> usize {
+        (0..self.orders).filter(|n| is_scheduled(*n)).count()
+    }
+}
+
+fn is_marked(n: usize) -> bool {
+    n % REVIEW_EVERY == 11
+}
+
+fn is_scheduled(n: usize) -> bool {
+    n % 100 == 7
+}
+
+fn is_on_lane(n: usize) -> bool {
+    n % 10 == 3
+}
+
 /// The database of the command line as a driver configuration.
 pub(crate) fn database_config(args: &Args) -> Result<tokio_postgres::Config, String> {
     args.database_url.parse().map_err(|e| format!("invalid --database-url {:?}: {e}", args.database_url))
 }
 
-pub(crate) async fn run(args: &Args) -> CliResult {
+pub(crate) async fn run(args: &Args, size: Size) -> CliResult {
     let ns = &args.namespace;
     if ns.schema() == "public" {
         return Err("the demo drops and recreates its schema: choose a scratch schema with --schema".into());
@@ -74,7 +130,7 @@ pub(crate) async fn run(args: &Args) -> CliResult {
     let tables = Tables::new(ns);
     println!("relayer demo on namespace {ns}");
 
-    println!("[1/7] schema");
+    println!("[1/8] schema");
     let found = scratch::recreate(&mut client, ns).await?;
     let migrated = migrate(&mut client, ns).await?;
     println!(
@@ -87,7 +143,7 @@ pub(crate) async fn run(args: &Args) -> CliResult {
         migrated.to
     );
 
-    println!("[2/7] write");
+    println!("[2/8] write");
     // A host without workers (LIF-4): only its writer is used.
     let writing_host = Relayer::builder(config.clone(), ns.clone())
         .queue_transport()
@@ -97,22 +153,24 @@ pub(crate) async fn run(args: &Args) -> CliResult {
     let writer = writing_host.writer();
     writing_host.shutdown().await;
     let clock = Instant::now();
-    let orders = write_orders(&mut client, &writer).await?;
+    let orders = write_orders(&mut client, &writer, size).await?;
     let poison = write_batch(&mut client, &writer, POISON, |n| {
         NewMessage::new(STRICT, REFUSED, format!("{{\"poison\":{n}}}").into_bytes())
     })
     .await?;
     println!(
-        "      {} orders in {} transactions of {PER_TX} ({} on {LANES} ordered lanes, {} scheduled 2 s ahead) \
-         and {POISON} poison messages for {STRICT:?}/{REFUSED:?}, in {:.1} s",
-        thousands(ORDERS),
-        ORDERS / PER_TX,
-        ORDERS / 10,
-        ORDERS / 100,
+        "      {} orders in {} transactions of {PER_TX} ({} on {} ordered lanes, {} scheduled 2 s ahead, {} \
+         marked for review) and {POISON} poison messages for {STRICT:?}/{REFUSED:?}, in {:.1} s",
+        thousands(size.orders),
+        size.orders.div_ceil(PER_TX),
+        (0..size.orders).filter(|n| is_on_lane(*n)).count(),
+        size.lanes,
+        size.scheduled(),
+        size.marked(),
         clock.elapsed().as_secs_f64()
     );
 
-    println!("[3/7] dispatch to the PostgreSQL queue (a host with a dispatcher, max_attempts 3)");
+    println!("[3/8] dispatch to the PostgreSQL queue (a host with a dispatcher, max_attempts 3)");
     let dispatching_host = Relayer::builder(config.clone(), ns.clone())
         .queue_transport()
         .transport(Arc::new(Strict { refused: REFUSED }))
@@ -132,7 +190,7 @@ pub(crate) async fn run(args: &Args) -> CliResult {
     let dead =
         count(&client, &format!("SELECT count(*) FROM {} WHERE message_id = ANY($1)", tables.dead), &poison)
             .await?;
-    let lanes_in_order = lanes_in_order(&client, &tables).await?;
+    let lanes_in_order = lanes_in_order(&client, &tables, size.lanes).await?;
     println!(
         "      {} of {} orders in the queue after {dispatch_seconds:.1} s; {dead} poison messages in the dead \
          table; every lane in order: {}",
@@ -141,24 +199,24 @@ pub(crate) async fn run(args: &Args) -> CliResult {
         if lanes_in_order { "yes" } else { "NO" }
     );
 
-    println!("[4/7] crash: a dispatcher in a child process, slow and flaky transport, killed with SIGKILL");
-    let payments = write_batch(&mut client, &writer, CRASH_BATCH, |n| {
+    println!("[4/8] crash: a dispatcher in a child process, slow and flaky transport, killed with SIGKILL");
+    let payments = write_batch(&mut client, &writer, size.payments, |n| {
         NewMessage::new("queue", "payments", format!("{{\"payment\":{n}}}").into_bytes())
     })
     .await?;
-    println!("      wrote {} payments; starting `relayer demo-child`", thousands(CRASH_BATCH));
-    let crash = crash_child(args, &client, &tables).await?;
+    println!("      wrote {} payments; starting `relayer demo-child`", thousands(size.payments));
+    let crash = crash_child(args, &client, &tables, size.payments).await?;
     println!(
         "      SIGKILL after {} of {} payments reached the queue: the outbox still holds {} rows, {} of them \
          claimed by the dead process (its claims lapse {} s after they were taken)",
         thousands(crash.delivered),
-        thousands(CRASH_BATCH),
+        thousands(size.payments),
         thousands(crash.left.outbox),
         thousands(crash.left.claimed),
         CHILD_CLAIM.as_secs()
     );
 
-    println!("[5/7] recover: a host running only the recovery sweeper (recovery_delay 1s)");
+    println!("[5/8] recover: a host running only the recovery sweeper (recovery_delay 1s)");
     let recovering_host = Relayer::builder(config.clone(), ns.clone())
         .queue_transport()
         .sweeper(
@@ -192,25 +250,25 @@ pub(crate) async fn run(args: &Args) -> CliResult {
         thousands(payments.len())
     );
 
-    println!("[6/7] clean up: inbox and dead rows past a 1 s retention");
-    // A stand-in for the queue consumer, which relayer does not ship yet: it acks the
-    // orders queue and records each message in the inbox, as QUE-3 describes.
-    let consumed = client
-        .execute(
-            &format!(
-                "WITH acked AS (DELETE FROM {queue} WHERE queue = 'orders' RETURNING message_id) \
-                 INSERT INTO {inbox} (consumer, message_id) SELECT DISTINCT 'billing', message_id FROM acked",
-                queue = tables.queue,
-                inbox = tables.inbox
-            ),
-            &[],
-        )
-        .await?;
     println!(
-        "      a stand-in consumer (\"billing\"; relayer's consumer is not built yet) acked the orders queue: \
-         {} inbox rows",
-        thousands(consumed)
+        "[6/8] consume: relayer's consumer (inbox {CONSUMER:?}) on {QUEUES:?}; a redrive policy for their dead \
+         letters (after {} s)",
+        REDRIVE_AFTER.as_secs()
     );
+    let written: Vec<Uuid> = orders.iter().chain(&payments).copied().collect();
+    let consumed = consume(&config, ns, &client, &tables, written.len()).await?;
+    let unhandled = not_in_inbox(&client, &tables, &written).await?;
+    println!(
+        "      {} messages handled in {:.1} s: {} rejected into a dead-letter queue on their first delivery, {} \
+         redriven by the policy and then handled; the inbox skipped {} duplicate deliveries",
+        thousands(consumed.handled),
+        consumed.seconds,
+        thousands(consumed.rejected),
+        thousands(consumed.redriven),
+        thousands(consumed.skipped)
+    );
+
+    println!("[7/8] clean up: inbox and dead rows past a 1 s retention");
     let before = snapshot(&client, &tables, "orders").await?;
     let cleaning_host = Relayer::builder(config.clone(), ns.clone())
         .cleanup(
@@ -235,15 +293,20 @@ pub(crate) async fn run(args: &Args) -> CliResult {
         clock.elapsed().as_secs_f64()
     );
 
-    println!("[7/7] summary");
-    let written = orders.len() + poison.len() + payments.len();
+    println!("[8/8] summary");
     let delivered = orders.len() - missing_orders + payments.len() - missing_payments;
-    let lost = missing_orders + missing_payments + (poison.len() - usize::try_from(dead).unwrap_or(0));
-    let rows: [(&str, String, String); 8] = [
+    // A message is lost unless relayer's consumer handled it (or, for poison, it is in the
+    // dead table); a message missing from the queue is never handled, so it counts here too.
+    let lost = unhandled + (poison.len() - usize::try_from(dead).unwrap_or(0));
+    let rows: [(&str, String, String); 11] = [
         (
             "written",
-            thousands(written),
-            format!("{} orders + {POISON} poison, {} payments", thousands(ORDERS), thousands(CRASH_BATCH)),
+            thousands(written.len() + poison.len()),
+            format!(
+                "{} orders + {POISON} poison, {} payments",
+                thousands(size.orders),
+                thousands(size.payments)
+            ),
         ),
         ("delivered", thousands(delivered), "distinct message ids in the queue".to_owned()),
         ("duplicates", thousands(duplicates), "resent after the crash (at least once)".to_owned()),
@@ -251,6 +314,13 @@ pub(crate) async fn run(args: &Args) -> CliResult {
             "recovered after crash",
             thousands(crash.left.outbox),
             "left behind by the killed process".to_owned(),
+        ),
+        ("rejected", thousands(consumed.rejected), "by the handler, into the dead-letter queue".to_owned()),
+        ("redriven", thousands(consumed.redriven), "by the policy, then handled".to_owned()),
+        (
+            "handled",
+            thousands(consumed.handled),
+            format!("distinct messages, by relayer's consumer ({} duplicates skipped)", consumed.skipped),
         ),
         ("dead", thousands(dead), "poison: refused permanently by their transport".to_owned()),
         (
@@ -269,10 +339,120 @@ pub(crate) async fn run(args: &Args) -> CliResult {
         let line = format!("      {name:<22}{value:>8}  {note}");
         println!("{}", line.trim_end());
     }
+    println!("RESULT lost={lost} duplicates={duplicates} redriven={}", consumed.redriven);
     if lost > 0 || !lanes_in_order {
         return Err(format!("the demo failed: {lost} messages lost, lanes in order: {lanes_in_order}").into());
     }
     Ok(())
+}
+
+/// What step 6 counted.
+struct Consumed {
+    /// Distinct messages the handler accepted.
+    handled: u64,
+    /// Messages the handler rejected into a dead-letter queue.
+    rejected: usize,
+    /// Rejected messages that came back through the policy and were accepted.
+    redriven: u64,
+    /// Deliveries the inbox acked without calling the handler (duplicates).
+    skipped: u64,
+    seconds: f64,
+}
+
+/// Runs relayer's consumer on [`QUEUES`] with the [`Billing`] handler and a redrive policy,
+/// until `expected` messages are in the inbox and the queues and their dead-letter queues
+/// are empty.
+async fn consume(
+    config: &tokio_postgres::Config,
+    ns: &Namespace,
+    client: &Client,
+    tables: &Tables,
+    expected: usize,
+) -> Result<Consumed, Box<dyn std::error::Error + Send + Sync>> {
+    let billing = Arc::new(Billing::default());
+    let options = ConsumerOptions::builder().poll_interval(Duration::from_millis(200)).build()?;
+    // Redrive once a dead letter has waited REDRIVE_AFTER; give up on messages older than
+    // an hour (none here).
+    let redrive = DeadLetterPolicy::redrive(REDRIVE_AFTER, Duration::from_secs(3_600))?;
+    let mut builder = Relayer::builder(config.clone(), ns.clone());
+    let mut rules = Vec::new();
+    let mut dead_letter_queues = Vec::new();
+    for queue in QUEUES {
+        let subscription = Subscription::new(queue, options.clone())?.with_inbox_consumer(CONSUMER)?;
+        rules.push(DeadLetterRule::queue(queue, subscription.dead_letter_queue(), redrive));
+        dead_letter_queues.push(subscription.dead_letter_queue().to_owned());
+        let handler: Arc<dyn InboxHandler> = Arc::<Billing>::clone(&billing);
+        builder = builder.consumer(subscription, Handling::Inbox(handler));
+    }
+    let host = builder
+        .dead_letters(DeadLetterPolicies::new(rules)?)
+        .dead_letter_options(DeadLetterOptions::builder().interval(TICK).build()?)
+        .start()
+        .await?;
+    let sql = format!(
+        "SELECT (SELECT count(*) FROM {queue} WHERE queue = ANY($1)), \
+                (SELECT count(*) FROM {queue} WHERE queue = ANY($2)), \
+                (SELECT count(*) FROM {inbox} WHERE consumer = $3)",
+        queue = tables.queue,
+        inbox = tables.inbox
+    );
+    let queues: Vec<&str> = QUEUES.to_vec();
+    let clock = Instant::now();
+    let outcome: CliResult = async {
+        loop {
+            tokio::time::sleep(TICK).await;
+            let row = client.query_one(&sql, &[&queues, &dead_letter_queues, &CONSUMER]).await?;
+            let (pending, dead_letters, inbox): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            println!(
+                "      {:>5.2} s  queues {pending:>5}  dead-letter queues {dead_letters:>4}  inbox {inbox:>5}  \
+                 rejected {:>4}  redriven and handled {:>4}",
+                clock.elapsed().as_secs_f64(),
+                billing.rejected(),
+                billing.redriven()
+            );
+            if pending == 0 && dead_letters == 0 && usize::try_from(inbox).is_ok_and(|n| n >= expected) {
+                return Ok(());
+            }
+            if clock.elapsed() > STEP_TIMEOUT {
+                return Err(format!(
+                    "the consumer did not finish within {} s: {pending} messages in the queues, {dead_letters} \
+                     in the dead-letter queues, {inbox} of {expected} in the inbox",
+                    STEP_TIMEOUT.as_secs()
+                )
+                .into());
+            }
+        }
+    }
+    .await;
+    let seconds = clock.elapsed().as_secs_f64();
+    let skipped = QUEUES
+        .iter()
+        .filter_map(|queue| host.consumer_stats(queue))
+        .map(|stats| stats.snapshot().duplicates)
+        .sum();
+    host.shutdown().await;
+    outcome?;
+    Ok(Consumed {
+        handled: billing.handled(),
+        rejected: billing.rejected(),
+        redriven: billing.redriven(),
+        skipped,
+        seconds,
+    })
+}
+
+/// How many of `ids` relayer's consumer has not recorded in the inbox.
+async fn not_in_inbox(
+    client: &Client,
+    tables: &Tables,
+    ids: &[Uuid],
+) -> Result<usize, tokio_postgres::Error> {
+    let sql = format!(
+        "SELECT count(*) FROM unnest($1::uuid[]) AS written(id) \
+         WHERE NOT EXISTS (SELECT 1 FROM {} i WHERE i.consumer = '{CONSUMER}' AND i.message_id = written.id)",
+        tables.inbox
+    );
+    Ok(usize::try_from(count(client, &sql, ids).await?).unwrap_or(usize::MAX))
 }
 
 /// The namespace's tables the demo reads.
@@ -359,22 +539,28 @@ fn progress_line(clock: Instant, queue: &str, s: &Snapshot) -> String {
     )
 }
 
-/// Writes the orders in transactions of [`PER_TX`]: every tenth on one of [`LANES`]
-/// ordered lanes, every hundredth scheduled 2 s ahead. Returns their ids in order.
+/// Writes the orders in transactions of [`PER_TX`]: every tenth on one of the ordered
+/// lanes, every hundredth scheduled 2 s ahead, one in [`REVIEW_EVERY`] marked for review.
+/// Returns their ids in order.
 async fn write_orders(
     client: &mut Client,
     writer: &OutboxWriter,
+    size: Size,
 ) -> Result<Vec<Uuid>, Box<dyn std::error::Error + Send + Sync>> {
-    write_batch(client, writer, ORDERS, |n| {
-        let message = NewMessage::new("queue", "orders", format!("{{\"order\":{n}}}").into_bytes())
-            .header("n", n.to_string());
-        match n % 100 {
-            7 => message.delivery(Delivery::After(Duration::from_secs(2))),
-            _ if n % 10 == 3 => {
-                let lane = format!("customer-{}", (n / 10) % LANES);
-                message.header("lane", lane.clone()).lane(lane)
-            }
-            _ => message,
+    write_batch(client, writer, size.orders, |n| {
+        let body = if is_marked(n) {
+            format!("{{\"order\":{n},{REVIEW_MARK}}}")
+        } else {
+            format!("{{\"order\":{n}}}")
+        };
+        let message = NewMessage::new("queue", "orders", body.into_bytes()).header("n", n.to_string());
+        if is_scheduled(n) {
+            message.delivery(Delivery::After(Duration::from_secs(2)))
+        } else if is_on_lane(n) {
+            let lane = format!("customer-{}", (n / 10) % size.lanes);
+            message.header("lane", lane.clone()).lane(lane)
+        } else {
+            message
         }
     })
     .await
@@ -418,7 +604,11 @@ async fn count(client: &Client, sql: &str, ids: &[Uuid]) -> Result<i64, tokio_po
 }
 
 /// Whether each lane's messages reached the queue in the order they were written (LAN-1).
-async fn lanes_in_order(client: &Client, tables: &Tables) -> Result<bool, tokio_postgres::Error> {
+async fn lanes_in_order(
+    client: &Client,
+    tables: &Tables,
+    lanes: usize,
+) -> Result<bool, tokio_postgres::Error> {
     let rows = client
         .query(
             &format!(
@@ -436,7 +626,7 @@ async fn lanes_in_order(client: &Client, tables: &Tables) -> Result<bool, tokio_
             return Ok(false);
         }
     }
-    Ok(last.len() == LANES)
+    Ok(last.len() == lanes)
 }
 
 /// What the killed child left behind.
@@ -447,12 +637,13 @@ struct Crash {
     left: Snapshot,
 }
 
-/// Runs `relayer demo-child` over the payments, kills it with SIGKILL once
+/// Runs `relayer demo-child` over the `payments`, kills it with SIGKILL once
 /// [`KILL_AT_PERCENT`] of them are in the queue, and reports what it left behind.
 async fn crash_child(
     args: &Args,
     client: &Client,
     tables: &Tables,
+    payments: usize,
 ) -> Result<Crash, Box<dyn std::error::Error + Send + Sync>> {
     let mut child: Child = Command::new(std::env::current_exe()?)
         .args(["demo-child", "--database-url", &args.database_url])
@@ -461,7 +652,7 @@ async fn crash_child(
         .stdout(Stdio::null())
         .spawn()?;
     let clock = Instant::now();
-    let kill_at = CRASH_BATCH * KILL_AT_PERCENT / 100;
+    let kill_at = payments * KILL_AT_PERCENT / 100;
     let outcome = async {
         loop {
             tokio::time::sleep(TICK).await;
