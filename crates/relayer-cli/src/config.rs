@@ -216,7 +216,8 @@ fn one_line(error: &figment::Error, file: &Path) -> String {
             };
             return format!("{full}: missing{}", origin(error, file));
         }
-        Kind::Message(message) => message.clone(),
+        // A parser's message may span lines (a source snippet with a caret): one line.
+        Kind::Message(message) => single_line(message),
         other => other.to_string(),
     };
     // The options types name their field themselves (`sweeper.batch_size: 0 is out of …`).
@@ -242,6 +243,11 @@ fn origin(error: &figment::Error, file: &Path) -> String {
         }
         _ => format!(" (in {})", file.display()),
     }
+}
+
+/// `text` on one line: its non-empty lines, trimmed, joined with `; `.
+fn single_line(text: &str) -> String {
+    text.lines().map(str::trim).filter(|line| !line.is_empty()).collect::<Vec<_>>().join("; ")
 }
 
 #[cfg(test)]
@@ -279,6 +285,8 @@ mod tests {
             ("[sweeper]\nsweep_interval = \"5 parsecs\"\n", "sweeper.sweep_interval: "),
             ("[cleanup]\ninbox_retention = \"forever\"\n", "cleanup.inbox_retention: "),
             ("colour = \"blue\"\n[sweeper]\n", "colour: unknown key"),
+            // A file that does not parse: the parser's multi-line report, on one line.
+            ("[sweeper\nbatch_size = 1\n", ""),
             (
                 "[namespace]\nschema = \"a;b\"\nprefix = \"r_\"\n[sweeper]\n",
                 "namespace: invalid schema \"a;b\"",

@@ -8,7 +8,7 @@
 //!
 //! | metric | kind | labels | meaning |
 //! |---|---|---|---|
-//! | `relayer_messages_total` | counter | `worker`, `outcome` | messages a worker's passes moved: `sent`, `failed`, `dead` (dispatcher, once it publishes pass events); `recovered`, `failed`, `dead` (sweeper); `cleaned` (cleanup, with `table`); `redriven`, `expired` (dead-letter policies) |
+//! | `relayer_messages_total` | counter | `worker`, `outcome` | messages a worker's passes moved: `sent`, `failed`, `dead` (dispatcher); `recovered`, `failed`, `dead` (sweeper); `cleaned` (cleanup, with `table`); `redriven`, `expired` (dead-letter policies) |
 //! | `relayer_passes_total` | counter | `worker`, `result` | passes by result: `led`, `not_leader`, `failed` |
 //! | `relayer_pass_duration_seconds` | histogram | `worker` | wall time of each pass that did not fail |
 //! | `relayer_worker_seconds_since_last_success` | gauge | `worker` | seconds since this instance's last successful pass (led or not); refreshed every few seconds, so a stalled worker shows a growing value |
