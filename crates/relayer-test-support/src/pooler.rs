@@ -75,9 +75,17 @@ pub async fn pgbouncer(db: &TestDb, mode: PoolMode, test: &str) -> Option<Config
     }
     let verdict = match crate::server::connect(&config).await {
         Err(e) => Err(format!("nothing answers at 127.0.0.1:{port}: {}", crate::server::describe(&e))),
-        Ok(client) => match client.query_one("SELECT to_regnamespace($1) IS NOT NULL", &[&db.schema()]).await
+        // An unnamed statement (`query_typed`): in transaction mode the pooler may send a
+        // named statement's parse and its execution to two different server connections.
+        Ok(client) => match client
+            .query_typed(
+                "SELECT to_regnamespace($1) IS NOT NULL",
+                &[(&db.schema(), tokio_postgres::types::Type::TEXT)],
+            )
+            .await
+            .map(|rows| rows.first().is_some_and(|row| row.get::<_, bool>(0)))
         {
-            Ok(row) if row.get::<_, bool>(0) => Ok(()),
+            Ok(true) => Ok(()),
             Ok(_) => {
                 Err(format!("the pooler at 127.0.0.1:{port} fronts another server than the test database"))
             }
