@@ -181,7 +181,8 @@ pub(crate) fn headers_from_json(value: serde_json::Value) -> Result<Headers, Str
         .collect()
 }
 
-fn json_kind(value: &serde_json::Value) -> &'static str {
+/// What kind of JSON value `value` is, for error messages (`a number`, `null`, …).
+pub(crate) fn json_kind(value: &serde_json::Value) -> &'static str {
     match value {
         serde_json::Value::Null => "null",
         serde_json::Value::Bool(_) => "a boolean",

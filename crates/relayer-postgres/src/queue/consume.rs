@@ -18,6 +18,7 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::error::StorageError;
 use crate::exec::Executor;
 use crate::recovery::micros;
+use crate::row_codec::json_kind;
 
 /// What fences a received message: its row and the token of the receive that took it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -313,17 +314,6 @@ fn decode_headers(value: serde_json::Value) -> Result<Headers, String> {
             other => Err(format!("header {name:?} is {}, not a string", json_kind(&other))),
         })
         .collect()
-}
-
-fn json_kind(value: &serde_json::Value) -> &'static str {
-    match value {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]
