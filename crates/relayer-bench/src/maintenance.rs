@@ -446,7 +446,7 @@ async fn sweeper_loop(
     let mut sent = 0u64;
     while sent < total {
         match events.recv().await {
-            Ok(WorkerEvent::PassSucceeded(PassOutcome::Led(report))) => sent += report.sent,
+            Ok(WorkerEvent::PassSucceeded { outcome: PassOutcome::Led(report), .. }) => sent += report.sent,
             Ok(WorkerEvent::PassFailed { consecutive, .. }) => {
                 shutdown.cancel();
                 return Err(

@@ -109,7 +109,9 @@ async fn next_outcome(
 /// Waits for the next pass this instance led.
 async fn next_led(events: &mut broadcast::Receiver<WorkerEvent<CleanupReport>>) -> CleanupReport {
     loop {
-        if let WorkerEvent::PassSucceeded(PassOutcome::Led(report)) = next_outcome(events).await {
+        if let WorkerEvent::PassSucceeded { outcome: PassOutcome::Led(report), .. } =
+            next_outcome(events).await
+        {
             return report;
         }
     }
@@ -231,11 +233,11 @@ async fn two_cleaners_never_delete_a_row_twice_and_do_not_block_each_other_ret_2
     for events in [&mut events_a, &mut events_b] {
         for _ in 0..3 {
             match next_outcome(events).await {
-                WorkerEvent::PassSucceeded(PassOutcome::Led(report)) => {
+                WorkerEvent::PassSucceeded { outcome: PassOutcome::Led(report), .. } => {
                     deleted += report.dead_deleted;
                     outcomes.push(true);
                 }
-                WorkerEvent::PassSucceeded(PassOutcome::NotLeader) => outcomes.push(false),
+                WorkerEvent::PassSucceeded { outcome: PassOutcome::NotLeader, .. } => outcomes.push(false),
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -284,9 +286,9 @@ async fn a_killed_connection_is_logged_backed_off_and_recovered_res_1() {
     insert_dead(&client, &db, 1, 15, "40 days").await;
     let failure = loop {
         match next_outcome(&mut events).await {
-            WorkerEvent::PassFailed { consecutive, next_wait } => break (consecutive, next_wait),
+            WorkerEvent::PassFailed { consecutive, next_wait, .. } => break (consecutive, next_wait),
             // A pass that ran before the kill took effect.
-            WorkerEvent::PassSucceeded(_) => {}
+            WorkerEvent::PassSucceeded { .. } => {}
             WorkerEvent::PassStarted { .. } | WorkerEvent::Stopped => unreachable!(),
         }
     };

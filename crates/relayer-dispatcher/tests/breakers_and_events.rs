@@ -119,7 +119,9 @@ async fn a_running_dispatcher_reports_its_passes_and_its_stop_to_subscribers() {
     let mut sent = 0;
     within(async {
         while sent < 5 {
-            if let WorkerEvent::PassSucceeded(PassOutcome::Led(report)) = events.recv().await.unwrap() {
+            if let WorkerEvent::PassSucceeded { outcome: PassOutcome::Led(report), .. } =
+                events.recv().await.unwrap()
+            {
                 sent += report.sent;
             }
         }

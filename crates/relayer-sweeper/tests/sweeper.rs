@@ -152,12 +152,12 @@ async fn two_sweepers_never_overlap_a_pass_swp_1_ldr_2() {
             event = next_outcome(&mut events_b) => ("b", event),
         };
         match event {
-            WorkerEvent::PassSucceeded(PassOutcome::Led(report)) => {
+            WorkerEvent::PassSucceeded { outcome: PassOutcome::Led(report), .. } => {
                 assert!(report.sent <= 3);
                 sent += report.sent;
                 terms.entry(report.term.unwrap()).or_default().insert(who);
             }
-            WorkerEvent::PassSucceeded(PassOutcome::NotLeader) => not_leader += 1,
+            WorkerEvent::PassSucceeded { outcome: PassOutcome::NotLeader, .. } => not_leader += 1,
             other => panic!("unexpected {other:?}"),
         }
     }

@@ -31,13 +31,19 @@
 //!
 //! Each pass runs in a span (target `relayer::<worker>`) that records its number, outcome,
 //! report and duration. Tests observe a loop through its [`WorkerEvent`]s — pass started,
-//! succeeded, failed (with the next wait), stopped — and never sleep to wait for it.
+//! succeeded, failed (with the next wait), stopped — and never sleep to wait for it; a
+//! finished pass's event carries its duration, so metrics need not pair events of loops
+//! that share a channel.
 #![deny(missing_docs)]
 
+mod events;
+mod kind;
 mod leadership;
 mod panic;
 mod pass_loop;
 
+pub use events::WorkerEvent;
+pub use kind::WorkerKind;
 pub use leadership::Leadership;
 pub use panic::catch_panic;
-pub use pass_loop::{Pass, PassLoop, PassOutcome, WorkerEvent, WorkerHandle, WorkerKind};
+pub use pass_loop::{Pass, PassLoop, PassOutcome, WorkerHandle};

@@ -14,11 +14,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::events::WorkerEvent;
+use crate::kind::{WorkerKind, with_target};
 use crate::leadership::Leadership;
 use crate::panic::catch_panic;
 
 /// Test signals kept for slow subscribers; older ones are dropped (they see `Lagged`).
 const EVENT_CAPACITY: usize = 256;
+
+/// The `what` of a pass that panicked.
+const PANICKED: &str = "panicked";
 
 /// The work of one background worker, one pass at a time.
 #[async_trait]
@@ -53,94 +58,6 @@ pub enum PassOutcome<R> {
     Led(R),
     /// Another instance leads: this turn was skipped.
     NotLeader,
-}
-
-/// What a [`PassLoop`] reports to its subscribers, in order (River's test signals).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WorkerEvent<R> {
-    /// Pass `number` (1, 2, …) is starting.
-    PassStarted {
-        /// The pass's number in this loop.
-        number: u64,
-    },
-    /// The pass ended without error or panic.
-    PassSucceeded(PassOutcome<R>),
-    /// The pass failed; the loop waits `next_wait` before the next one (RES-2).
-    PassFailed {
-        /// Failed passes in a row, this one included.
-        consecutive: u32,
-        /// The wait before the next pass.
-        next_wait: Duration,
-    },
-    /// The loop has stopped and released its leadership; nothing follows.
-    Stopped,
-}
-
-/// Which worker a loop runs: names its tracing target (`relayer::<worker>`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum WorkerKind {
-    /// Direct and lane dispatch (`relayer::dispatcher`).
-    Dispatcher,
-    /// Recovery sweeper (`relayer::sweeper`).
-    Sweeper,
-    /// Retention cleanup (`relayer::cleanup`).
-    Cleanup,
-    /// Dead-letter policies (`relayer::dead_letter`).
-    DeadLetter,
-    /// Queue consumer (`relayer::consumer`).
-    Consumer,
-}
-
-impl WorkerKind {
-    /// The worker's name in logs.
-    pub const fn name(self) -> &'static str {
-        match self {
-            WorkerKind::Dispatcher => "dispatcher",
-            WorkerKind::Sweeper => "sweeper",
-            WorkerKind::Cleanup => "cleanup",
-            WorkerKind::DeadLetter => "dead_letter",
-            WorkerKind::Consumer => "consumer",
-        }
-    }
-}
-
-impl fmt::Display for WorkerKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Expands `$body` with `$target` bound to the worker's tracing target. tracing needs the
-/// target as a constant, so each worker gets its own arm.
-/// The `what` of a pass that panicked.
-const PANICKED: &str = "panicked";
-
-macro_rules! with_target {
-    ($kind:expr, $target:ident => $body:expr) => {
-        match $kind {
-            WorkerKind::Dispatcher => {
-                const $target: &str = "relayer::dispatcher";
-                $body
-            }
-            WorkerKind::Sweeper => {
-                const $target: &str = "relayer::sweeper";
-                $body
-            }
-            WorkerKind::Cleanup => {
-                const $target: &str = "relayer::cleanup";
-                $body
-            }
-            WorkerKind::DeadLetter => {
-                const $target: &str = "relayer::dead_letter";
-                $body
-            }
-            WorkerKind::Consumer => {
-                const $target: &str = "relayer::consumer";
-                $body
-            }
-        }
-    };
 }
 
 /// Runs a [`Pass`] over and over, resiliently, until shutdown. See the [crate docs](crate).
@@ -257,7 +174,8 @@ impl<P: Pass> PassLoop<P> {
                 duration_ms = tracing::field::Empty));
             let started = Instant::now();
             let result = self.turn(&mut guard, &shutdown).instrument(span.clone()).await;
-            span.record("duration_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+            let duration = started.elapsed();
+            span.record("duration_ms", u64::try_from(duration.as_millis()).unwrap_or(u64::MAX));
             let wait = match result {
                 Ok(outcome) => {
                     consecutive_failures = 0;
@@ -272,7 +190,7 @@ impl<P: Pass> PassLoop<P> {
                     }
                     let again =
                         matches!(&outcome, PassOutcome::Led(report) if self.pass.again_at_once(report));
-                    let _ = self.events.send(WorkerEvent::PassSucceeded(outcome));
+                    let _ = self.events.send(WorkerEvent::PassSucceeded { outcome, duration });
                     if again {
                         // More work is waiting: go on at once (shutdown still checked first).
                         tokio::task::yield_now().await;
@@ -299,9 +217,11 @@ impl<P: Pass> PassLoop<P> {
                                 "pass {}; retrying after backoff", failure.what));
                         }
                     });
-                    let _ = self
-                        .events
-                        .send(WorkerEvent::PassFailed { consecutive: consecutive_failures, next_wait });
+                    let _ = self.events.send(WorkerEvent::PassFailed {
+                        consecutive: consecutive_failures,
+                        next_wait,
+                        duration,
+                    });
                     next_wait
                 }
             };

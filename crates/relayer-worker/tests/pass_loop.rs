@@ -90,6 +90,19 @@ fn start(
     (pass_loop.spawn(CancellationToken::new()), events)
 }
 
+/// A pass that ran no timer takes no virtual time: its duration is exactly zero.
+const ZERO: Duration = Duration::ZERO;
+
+/// The event of a pass that led with `report`, in no virtual time.
+fn led(report: u64) -> WorkerEvent<u64> {
+    WorkerEvent::PassSucceeded { outcome: PassOutcome::Led(report), duration: ZERO }
+}
+
+/// The event of a pass that skipped its turn, in no virtual time.
+fn not_leader() -> WorkerEvent<u64> {
+    WorkerEvent::PassSucceeded { outcome: PassOutcome::NotLeader, duration: ZERO }
+}
+
 /// The next event, skipping `PassStarted`.
 async fn next_outcome(events: &mut broadcast::Receiver<WorkerEvent<u64>>) -> WorkerEvent<u64> {
     loop {
@@ -109,16 +122,16 @@ async fn first_pass_runs_at_once_and_failures_back_off_res_2_res_3() {
 
     let secs = Duration::from_secs;
     for (consecutive, next_wait) in [(1, 10), (2, 20), (3, 40), (4, 60), (5, 60)] {
-        let expected = WorkerEvent::PassFailed { consecutive, next_wait: secs(next_wait) };
+        let expected = WorkerEvent::PassFailed { consecutive, next_wait: secs(next_wait), duration: ZERO };
         assert_eq!(next_outcome(&mut events).await, expected);
     }
-    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(6)));
+    assert_eq!(next_outcome(&mut events).await, led(6));
     // A success resets the count: the next failure is the first again.
     assert_eq!(
         next_outcome(&mut events).await,
-        WorkerEvent::PassFailed { consecutive: 1, next_wait: secs(10) }
+        WorkerEvent::PassFailed { consecutive: 1, next_wait: secs(10), duration: ZERO }
     );
-    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(8)));
+    assert_eq!(next_outcome(&mut events).await, led(8));
     handle.shutdown().await;
 
     assert_eq!(pass.starts.lock().unwrap()[0], began, "RES-3: the first pass runs at once");
@@ -133,10 +146,11 @@ async fn a_panicking_pass_is_caught_logged_and_retried_res_1() {
     let failed = |consecutive, seconds| WorkerEvent::PassFailed {
         consecutive,
         next_wait: Duration::from_secs(seconds),
+        duration: ZERO,
     };
     assert_eq!(next_outcome(&mut events).await, failed(1, 10));
     assert_eq!(next_outcome(&mut events).await, failed(2, 20));
-    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(3)));
+    assert_eq!(next_outcome(&mut events).await, led(3));
     handle.shutdown().await;
     assert!(handle.is_finished());
 }
@@ -145,7 +159,7 @@ async fn a_panicking_pass_is_caught_logged_and_retried_res_1() {
 async fn shutdown_stops_the_wait_and_calling_it_twice_is_harmless_lif_1() {
     let pass = Scripted::new(&[]);
     let (mut handle, mut events) = start(&pass, Leadership::EveryInstance);
-    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(1)));
+    assert_eq!(next_outcome(&mut events).await, led(1));
     let before = Instant::now();
     handle.shutdown().await;
     handle.shutdown().await;
@@ -186,11 +200,11 @@ async fn a_wake_up_starts_the_next_pass_early_but_never_shortens_a_backoff() {
     .wake_on(Arc::clone(&wake));
     let mut events = pass_loop.subscribe();
     let mut handle = pass_loop.spawn(CancellationToken::new());
-    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(1)));
+    assert_eq!(next_outcome(&mut events).await, led(1));
     wake.notify_one();
     assert!(matches!(next_outcome(&mut events).await, WorkerEvent::PassFailed { consecutive: 1, .. }));
     wake.notify_one();
-    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(3)));
+    assert_eq!(next_outcome(&mut events).await, led(3));
     handle.shutdown().await;
     assert_eq!(pass.waits(), [Duration::ZERO, INTERVAL]);
 }
@@ -263,9 +277,9 @@ async fn an_advisory_leader_checks_its_lock_before_each_pass_and_drops_it_on_err
     let leader = Scripted::new(&[]);
     let follower = Scripted::new(&[]);
     let (mut leader_handle, mut leader_events) = start(&leader, leadership.clone());
-    assert_eq!(next_outcome(&mut leader_events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(1)));
+    assert_eq!(next_outcome(&mut leader_events).await, led(1));
     let (mut follower_handle, mut follower_events) = start(&follower, leadership);
-    assert_eq!(next_outcome(&mut follower_events).await, WorkerEvent::PassSucceeded(PassOutcome::NotLeader));
+    assert_eq!(next_outcome(&mut follower_events).await, not_leader());
     assert_eq!(follower.passes(), 0, "a follower skips its turn without running the pass");
     follower_handle.shutdown().await;
 
@@ -275,7 +289,7 @@ async fn an_advisory_leader_checks_its_lock_before_each_pass_and_drops_it_on_err
     assert!(matches!(next_outcome(&mut leader_events).await, WorkerEvent::PassFailed { consecutive: 1, .. }));
     assert_eq!(lock.state.lock().unwrap().releases, 1);
     assert_eq!(leader.passes(), 1, "no pass ran on a lock in doubt");
-    assert_eq!(next_outcome(&mut leader_events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(2)));
+    assert_eq!(next_outcome(&mut leader_events).await, led(2));
     assert_eq!(lock.state.lock().unwrap().generation, 2);
     leader_handle.shutdown().await;
     assert_eq!(lock.state.lock().unwrap().holder, None, "shutdown releases the lock");
@@ -321,7 +335,7 @@ async fn a_full_batch_is_followed_at_once_and_a_pass_that_moved_nothing_waits_re
     let mut events = pass_loop.subscribe();
     let mut handle = pass_loop.spawn(CancellationToken::new());
     for moved in [10, 10, 5, 0] {
-        assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(moved)));
+        assert_eq!(next_outcome(&mut events).await, led(moved));
     }
     handle.shutdown().await;
     let starts = pass.starts.lock().unwrap();
@@ -345,12 +359,73 @@ async fn a_woken_loop_lingers_before_its_pass() {
     .linger_after_wake(linger);
     let mut events = pass_loop.subscribe();
     let mut handle = pass_loop.spawn(CancellationToken::new());
-    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(1)));
+    assert_eq!(next_outcome(&mut events).await, led(1));
     let woken_at = Instant::now();
     wake.notify_one();
     wake.notify_one();
-    assert_eq!(next_outcome(&mut events).await, WorkerEvent::PassSucceeded(PassOutcome::Led(2)));
+    assert_eq!(next_outcome(&mut events).await, led(2));
     handle.shutdown().await;
     assert_eq!(pass.starts.lock().unwrap()[1] - woken_at, linger);
     assert_eq!(pass.passes(), 2, "the two wake-ups were served by one pass");
+}
+
+/// A pass that takes `took` of (virtual) time and then reports it, or fails after it.
+struct Timed {
+    took: Duration,
+    fail: bool,
+}
+
+#[async_trait]
+impl Pass for Timed {
+    type Report = u64;
+    type Error = PassError;
+
+    async fn run_pass(&self, _shutdown: &CancellationToken) -> Result<PassOutcome<u64>, PassError> {
+        tokio::time::sleep(self.took).await;
+        if self.fail {
+            return Err(PassError(std::io::Error::other("timed out")));
+        }
+        Ok(PassOutcome::Led(u64::try_from(self.took.as_millis()).unwrap()))
+    }
+}
+
+/// OBS-2: loops that share one event channel (the dispatcher's unordered loops and its
+/// lane loop) interleave their events; each finished pass carries the duration its own
+/// loop measured, so a subscriber never has to pair a finish with someone else's start.
+#[tokio::test(start_paused = true)]
+async fn loops_sharing_a_channel_each_report_their_own_pass_durations_obs_2() {
+    let (events_to, mut events) = broadcast::channel(64);
+    let shutdown = CancellationToken::new();
+    // Slow starts first, fast starts second and finishes first, failing starts third.
+    let mut handles: Vec<_> = [(700, false), (300, false), (500, true)]
+        .into_iter()
+        .map(|(millis, fail)| {
+            PassLoop::new(
+                WorkerKind::Dispatcher,
+                Timed { took: Duration::from_millis(millis), fail },
+                backoff(),
+                Leadership::EveryInstance,
+            )
+            .events_to(events_to.clone())
+            .spawn(shutdown.clone())
+        })
+        .collect();
+    let mut started = 0;
+    let mut finished = Vec::new();
+    while finished.len() < 3 {
+        match events.recv().await.unwrap() {
+            WorkerEvent::PassStarted { .. } => started += 1,
+            WorkerEvent::PassSucceeded { outcome: PassOutcome::Led(millis), duration } => {
+                finished.push((Some(millis), duration));
+            }
+            WorkerEvent::PassFailed { duration, .. } => finished.push((None, duration)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    for handle in &mut handles {
+        handle.shutdown().await;
+    }
+    assert_eq!(started, 3, "all three passes started before the first finished");
+    let ms = Duration::from_millis;
+    assert_eq!(finished, [(Some(300), ms(300)), (None, ms(500)), (Some(700), ms(700))]);
 }

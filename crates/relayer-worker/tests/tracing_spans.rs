@@ -98,7 +98,7 @@ async fn each_worker_has_its_target_and_each_pass_emits_a_span_with_its_counts_o
         let mut events = pass_loop.subscribe();
         let mut handle = pass_loop.spawn(CancellationToken::new());
         loop {
-            if let WorkerEvent::PassSucceeded(_) = events.recv().await.unwrap() {
+            if let WorkerEvent::PassSucceeded { .. } = events.recv().await.unwrap() {
                 break;
             }
         }

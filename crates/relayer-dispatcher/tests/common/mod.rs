@@ -166,7 +166,10 @@ pub(crate) async fn passes_send(
         let mut sent = 0;
         while sent < n {
             match events.recv().await {
-                Ok(relayer_worker::WorkerEvent::PassSucceeded(relayer_worker::PassOutcome::Led(report))) => {
+                Ok(relayer_worker::WorkerEvent::PassSucceeded {
+                    outcome: relayer_worker::PassOutcome::Led(report),
+                    ..
+                }) => {
                     sent += report.sent;
                 }
                 Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}

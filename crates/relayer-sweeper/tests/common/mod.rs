@@ -209,7 +209,9 @@ pub(crate) async fn next_outcome(
 /// Waits for the next pass this instance led.
 pub(crate) async fn next_led(events: &mut broadcast::Receiver<WorkerEvent<SweepReport>>) -> SweepReport {
     loop {
-        if let WorkerEvent::PassSucceeded(PassOutcome::Led(report)) = next_outcome(events).await {
+        if let WorkerEvent::PassSucceeded { outcome: PassOutcome::Led(report), .. } =
+            next_outcome(events).await
+        {
             return report;
         }
     }
@@ -218,7 +220,8 @@ pub(crate) async fn next_led(events: &mut broadcast::Receiver<WorkerEvent<SweepR
 /// Waits until a pass of this instance found another leader.
 pub(crate) async fn next_not_leader(events: &mut broadcast::Receiver<WorkerEvent<SweepReport>>) {
     loop {
-        if let WorkerEvent::PassSucceeded(PassOutcome::NotLeader) = next_outcome(events).await {
+        if let WorkerEvent::PassSucceeded { outcome: PassOutcome::NotLeader, .. } = next_outcome(events).await
+        {
             return;
         }
     }
