@@ -8,12 +8,13 @@ use relayer_postgres::{
     ConsumeStatements, DEFAULT_NOTIFY_INTERVAL, Heard, Inbox, PgPool, listen, queue_channel, verify_schema,
 };
 use relayer_worker::{Leadership, PassLoop, WorkerKind};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::ConsumerError;
 use crate::handler::Handling;
+use crate::handler_call::HandlerCall;
 use crate::heartbeat::HeartbeatPass;
 use crate::in_flight::InFlight;
 use crate::pump::Pump;
@@ -23,6 +24,9 @@ use crate::stats::{ConsumerStats, Counter};
 use crate::subscription::Subscription;
 
 const TARGET: &str = "relayer::consumer";
+
+/// Handler calls kept for slow subscribers; older ones are dropped (they see `Lagged`).
+const CALL_CAPACITY: usize = 1024;
 
 /// The pump of one subscription (§10). See the [crate docs](crate).
 pub struct Consumer {
@@ -67,6 +71,7 @@ impl Consumer {
             handlers: TaskTracker::new(),
             abandon: CancellationToken::new(),
             stats: Arc::new(ConsumerStats::default()),
+            calls: broadcast::channel(CALL_CAPACITY).0,
             subscription,
         };
         Consumer { pump: Arc::new(pump), config, namespace }
@@ -80,6 +85,13 @@ impl Consumer {
     /// The pump's counters, readable while it runs and after.
     pub fn stats(&self) -> Arc<ConsumerStats> {
         Arc::clone(&self.pump.stats)
+    }
+
+    /// A subscription to the pump's handler calls from now on, each told as it ends: how
+    /// it ended and how long it ran (for metrics, OBS-2). The channel closes once the pump
+    /// has stopped and its last settlements are written.
+    pub fn subscribe(&self) -> broadcast::Receiver<HandlerCall> {
+        self.pump.calls.subscribe()
     }
 
     /// Checks the schema, then consumes until `shutdown` is cancelled. A failed receive,

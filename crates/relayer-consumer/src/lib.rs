@@ -70,6 +70,7 @@
 mod consumer;
 mod error;
 mod handler;
+mod handler_call;
 mod heartbeat;
 mod in_flight;
 mod pump;
@@ -81,6 +82,7 @@ mod subscription;
 pub use consumer::Consumer;
 pub use error::ConsumerError;
 pub use handler::{Handler, Handling, InboxHandler, Outcome};
+pub use handler_call::{CallOutcome, HandlerCall};
 pub use relayer_postgres::QueueMessage;
 pub use stats::{ConsumerStats, StatsSnapshot};
 pub use subscription::{DEAD_LETTER_SUFFIX, Subscription, SubscriptionError};

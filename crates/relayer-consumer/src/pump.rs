@@ -11,12 +11,13 @@ use relayer_postgres::{
     Undecodable,
 };
 use relayer_worker::catch_panic;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::handler::{Handling, InboxHandler, Outcome};
+use crate::handler_call::{CallOutcome, HandlerCall};
 use crate::in_flight::InFlight;
 use crate::settle::{Settlement, SettlementKind};
 use crate::stats::{ConsumerStats, Counter};
@@ -42,6 +43,8 @@ pub(crate) struct Pump {
     /// Cancelled when shutdown's grace is spent: handler calls still running are dropped.
     pub(crate) abandon: CancellationToken,
     pub(crate) stats: Arc<ConsumerStats>,
+    /// Where each handler call is told as it ends ([`Consumer::subscribe`](crate::Consumer::subscribe)).
+    pub(crate) calls: broadcast::Sender<HandlerCall>,
 }
 
 /// How a handler call ended.
@@ -100,16 +103,30 @@ impl Pump {
         self.settle(Settlement { receipt, kind, slot });
     }
 
+    /// Runs one handler call under its deadline, with panics caught, and tells the
+    /// subscribers how it ended and how long it took.
     async fn run_guarded(&self, call: impl Future<Output = Outcome>) -> Ran {
         let deadline = self.subscription.options().handler_deadline();
-        tokio::select! {
+        let started = Instant::now();
+        let ran = tokio::select! {
             ran = tokio::time::timeout(deadline, catch_panic(call)) => match ran {
                 Ok(Ok(outcome)) => Ran::Returned(outcome),
                 Ok(Err(panic)) => Ran::Panicked(panic),
                 Err(_) => Ran::Overran(deadline),
             },
             () = self.abandon.cancelled() => Ran::Abandoned,
-        }
+        };
+        let outcome = match &ran {
+            Ran::Returned(Outcome::Ack) => CallOutcome::Ack,
+            Ran::Returned(Outcome::Requeue { .. }) => CallOutcome::Requeue,
+            Ran::Returned(Outcome::Reject { .. }) => CallOutcome::Reject,
+            Ran::Panicked(_) => CallOutcome::Panicked,
+            Ran::Overran(_) => CallOutcome::Overran,
+            Ran::Abandoned => CallOutcome::Abandoned,
+        };
+        // Nobody subscribed is not an error: the call is simply not observed.
+        let _ = self.calls.send(HandlerCall { outcome, duration: started.elapsed() });
+        ran
     }
 
     /// Turns how the call ended into a settlement and queues it.

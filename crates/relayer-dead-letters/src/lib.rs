@@ -25,9 +25,10 @@
 //!
 //! A dead letter whose redrive comes after `give_up_after` stays where it is. Every pass
 //! counts such *stuck* dead letters per type, logs the count at ERROR (target
-//! `relayer::dead_letter`), reports it ([`DeadLetterReport::stuck`]) and exports it as the
-//! gauge [`STUCK_GAUGE`] through the `metrics` facade (DLP-5), beside the counters
-//! [`REDRIVEN_COUNTER`] and [`EXPIRED_COUNTER`]; an operator decides, with the API in `relayer_postgres::dead_letters` (DLP-7).
+//! `relayer::dead_letter`) and reports it per type ([`DeadLetterReport::types`]); the
+//! facade's `metrics` feature exports it as a gauge from the pass events (DLP-5), like
+//! every worker metric — this crate emits none. An operator decides, with the API in
+//! `relayer_postgres::dead_letters` (DLP-7).
 //!
 //! ```no_run
 //! # async fn example(pool: relayer_postgres::PgPool, lock: std::sync::Arc<dyn relayer_core::DistributedLock>)
@@ -57,6 +58,4 @@ mod worker;
 
 pub use error::DeadLetterError;
 pub use report::{DeadLetterReport, TypeReport};
-pub use worker::{
-    DeadLetterWorker, EXPIRED_COUNTER, LEASE_JOB, REDRIVEN_COUNTER, STUCK_GAUGE, lock_resource,
-};
+pub use worker::{DeadLetterWorker, LEASE_JOB, lock_resource};

@@ -22,14 +22,6 @@ pub const LEASE_JOB: &str = "dead_letters";
 
 const TARGET: &str = "relayer::dead_letter";
 
-/// Gauge: dead letters past their redrive window, per namespace and type, as of the last pass
-/// (DLP-5).
-pub const STUCK_GAUGE: &str = "relayer_dead_letters_stuck";
-/// Counter: dead letters redriven, per namespace and type.
-pub const REDRIVEN_COUNTER: &str = "relayer_dead_letters_redriven_total";
-/// Counter: dead letters expired, per namespace and type.
-pub const EXPIRED_COUNTER: &str = "relayer_dead_letters_expired_total";
-
 /// Test signals kept for slow subscribers.
 const EVENT_CAPACITY: usize = 256;
 
@@ -163,7 +155,6 @@ impl PolicyPass {
                 break;
             }
             let applied = self.apply_rule(&*client, rule, shutdown, &mut report.batches).await?;
-            self.export(&applied);
             if applied.stuck > 0 {
                 tracing::error!(target: TARGET, namespace = %self.namespace, message_type = %applied.message_type,
                     stuck = applied.stuck, policy = %rule.policy(),
@@ -217,15 +208,6 @@ impl PolicyPass {
             report.stuck = statements.stuck(client, message_type, after, give_up_after).await?;
         }
         Ok(report)
-    }
-
-    /// Exports what the pass did for one type through the `metrics` facade (OBS-2, DLP-5):
-    /// the stuck dead letters as a gauge, set on every pass; the moves as counters.
-    fn export(&self, applied: &TypeReport) {
-        let labels = [("namespace", self.namespace.to_string()), ("type", applied.message_type.to_string())];
-        metrics::gauge!(STUCK_GAUGE, &labels).set(u32::try_from(applied.stuck).unwrap_or(u32::MAX));
-        metrics::counter!(REDRIVEN_COUNTER, &labels).increment(applied.redriven);
-        metrics::counter!(EXPIRED_COUNTER, &labels).increment(applied.expired);
     }
 
     /// Expiry restarts when the pass completes (LDR-2). A renewal that finds the lease

@@ -47,7 +47,10 @@ pub(crate) async fn build(
             Handling::Plain(_) => loops,
         };
         let pool = connect_pool_with(config.clone(), size, statements).await.map_err(StartError::Connect)?;
-        consumers.push(Consumer::new(config.clone(), pool, namespace.clone(), subscription, handling));
+        let consumer = Consumer::new(config.clone(), pool, namespace.clone(), subscription, handling);
+        #[cfg(feature = "metrics")]
+        crate::metrics::consumer::observe(&consumer);
+        consumers.push(consumer);
     }
     Ok(consumers)
 }
