@@ -155,6 +155,9 @@ impl File {
         if !(1..=64).contains(&pool_size) {
             return Err(format!("pool_size: {pool_size} is out of range (1..=64)"));
         }
+        if let Some(url) = &self.database_url {
+            check_database_url(url)?;
+        }
         if self.instance_id.as_deref().is_some_and(|id| id.trim().is_empty()) {
             return Err("instance_id: must not be empty".to_owned());
         }
@@ -193,6 +196,18 @@ impl File {
         }
         Ok(config)
     }
+}
+
+/// Refuses a `database_url` that is not a connection string, or names no host to connect
+/// to — without connecting. The URL itself is never echoed: it may carry a password.
+fn check_database_url(url: &str) -> Result<(), String> {
+    let config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
+        format!("database_url: not a valid connection string: {}", single_line(&e.to_string()))
+    })?;
+    if config.get_hosts().is_empty() {
+        return Err("database_url: names no host (add host=… or postgres://HOST/…)".to_owned());
+    }
+    Ok(())
 }
 
 /// A figment error as one line: `path: problem (where it came from)`.
@@ -301,6 +316,12 @@ mod tests {
                 "dead_letter_policies: dead-letter rule 1: give_up_after: 1h must be greater than after (1d)",
             ),
             ("pool_size = 0\n[sweeper]\n", "pool_size: 0 is out of range"),
+            (
+                "database_url = \"postgres://db:port/app\"\n[sweeper]\n",
+                "database_url: not a valid connection string",
+            ),
+            ("database_url = \"host=db dbname\"\n[sweeper]\n", "database_url: not a valid connection string"),
+            ("database_url = \"dbname=app\"\n[sweeper]\n", "database_url: names no host"),
             ("", "nothing to run"),
         ];
         for (text, expected) in cases {

@@ -7,7 +7,8 @@ use relayer_postgres::{
 use serde_json::{Value, json};
 
 use crate::args::{Action, Args, DeadLetterCommand, DeadLetterSelection};
-use crate::output::{Table, age, or_dash, print_json};
+use crate::output::{age, or_dash, print_json};
+use crate::table::Table;
 use crate::{CliResult, connect};
 
 pub(crate) async fn run(args: &Args, command: DeadLetterCommand) -> CliResult {
@@ -22,7 +23,8 @@ pub(crate) async fn run(args: &Args, command: DeadLetterCommand) -> CliResult {
                     print_json(&Value::Array(rows.iter().map(outbox_json).collect()));
                 } else {
                     let mut table =
-                        Table::new(&["seq", "message id", "destination", "tries", "died", "error"]);
+                        Table::new(&["seq", "message id", "destination", "tries", "died", "error"])
+                            .text("error");
                     for r in &rows {
                         table.row(vec![
                             r.seq.to_string(),

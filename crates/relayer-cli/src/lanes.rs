@@ -5,7 +5,8 @@ use serde_json::{Value, json};
 
 use crate::args::{Action, Args, LaneCommand};
 use crate::dead_letters::actor;
-use crate::output::{Table, maybe_age, or_dash, print_json, seconds};
+use crate::output::{maybe_age, or_dash, print_json, seconds};
+use crate::table::Table;
 use crate::{CliResult, connect};
 
 pub(crate) async fn run(args: &Args, command: LaneCommand) -> CliResult {
@@ -30,7 +31,8 @@ pub(crate) async fn run(args: &Args, command: LaneCommand) -> CliResult {
                         .collect(),
                 ));
             } else {
-                let mut table = Table::new(&["lane", "waiting", "head", "tries", "parked", "reason"]);
+                let mut table =
+                    Table::new(&["lane", "waiting", "head", "tries", "parked", "reason"]).text("reason");
                 for l in &lanes {
                     table.row(vec![
                         l.lane.clone(),

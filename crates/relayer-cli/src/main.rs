@@ -13,6 +13,8 @@ mod lanes;
 mod output;
 mod run;
 mod status;
+mod stop_signals;
+mod table;
 
 use std::process::ExitCode;
 

@@ -1,24 +1,29 @@
 //! `relayer run --config relayer.toml`: the maintenance workers as a sidecar (OBS-3), through
-//! the facade's builder. It stops on SIGTERM or SIGINT: the host waits for passes in flight
-//! and releases its leases, so another instance leads at once.
+//! the facade's builder. It stops on SIGTERM or SIGINT — listened for before anything else,
+//! so also during start-up: the host waits for passes in flight and releases its leases,
+//! so another instance leads at once.
 
 use std::time::Duration;
 
-use relayer::Relayer;
+use relayer::{Relayer, RelayerBuilder};
 use relayer_postgres::namespace_status;
 
 use crate::args::{Args, DEFAULT_DATABASE_URL, Global, RunArgs};
 use crate::config::Config;
 use crate::gauges::Gauges;
+use crate::stop_signals::StopSignals;
 use crate::{CliResult, connect};
 
 pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
+    // Before anything else: a signal during start-up must stop the sidecar cleanly too.
+    let mut signals = StopSignals::install()?;
     let config = Config::load(&run.config)?;
-    let database_url = global
-        .database_url
-        .clone()
-        .or_else(|| config.database_url.clone())
-        .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+    let (database_url, from) = match &global.database_url {
+        Some(url) => (url.clone(), "--database-url"),
+        None => {
+            (config.database_url.clone().unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()), "database_url")
+        }
+    };
     let namespace = match (&global.schema, &global.prefix) {
         (None, None) => config.namespace.clone(),
         (schema, prefix) => relayer::Namespace::new(
@@ -28,7 +33,7 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
     };
     let args = Args { database_url, namespace };
     let database: tokio_postgres::Config =
-        args.database_url.parse().map_err(|e| format!("database_url: not a valid connection string: {e}"))?;
+        args.database_url.parse().map_err(|e| format!("{from}: not a valid connection string: {e}"))?;
 
     if let Some(metrics) = config.metrics {
         metrics_exporter_prometheus::PrometheusBuilder::new()
@@ -36,8 +41,50 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
             .install()
             .map_err(|e| format!("metrics.listen: cannot serve on {}: {e}", metrics.listen))?;
     }
+    let workers = config.workers().join(", ");
+    eprintln!("relayer run: starting {workers} on namespace {}", args.namespace);
+    let start = builder(&config, database, &args.namespace).start();
+    tokio::pin!(start);
+    let host = tokio::select! {
+        started = &mut start => started?,
+        signal = signals.next() => {
+            eprintln!("relayer run: {signal} during start-up: stopping once started (signal again to stop at once)");
+            let host = tokio::select! {
+                started = &mut start => started?,
+                again = signals.next() => {
+                    return Err(format!("{again}: stopped during start-up without releasing anything").into());
+                }
+            };
+            host.shutdown().await;
+            eprintln!("relayer run: stopped");
+            return Ok(());
+        }
+    };
+    eprintln!(
+        "relayer run: {workers} on namespace {} as instance {}{}",
+        args.namespace,
+        host.instance_id(),
+        config.metrics.map_or_else(String::new, |m| format!(", metrics on http://{}/metrics", m.listen)),
+    );
+    let sampler = config.metrics.map(|m| tokio::spawn(sample(args.clone(), m.sample_interval)));
 
-    let mut builder = Relayer::builder(database, args.namespace.clone()).pool_size(config.pool_size);
+    let stop = signals.next().await;
+    eprintln!("relayer run: {stop}: stopping (waiting for passes in flight, releasing leases)");
+    if let Some(sampler) = sampler {
+        sampler.abort();
+    }
+    host.shutdown().await;
+    eprintln!("relayer run: stopped");
+    Ok(())
+}
+
+/// The host the configuration describes.
+fn builder(
+    config: &Config,
+    database: tokio_postgres::Config,
+    namespace: &relayer::Namespace,
+) -> RelayerBuilder {
+    let mut builder = Relayer::builder(database, namespace.clone()).pool_size(config.pool_size);
     if config.dispatcher.is_some() || config.sweeper.is_some() {
         // The only transport a sidecar can send through: relayer's PostgreSQL queue.
         builder = builder.queue_transport();
@@ -60,47 +107,7 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
     if let Some(instance) = config.instance_id.clone() {
         builder = builder.instance_id(instance);
     }
-    let host = builder.start().await?;
-    eprintln!(
-        "relayer run: {} on namespace {} as instance {}{}",
-        config.workers().join(", "),
-        args.namespace,
-        host.instance_id(),
-        config.metrics.map_or_else(String::new, |m| format!(", metrics on http://{}/metrics", m.listen)),
-    );
-    let sampler = config.metrics.map(|m| tokio::spawn(sample(args.clone(), m.sample_interval)));
-
-    let stop = stop_signal().await;
-    eprintln!("relayer run: {stop}: stopping (waiting for passes in flight, releasing leases)");
-    if let Some(sampler) = sampler {
-        sampler.abort();
-    }
-    host.shutdown().await;
-    eprintln!("relayer run: stopped");
-    Ok(())
-}
-
-/// Waits for SIGTERM or SIGINT and names it.
-async fn stop_signal() -> &'static str {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = tokio::signal::ctrl_c() => "SIGINT",
-            },
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                "SIGINT"
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-        "Ctrl-C"
-    }
+    builder
 }
 
 /// Samples the SQL gauges every `interval` on a connection of its own, reconnecting after a

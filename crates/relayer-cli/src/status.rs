@@ -6,7 +6,8 @@ use relayer_postgres::{NamespaceStatus, SCHEMA_VERSION, current_version, migrate
 use serde_json::{Value, json};
 
 use crate::args::Args;
-use crate::output::{Table, age, maybe_age, or_dash, print_json, seconds};
+use crate::output::{age, maybe_age, or_dash, print_json, seconds};
+use crate::table::Table;
 use crate::{CliResult, connect};
 
 pub(crate) async fn apply(args: &Args) -> CliResult {
@@ -161,7 +162,7 @@ pub(crate) fn render(namespace: &str, status: &NamespaceStatus) -> String {
     section(&mut text, &backlog);
 
     let _ = writeln!(text, "lanes parked: {}", status.lanes_parked);
-    let mut lanes = Table::new(&["lane", "parked", "head", "waiting", "reason"]);
+    let mut lanes = Table::new(&["lane", "parked", "head", "waiting", "reason"]).text("reason");
     for l in &status.parked_lanes {
         lanes.row(vec![
             l.lane.clone(),

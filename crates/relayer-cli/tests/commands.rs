@@ -6,7 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{audit, count, dead_letter, park_lane, relayer, send_to_queue, setup, write};
+use common::{
+    REFUSAL, audit, count, dead_letter, fits_80_columns, flat, kill, park_lane, relayer, send_to_queue,
+    setup, write,
+};
 use relayer::{Delivery, NewMessage};
 use relayer_test_support::TestDb;
 
@@ -31,25 +34,50 @@ async fn status_shows_backlog_lanes_dead_letters_and_the_horizon_obs_3() {
     send_to_queue(&db, "payments", 2).await;
     dead_letter(&client, &db, "payments", "payments.dead", "handler").await;
 
+    // A session that holds the xmin horizon while three transactions commit after it.
+    let holder = db.connect().await;
+    holder.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT txid_current()").await.unwrap();
+    for _ in 0..3 {
+        client.query_one("SELECT txid_current()", &[]).await.unwrap();
+    }
+    let holder_pid: i32 = holder.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    let held_for: f64 =
+        holder.query_one("SELECT extract(epoch FROM clock_timestamp() - xact_start)::float8 FROM pg_stat_activity WHERE pid = pg_backend_pid()", &[]).await.unwrap().get(0);
+    let orders_age = format!(
+        "SELECT extract(epoch FROM now() - min(created_at))::float8 FROM {} WHERE destination = 'orders'",
+        db.namespace().table("outbox")
+    );
+    let age_before: f64 = client.query_one(&orders_age, &[]).await.unwrap().get(0);
+
     let human = relayer(&db, &["status"]).await;
     let text = human.ok();
-    for line in text.lines() {
-        assert!(line.chars().count() <= 80, "wider than 80 columns: {line:?}");
-    }
+    fits_80_columns(text);
     assert!(text.contains("outbox: 6 pending"), "{text}");
     assert!(text.contains("1 scheduled"), "{text}");
     assert!(text.contains("lanes parked: 1"), "{text}");
-    assert!(text.contains("account-7") && text.contains("refused for good"), "{text}");
+    assert!(flat(text).contains("account-7 ") && flat(text).contains(REFUSAL), "{text}");
     assert!(text.contains("payments.dead") && text.contains("handler"), "{text}");
-    assert!(text.contains("xmin horizon"), "{text}");
+    let xmin_age: i64 = text
+        .lines()
+        .find_map(|line| line.strip_prefix("xmin horizon: xmin age "))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no xmin age: {text}"));
+    assert!(xmin_age >= 3, "three transactions committed after the held snapshot: {text}");
 
     let json = relayer(&db, &["status", "--json"]).await.json();
+    let age_after: f64 = client.query_one(&orders_age, &[]).await.unwrap().get(0);
     assert_eq!(json["outbox"]["pending"], 6);
     assert_eq!(json["outbox"]["scheduled"], 1);
     let backlog = json["outbox"]["backlog"].as_array().unwrap();
     let orders = backlog.iter().find(|b| b["destination"] == "orders").unwrap();
     assert_eq!((orders["transport"].as_str(), orders["pending"].as_i64()), (Some("queue"), Some(2)));
-    assert!(orders["oldest_age_seconds"].as_f64().unwrap() >= 0.0);
+    // The age of the oldest row, as the database measured it just before and just after.
+    let reported = orders["oldest_age_seconds"].as_f64().unwrap();
+    assert!(
+        age_before - 0.001 <= reported && reported <= age_after + 0.001,
+        "{age_before} ≤ {reported} ≤ {age_after}"
+    );
     let invoices = backlog.iter().find(|b| b["destination"] == "invoices").unwrap();
     assert_eq!(invoices["oldest_age_seconds"], serde_json::Value::Null, "scheduled rows are not late");
     let lane = &json["lanes"]["parked_lanes"][0];
@@ -57,7 +85,14 @@ async fn status_shows_backlog_lanes_dead_letters_and_the_horizon_obs_3() {
     assert_eq!(json["dead_letters"][0]["queue"], "payments.dead");
     assert_eq!(json["dead_letters"][0]["reason"], "handler");
     assert_eq!(json["dead_letters"][0]["count"], 2);
-    assert!(json["horizon"].get("xmin_age").is_some());
+    let horizon = &json["horizon"];
+    assert!(horizon["xmin_age"].as_i64().unwrap() >= 3, "{horizon}");
+    assert!(horizon["oldest_transaction_age_seconds"].as_f64().unwrap() >= held_for, "{horizon}");
+    // The holder's transaction is the oldest, unless another session's began even earlier.
+    if horizon["oldest_transaction_pid"] == holder_pid {
+        assert!(text.contains(&format!("held by pid {holder_pid}")), "{text}");
+    }
+    holder.batch_execute("ROLLBACK").await.unwrap();
     assert!(json["workers"].as_array().unwrap().is_empty(), "no worker runs: {}", json["workers"]);
 }
 
@@ -186,6 +221,70 @@ async fn dead_letters_are_listed_shown_redriven_and_purged_with_audit_dlp_7() {
     assert!(!mixed.success && mixed.stderr.contains("--transport selects outbox dead rows: add --outbox"));
 }
 
+/// DLP-7 for the outbox's dead table (`--outbox`): rows the dispatcher gave up on are
+/// listed with their message ids whole and their error wrapped within 80 columns (table and
+/// JSON), shown, redriven by id back into the outbox after a dry run that changes nothing,
+/// and purged by destination — each action audited; queue criteria are refused with it.
+#[tokio::test]
+async fn outbox_dead_rows_are_listed_shown_redriven_and_purged_with_audit_dlp_7() {
+    let (db, client) = setup().await;
+    let ledger = kill(&client, &db, "ledger", 2).await;
+    let audit_rows = kill(&client, &db, "audit", 1).await;
+    send_to_queue(&db, "orders", 1).await;
+    dead_letter(&client, &db, "orders", "orders.dead", "handler").await;
+
+    let listed = relayer(&db, &["dead-letters", "list", "--outbox"]).await;
+    let text = listed.ok();
+    fits_80_columns(text);
+    for id in ledger.iter().chain(&audit_rows) {
+        assert!(text.contains(&id.to_string()), "{id} is not shown whole: {text}");
+    }
+    assert!(flat(text).contains(REFUSAL), "the error is wrapped, not cut: {text}");
+    assert!(text.contains("refusing:ledger") && text.ends_with("3 dead outbox row(s)\n"), "{text}");
+    let json =
+        relayer(&db, &["dead-letters", "list", "--outbox", "--destination", "ledger", "--json"]).await.json();
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "queue dead letters and other destinations are not outbox rows of ledger");
+    assert_eq!((rows[0]["kind"].as_str(), rows[0]["attempts"].as_i64()), (Some("outbox"), Some(1)));
+    assert_eq!(rows[0]["message_id"], ledger[0].to_string());
+    assert!(rows[0]["last_error"].as_str().unwrap().contains(REFUSAL));
+
+    let id = ledger[0].to_string();
+    let shown = relayer(&db, &["dead-letters", "show", &id, "--json"]).await.json();
+    assert_eq!((shown["outbox"]["body"].as_str(), shown["queue"].as_null()), (Some("ledger #0"), Some(())));
+    assert!(relayer(&db, &["dead-letters", "show", &id]).await.ok().contains("destination: ledger"));
+
+    let dry = relayer(&db, &["dead-letters", "redrive", &id, "--outbox", "--dry-run", "--json"]).await.json();
+    assert_eq!((dry["dry_run"].as_bool(), dry["count"].as_i64()), (Some(true), Some(1)));
+    assert_eq!(count(&client, &db, "dead", "true").await, 3, "a dry run changes nothing");
+    assert!(audit(&client, &db).await.is_empty(), "a dry run audits nothing");
+
+    let redriven = relayer(&db, &["dead-letters", "redrive", &id, "--outbox", "--actor", "carol"]).await;
+    assert!(redriven.ok().contains("redriven 1 dead letter(s), audited as carol"), "{redriven:?}");
+    let back = format!("message_id = '{id}' AND attempts = 0 AND visible_at <= now()");
+    assert_eq!(count(&client, &db, "outbox", &back).await, 1, "back in the outbox, due, attempts afresh");
+    assert_eq!(count(&client, &db, "dead", &format!("message_id = '{id}'")).await, 0);
+
+    let purged =
+        relayer(&db, &["dead-letters", "purge", "--outbox", "--destination", "audit", "--json"]).await.json();
+    assert_eq!(purged["messages"][0]["message_id"], audit_rows[0].to_string());
+    assert_eq!(count(&client, &db, "dead", "true").await, 1, "only the other ledger row is left");
+    assert_eq!(
+        count(&client, &db, "queue", "dead_lettered_at IS NOT NULL").await,
+        1,
+        "queue dead letters untouched"
+    );
+    let actions: Vec<(String, String)> =
+        audit(&client, &db).await.into_iter().map(|(actor, action, _)| (actor, action)).collect();
+    assert_eq!(actions.len(), 2, "{actions:?}");
+    assert_eq!(actions[0].0, "carol");
+    assert_eq!(actions[1].0, "ops-test");
+    assert!(actions[0].1.contains("redrive") && actions[1].1.contains("purge"), "{actions:?}");
+
+    let mixed = relayer(&db, &["dead-letters", "purge", "--outbox", "--queue", "orders.dead"]).await;
+    assert!(!mixed.success && mixed.stderr.contains("--queue selects queue dead letters: drop --outbox"));
+}
+
 /// LAN-2, LAN-5: `lanes list` shows a parked lane and its reason; `release` un-parks it with
 /// a fresh attempt count; `skip` moves the head to the dead table and the rest of the lane
 /// stays, in order — both audited.
@@ -196,10 +295,12 @@ async fn lanes_are_released_with_fresh_attempts_and_skipped_to_dead_audited_lan_
 
     let listed = relayer(&db, &["lanes", "list"]).await;
     assert!(listed.ok().contains("account-1") && listed.stdout.contains("1 lane(s), 1 parked"), "{listed:?}");
+    fits_80_columns(&listed.stdout);
+    assert!(flat(&listed.stdout).contains(REFUSAL), "the reason is wrapped, not cut: {}", listed.stdout);
     let json = relayer(&db, &["lanes", "list", "--json"]).await.json();
     assert_eq!((json[0]["lane"].as_str(), json[0]["waiting"].as_i64()), (Some("account-1"), Some(3)));
     assert_eq!(json[0]["head_attempts"], 1);
-    assert!(json[0]["parked_reason"].as_str().unwrap().contains("refused for good"));
+    assert!(json[0]["parked_reason"].as_str().unwrap().contains(REFUSAL));
 
     let dry = relayer(&db, &["lanes", "release", "account-1", "--dry-run"]).await;
     assert!(dry.ok().contains("dry run: would release"), "{dry:?}");

@@ -9,6 +9,7 @@ mod common;
 use std::io::{Read as _, Write as _};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
 
 use common::{relayer, relayer_command, setup, write};
 use relayer::NewMessage;
@@ -36,40 +37,65 @@ impl Drop for ConfigFile {
     }
 }
 
-/// A running sidecar, killed if the test ends without stopping it.
-struct Sidecar(Option<Child>);
+/// A running sidecar, killed if the test ends without stopping it. Its standard error is
+/// read as it comes, on a thread of its own.
+struct Sidecar {
+    child: Option<Child>,
+    stderr: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
 
 impl Sidecar {
     fn start(db: &TestDb, config: &ConfigFile) -> Self {
-        let child = relayer_command(db)
+        let mut child = relayer_command(db)
             .args(["run", "--config", config.path()])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        Sidecar(Some(child))
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (mut pipe, sink) = (child.stderr.take().unwrap(), Arc::clone(&stderr));
+        let reader = std::thread::spawn(move || {
+            let mut chunk = [0u8; 512];
+            while let Ok(read) = pipe.read(&mut chunk) {
+                if read == 0 {
+                    break;
+                }
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&chunk[..read]));
+            }
+        });
+        Sidecar { child: Some(child), stderr, reader: Some(reader) }
+    }
+
+    /// Waits until the sidecar has written `text` to its standard error.
+    async fn wait_for_stderr(&self, text: &str) {
+        eventually(&format!("the sidecar says {text:?}"), || async {
+            self.stderr.lock().unwrap().contains(text)
+        })
+        .await;
     }
 
     /// Sends SIGTERM and waits for the exit; returns whether it succeeded, and its stderr.
     async fn terminate(&mut self) -> (bool, String) {
-        let mut child = self.0.take().unwrap();
+        let mut child = self.child.take().unwrap();
+        let reader = self.reader.take().unwrap();
         let pid = child.id().to_string();
         let killed = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(killed.success());
-        within(tokio::task::spawn_blocking(move || {
+        let success = within(tokio::task::spawn_blocking(move || {
             let status = child.wait().unwrap();
-            let mut stderr = String::new();
-            child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-            (status.success(), stderr)
+            reader.join().unwrap();
+            status.success()
         }))
         .await
-        .unwrap()
+        .unwrap();
+        (success, self.stderr.lock().unwrap().clone())
     }
 }
 
 impl Drop for Sidecar {
     fn drop(&mut self) {
-        if let Some(child) = self.0.as_mut() {
+        if let Some(child) = self.child.as_mut() {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -110,6 +136,21 @@ async fn each_configuration_error_is_one_line_naming_its_path_opt_2() {
             assert!(ran.stderr.starts_with(expected), "{command:?}: {}", ran.stderr);
         }
     }
+    // A malformed database_url is refused without connecting; a well-formed one is not
+    // tried (this host does not exist).
+    for (url, expected) in [
+        ("postgres://db:port/app", "error: database_url: not a valid connection string"),
+        ("host=db dbname", "error: database_url: not a valid connection string"),
+        ("dbname=app", "error: database_url: names no host"),
+    ] {
+        let config = ConfigFile::new(&format!("database_url = \"{url}\"\n{SWEEPER}"));
+        let ran = relayer(&db, &["config", "check", config.path()]).await;
+        assert!(!ran.success && ran.stderr.lines().count() == 1, "{url}: {ran:?}");
+        assert!(ran.stderr.starts_with(expected), "{url}: {}", ran.stderr);
+    }
+    let elsewhere = ConfigFile::new(&format!("database_url = \"postgres://nowhere.invalid/app\"\n{SWEEPER}"));
+    assert!(relayer(&db, &["config", "check", elsewhere.path()]).await.ok().contains("ok — runs sweeper"));
+
     let ok = ConfigFile::new(SWEEPER);
     let checked = relayer(&db, &["config", "check", ok.path()]).await;
     assert!(checked.ok().contains("ok — runs sweeper"), "{checked:?}");
@@ -198,6 +239,29 @@ async fn run_stops_on_sigterm_releases_its_lease_and_a_second_run_leads_at_once_
         .unwrap()
         .get(0);
     assert!(at_once, "the second sidecar waited out the first one's lease");
+    assert!(second_sidecar.terminate().await.0);
+}
+
+/// LIF-1: SIGTERM as soon as `run` says it is starting — before its host has started —
+/// still stops it cleanly: it exits 0, holds no live lease, and a second `run` leads at once.
+#[tokio::test]
+async fn run_stops_cleanly_on_a_sigterm_during_start_up_lif_1() {
+    let (db, client) = setup().await;
+    let first = ConfigFile::new(&format!("instance_id = \"early\"\n{SWEEPER}"));
+    let mut sidecar = Sidecar::start(&db, &first);
+    sidecar.wait_for_stderr("relayer run: starting").await;
+    let (success, stderr) = sidecar.terminate().await;
+    assert!(success, "{stderr}");
+    assert!(stderr.contains("SIGTERM") && stderr.trim_end().ends_with("relayer run: stopped"), "{stderr}");
+    let held = lease_owner(&client, &db).await.is_some_and(|(_, live)| live);
+    assert!(!held, "the lease was released (or never taken): {:?}", lease_owner(&client, &db).await);
+
+    let second = ConfigFile::new(&format!("instance_id = \"second\"\n{SWEEPER}"));
+    let mut second_sidecar = Sidecar::start(&db, &second);
+    eventually("the second sidecar leads the sweep", || async {
+        lease_owner(&client, &db).await == Some(("second".to_owned(), true))
+    })
+    .await;
     assert!(second_sidecar.terminate().await.0);
 }
 

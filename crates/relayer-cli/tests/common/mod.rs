@@ -70,6 +70,10 @@ pub(crate) async fn write(client: &Client, db: &TestDb, messages: &[NewMessage])
     writer.enqueue(client, messages).await.unwrap();
 }
 
+/// Why the `Refusing` transport refuses: long, as real errors are, so tables must wrap it.
+pub(crate) const REFUSAL: &str = "refused for good: the ledger accepts no entries for account 4711, \
+     which was closed on 2026-11-30 by its owner (code 409, request 7f3a9c2e)";
+
 /// A transport that refuses everything for good.
 pub(crate) struct Refusing;
 
@@ -84,7 +88,7 @@ impl Transport for Refusing {
     }
 
     async fn send(&self, _destination: &str, batch: &[Envelope]) -> Result<Vec<SendOutcome>, TransportError> {
-        Ok(batch.iter().map(|_| SendOutcome::Failed(TransportError::permanent("refused for good"))).collect())
+        Ok(batch.iter().map(|_| SendOutcome::Failed(TransportError::permanent(REFUSAL))).collect())
     }
 }
 
@@ -109,6 +113,37 @@ pub(crate) async fn park_lane(client: &Client, db: &TestDb, lane: &str, behind: 
     .await;
     host.shutdown().await;
     id
+}
+
+/// Kills `count` unordered messages to `destination`: the dispatcher moves each to the
+/// outbox's dead table on its first refusal (DSP-5). Returns their ids, in seq order.
+pub(crate) async fn kill(client: &Client, db: &TestDb, destination: &str, count: usize) -> Vec<MessageId> {
+    let messages: Vec<NewMessage> = (0..count)
+        .map(|n| NewMessage::new("refusing", destination, format!("{destination} #{n}").into_bytes()))
+        .collect();
+    let ids = messages.iter().map(NewMessage::message_id).collect();
+    write(client, db, &messages).await;
+    let host = dispatching_host(db).await;
+    let dead = format!("SELECT count(*) FROM {} WHERE destination = $1", db.namespace().table("dead"));
+    let expected = i64::try_from(count).unwrap();
+    eventually("the messages are dead", || async {
+        client.query_one(&dead, &[&destination]).await.unwrap().get::<_, i64>(0) == expected
+    })
+    .await;
+    host.shutdown().await;
+    ids
+}
+
+/// `text` with every run of whitespace one space: wrapped table cells read as written.
+pub(crate) fn flat(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Asserts that no line of `text` is wider than 80 columns.
+pub(crate) fn fits_80_columns(text: &str) {
+    for line in text.lines() {
+        assert!(line.chars().count() <= 80, "wider than 80 columns: {line:?}\n{text}");
+    }
 }
 
 /// A host whose dispatcher parks lanes after one failure.
