@@ -156,7 +156,7 @@ impl File {
             return Err(format!("pool_size: {pool_size} is out of range (1..=64)"));
         }
         if let Some(url) = &self.database_url {
-            check_database_url(url)?;
+            parse_database_url(url, "database_url")?;
         }
         if self.instance_id.as_deref().is_some_and(|id| id.trim().is_empty()) {
             return Err("instance_id: must not be empty".to_owned());
@@ -198,16 +198,17 @@ impl File {
     }
 }
 
-/// Refuses a `database_url` that is not a connection string, or names no host to connect
-/// to — without connecting. The URL itself is never echoed: it may carry a password.
-fn check_database_url(url: &str) -> Result<(), String> {
+/// `url` as a connection configuration, refused in one line naming `name` when it is not
+/// a connection string or names no host to connect to — without connecting. The URL itself
+/// is never echoed: it may carry a password.
+pub(crate) fn parse_database_url(url: &str, name: &str) -> Result<tokio_postgres::Config, String> {
     let config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
-        format!("database_url: not a valid connection string: {}", single_line(&e.to_string()))
+        format!("{name}: not a valid connection string: {}", single_line(&relayer_core::error_chain(&e)))
     })?;
     if config.get_hosts().is_empty() {
-        return Err("database_url: names no host (add host=… or postgres://HOST/…)".to_owned());
+        return Err(format!("{name}: names no host (add host=… or postgres://HOST/…)"));
     }
-    Ok(())
+    Ok(config)
 }
 
 /// A figment error as one line: `path: problem (where it came from)`.

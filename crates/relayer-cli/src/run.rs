@@ -9,7 +9,7 @@ use relayer::{Relayer, RelayerBuilder};
 use relayer_postgres::namespace_status;
 
 use crate::args::{Args, DEFAULT_DATABASE_URL, Global, RunArgs};
-use crate::config::Config;
+use crate::config::{Config, parse_database_url};
 use crate::gauges::Gauges;
 use crate::stop_signals::StopSignals;
 use crate::{CliResult, connect};
@@ -32,8 +32,7 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
         )?,
     };
     let args = Args { database_url, namespace };
-    let database: tokio_postgres::Config =
-        args.database_url.parse().map_err(|e| format!("{from}: not a valid connection string: {e}"))?;
+    let database = parse_database_url(&args.database_url, from)?;
 
     if let Some(metrics) = config.metrics {
         metrics_exporter_prometheus::PrometheusBuilder::new()
