@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
+use relayer_core::namespace::IdentifierKind;
 use relayer_core::{
     CleanupOptions, DeadLetterOptions, DeadLetterPolicies, DispatcherOptions, Namespace, SweeperOptions,
 };
@@ -149,8 +150,13 @@ impl Config {
 
 impl File {
     fn validate(self) -> Result<Config, String> {
-        let namespace = Namespace::new(&self.namespace.schema, &self.namespace.prefix)
-            .map_err(|e| format!("namespace: {e}"))?;
+        let namespace = Namespace::new(&self.namespace.schema, &self.namespace.prefix).map_err(|e| {
+            let field = match e.kind() {
+                IdentifierKind::Schema => "schema",
+                IdentifierKind::Prefix => "prefix",
+            };
+            format!("namespace.{field}: {e}")
+        })?;
         let pool_size = self.pool_size.unwrap_or(2);
         if !(1..=64).contains(&pool_size) {
             return Err(format!("pool_size: {pool_size} is out of range (1..=64)"));
@@ -305,7 +311,7 @@ mod tests {
             ("[sweeper\nbatch_size = 1\n", ""),
             (
                 "[namespace]\nschema = \"a;b\"\nprefix = \"r_\"\n[sweeper]\n",
-                "namespace: invalid schema \"a;b\"",
+                "namespace.schema: invalid schema \"a;b\"",
             ),
             (
                 "[sweeper]\n[metrics]\nlisten = \"0.0.0.0:9187\"\n",
@@ -316,6 +322,7 @@ mod tests {
                 "[[dead_letter_policies]]\noriginal_topic = \"q\"\ndead_letter_queue = \"d\"\naction = \"redrive\"\nafter = \"1d\"\ngive_up_after = \"1h\"\n",
                 "dead_letter_policies: dead-letter rule 1: give_up_after: 1h must be greater than after (1d)",
             ),
+            ("[namespace]\nprefix = \"r-\"\n[sweeper]\n", "namespace.prefix: invalid table prefix \"r-\""),
             ("pool_size = 0\n[sweeper]\n", "pool_size: 0 is out of range"),
             (
                 "database_url = \"postgres://db:port/app\"\n[sweeper]\n",

@@ -125,7 +125,10 @@ async fn each_configuration_error_is_one_line_naming_its_path_opt_2() {
             "[cleanup]\ncleanup_interval = \"soon\"\n",
             "error: cleanup.cleanup_interval: invalid duration \"soon\"",
         ),
-        ("[namespace]\nschema = \"bad-name\"\n[sweeper]\n", "error: namespace: invalid schema \"bad-name\""),
+        (
+            "[namespace]\nschema = \"bad-name\"\n[sweeper]\n",
+            "error: namespace.schema: invalid schema \"bad-name\"",
+        ),
     ];
     for (text, expected) in cases {
         let config = ConfigFile::new(text);
