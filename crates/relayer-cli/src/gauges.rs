@@ -6,9 +6,13 @@
 
 use std::collections::HashSet;
 
-use metrics::Label;
-use relayer_postgres::NamespaceStatus;
+use std::time::Duration;
 
+use metrics::Label;
+use relayer_postgres::{NamespaceStatus, namespace_status};
+
+use crate::args::Args;
+use crate::connect;
 use crate::output::seconds;
 
 /// One gauge family and the label sets it set last time.
@@ -124,5 +128,32 @@ impl Gauges {
         metrics::gauge!("relayer_oldest_transaction_seconds")
             .set(horizon.oldest_transaction_age.map_or(0.0, seconds));
         metrics::gauge!("relayer_xmin_horizon_age_xids").set(f64::from(horizon.xmin_age.unwrap_or(0)));
+    }
+}
+
+/// Samples the SQL gauges every `interval` on a connection of its own, reconnecting after a
+/// failure; a failed sample is logged and the next one tried.
+pub(crate) async fn sample(args: Args, interval: Duration) {
+    let mut gauges = Gauges::new();
+    let mut client: Option<tokio_postgres::Client> = None;
+    let mut ticks = tokio::time::interval(interval);
+    loop {
+        ticks.tick().await;
+        if client.as_ref().is_none_or(tokio_postgres::Client::is_closed) {
+            client = match connect(&args).await {
+                Ok(connected) => Some(connected),
+                Err(error) => {
+                    tracing::warn!(target: "relayer::cli", %error, "metrics sampling: cannot connect");
+                    continue;
+                }
+            };
+        }
+        let Some(connected) = &client else { continue };
+        match namespace_status(connected, &args.namespace).await {
+            Ok(status) => gauges.record(&status),
+            Err(error) => {
+                tracing::warn!(target: "relayer::cli", error = %relayer_core::error_chain(&error), "metrics sampling failed");
+            }
+        }
     }
 }

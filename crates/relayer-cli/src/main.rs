@@ -6,12 +6,14 @@
 
 mod args;
 mod config;
+mod config_error;
 mod dead_letters;
 mod demo;
 mod gauges;
 mod lanes;
 mod output;
 mod run;
+mod schema;
 mod status;
 mod stop_signals;
 mod table;
@@ -54,10 +56,8 @@ async fn execute(cli: Cli) -> CliResult {
             print!("{}", relayer_postgres::schema_sql(&database("public")?.namespace));
             Ok(())
         }
-        Command::Schema(SchemaCommand::Apply) => status::apply(&database("public")?).await,
-        Command::Schema(SchemaCommand::Status(flag)) => {
-            status::schema_status(&database("public")?, flag.json).await
-        }
+        Command::Schema(SchemaCommand::Apply) => schema::apply(&database("public")?).await,
+        Command::Schema(SchemaCommand::Status(flag)) => schema::status(&database("public")?, flag.json).await,
         Command::DeadLetters(command) => dead_letters::run(&database("public")?, command).await,
         Command::Lanes(command) => lanes::run(&database("public")?, command).await,
         Command::Run(run_args) => run::run(&global, &run_args).await,

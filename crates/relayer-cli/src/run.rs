@@ -3,16 +3,13 @@
 //! so also during start-up: the host waits for passes in flight and releases its leases,
 //! so another instance leads at once.
 
-use std::time::Duration;
-
 use relayer::{Relayer, RelayerBuilder};
-use relayer_postgres::namespace_status;
 
+use crate::CliResult;
 use crate::args::{Args, DEFAULT_DATABASE_URL, Global, RunArgs};
 use crate::config::{Config, parse_database_url};
-use crate::gauges::Gauges;
+use crate::gauges;
 use crate::stop_signals::StopSignals;
-use crate::{CliResult, connect};
 
 pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
     // Before anything else: a signal during start-up must stop the sidecar cleanly too.
@@ -65,7 +62,7 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
         host.instance_id(),
         config.metrics.map_or_else(String::new, |m| format!(", metrics on http://{}/metrics", m.listen)),
     );
-    let sampler = config.metrics.map(|m| tokio::spawn(sample(args.clone(), m.sample_interval)));
+    let sampler = config.metrics.map(|m| tokio::spawn(gauges::sample(args.clone(), m.sample_interval)));
 
     let stop = signals.next().await;
     eprintln!("relayer run: {stop}: stopping (waiting for passes in flight, releasing leases)");
@@ -107,31 +104,4 @@ fn builder(
         builder = builder.instance_id(instance);
     }
     builder
-}
-
-/// Samples the SQL gauges every `interval` on a connection of its own, reconnecting after a
-/// failure; a failed sample is logged and the next one tried.
-async fn sample(args: Args, interval: Duration) {
-    let mut gauges = Gauges::new();
-    let mut client: Option<tokio_postgres::Client> = None;
-    let mut ticks = tokio::time::interval(interval);
-    loop {
-        ticks.tick().await;
-        if client.as_ref().is_none_or(tokio_postgres::Client::is_closed) {
-            client = match connect(&args).await {
-                Ok(connected) => Some(connected),
-                Err(error) => {
-                    tracing::warn!(target: "relayer::cli", %error, "metrics sampling: cannot connect");
-                    continue;
-                }
-            };
-        }
-        let Some(connected) = &client else { continue };
-        match namespace_status(connected, &args.namespace).await {
-            Ok(status) => gauges.record(&status),
-            Err(error) => {
-                tracing::warn!(target: "relayer::cli", error = %relayer_core::error_chain(&error), "metrics sampling failed");
-            }
-        }
-    }
 }

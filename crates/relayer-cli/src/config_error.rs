@@ -1,0 +1,61 @@
+//! A configuration error as the one line `relayer run` and `relayer config check` print:
+//! `path: problem (where it came from)` — the file, or the `RELAYER_*` variable.
+
+use std::path::Path;
+
+use crate::config::ENV_PREFIX;
+
+/// A figment error as one line: `path: problem (where it came from)`.
+pub(crate) fn one_line(error: &figment::Error, file: &Path) -> String {
+    use figment::error::Kind;
+    let path = error.path.join(".");
+    let problem = match &error.kind {
+        Kind::UnknownField(field, _) => {
+            let full = if path.is_empty() || path.to_lowercase().ends_with(&field.to_lowercase()) {
+                if path.is_empty() { field.clone() } else { path }
+            } else {
+                format!("{path}.{field}")
+            };
+            return format!("{full}: unknown key{}", origin(error, file));
+        }
+        Kind::MissingField(field) => {
+            let full = if path.is_empty() || error.path.last().map(String::as_str) == Some(&**field) {
+                if path.is_empty() { field.to_string() } else { path }
+            } else {
+                format!("{path}.{field}")
+            };
+            return format!("{full}: missing{}", origin(error, file));
+        }
+        // A parser's message may span lines (a source snippet with a caret): one line.
+        Kind::Message(message) => single_line(message),
+        other => other.to_string(),
+    };
+    // The options types name their field themselves (`sweeper.batch_size: 0 is out of …`).
+    if !path.is_empty()
+        && (problem.starts_with(&format!("{path}.")) || problem.starts_with(&format!("{path}:")))
+    {
+        return format!("{problem}{}", origin(error, file));
+    }
+    if path.is_empty() {
+        format!("{problem}{}", origin(error, file))
+    } else {
+        format!("{path}: {problem}{}", origin(error, file))
+    }
+}
+
+/// ` (in FILE)` or ` (from VARIABLE)`.
+fn origin(error: &figment::Error, file: &Path) -> String {
+    match &error.metadata {
+        Some(metadata) if metadata.name.contains("environment") => {
+            let name: Vec<String> = error.path.iter().map(|key| key.to_uppercase()).collect();
+            let wildcard = if error.path.len() == 1 { "__*" } else { "" };
+            format!(" (from {ENV_PREFIX}{}{wildcard})", name.join("__"))
+        }
+        _ => format!(" (in {})", file.display()),
+    }
+}
+
+/// `text` on one line: its non-empty lines, trimmed, joined with `; `.
+pub(crate) fn single_line(text: &str) -> String {
+    text.lines().map(str::trim).filter(|line| !line.is_empty()).collect::<Vec<_>>().join("; ")
+}
