@@ -26,7 +26,11 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
         (schema, prefix) => relayer::Namespace::new(
             schema.clone().unwrap_or_else(|| config.namespace.schema().to_owned()),
             prefix.clone().unwrap_or_else(|| config.namespace.prefix().to_owned()),
-        )?,
+        )
+        .map_err(|e| match e.kind() {
+            relayer::core::IdentifierKind::Schema => format!("--schema: {e}"),
+            relayer::core::IdentifierKind::Prefix => format!("--prefix: {e}"),
+        })?,
     };
     let args = Args { database_url, namespace };
     let database = parse_database_url(&args.database_url, from)?;

@@ -139,6 +139,18 @@ async fn each_configuration_error_is_one_line_naming_its_path_opt_2() {
             assert!(ran.stderr.starts_with(expected), "{command:?}: {}", ran.stderr);
         }
     }
+    // The command line's namespace is checked the same way, naming the flag.
+    let sweeper = ConfigFile::new(SWEEPER);
+    let ran = relayer(&db, &["--prefix", "a-", "run", "--config", sweeper.path()]).await;
+    assert!(!ran.success && ran.stderr.lines().count() == 1, "{ran:?}");
+    assert!(ran.stderr.starts_with("error: --prefix: invalid table prefix \"a-\""), "{}", ran.stderr);
+    let ran = std::process::Command::new(env!("CARGO_BIN_EXE_relayer"))
+        .args(["--database-url", "host=db port=x", "run", "--config", sweeper.path()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert!(stderr.starts_with("error: --database-url: not a valid connection string"), "{stderr}");
+
     // A malformed database_url is refused without connecting; a well-formed one is not
     // tried (this host does not exist).
     for (url, expected) in [
