@@ -71,6 +71,7 @@ mod consumer;
 mod error;
 mod handler;
 mod heartbeat;
+mod hosted;
 mod in_flight;
 mod pump;
 mod receive;

@@ -52,6 +52,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod hosted;
 mod report;
 mod worker;
 

@@ -32,12 +32,17 @@
 //! Each pass runs in a span (target `relayer::<worker>`) that records its number, outcome,
 //! report and duration. Tests observe a loop through its [`WorkerEvent`]s — pass started,
 //! succeeded, failed (with the next wait), stopped — and never sleep to wait for it.
+//!
+//! A host runs each worker through [`HostedWorker`], which every worker crate implements
+//! once (its `hosted.rs`): one task per worker, stopped by cancelling its token.
 #![deny(missing_docs)]
 
+mod hosted;
 mod leadership;
 mod panic;
 mod pass_loop;
 
+pub use hosted::{HostedError, HostedWorker};
 pub use leadership::Leadership;
 pub use panic::catch_panic;
 pub use pass_loop::{Pass, PassLoop, PassOutcome, WorkerEvent, WorkerHandle, WorkerKind};
