@@ -91,6 +91,8 @@ pub use relayer_core::{
 
 #[cfg(feature = "postgres")]
 mod builder;
+#[cfg(feature = "postgres")]
+mod connect;
 #[cfg(feature = "consumer")]
 mod consumers;
 #[cfg(feature = "dead-letters")]
@@ -101,19 +103,39 @@ mod error;
 mod fingerprints;
 #[cfg(feature = "postgres")]
 mod host;
+#[cfg(feature = "postgres")]
+mod instance_id;
+#[cfg(feature = "postgres")]
+mod leader_election;
 #[cfg(feature = "metrics")]
 mod metrics;
+#[cfg(feature = "postgres")]
+mod options;
+#[cfg(feature = "postgres")]
+mod pool_sizes;
+#[cfg(feature = "postgres")]
+mod settings_record;
+#[cfg(feature = "postgres")]
+mod start;
+#[cfg(feature = "postgres")]
+mod validate;
+#[cfg(feature = "postgres")]
+mod workers;
 #[cfg(feature = "postgres")]
 mod writer;
 
 #[cfg(feature = "postgres")]
-pub use builder::{LeaderElection, Relayer, RelayerBuilder, RelayerOptions};
+pub use builder::{Relayer, RelayerBuilder};
 #[cfg(feature = "postgres")]
 pub use error::StartError;
 #[cfg(feature = "postgres")]
 pub use fingerprints::{SettingDifference, SettingsDisagreement};
 #[cfg(feature = "postgres")]
 pub use host::RelayerHost;
+#[cfg(feature = "postgres")]
+pub use leader_election::{LeaderElection, Led};
+#[cfg(feature = "postgres")]
+pub use options::RelayerOptions;
 #[cfg(feature = "postgres")]
 pub use relayer_postgres::{EnqueueError, Enqueued, OutboxWriter};
 #[cfg(feature = "postgres")]
