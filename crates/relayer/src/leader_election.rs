@@ -49,9 +49,42 @@ impl fmt::Debug for LeaderElection {
 /// and [`dead_letters`](crate::RelayerBuilder::dead_letters) take.
 ///
 /// The options alone convert into one with the worker's default election (a lease for the
-/// sweeper and cleanup, an advisory lock for the dead-letter policies), so
-/// `.cleanup(options)` is led by a lease and
-/// `.cleanup(Led::new(options, LeaderElection::AdvisoryLock))` by an advisory lock.
+/// sweeper and cleanup, an advisory lock for the dead-letter policies):
+///
+/// ```no_run
+/// # async fn example(config: relayer::tokio_postgres::Config) -> Result<(), relayer::StartError> {
+/// use relayer::{CleanupOptions, LeaderElection, Led, Namespace, Relayer, SweeperOptions};
+///
+/// let host = Relayer::builder(config, Namespace::default())
+///     .queue_transport()
+///     .sweeper(SweeperOptions::default()) // led by a lease
+///     .cleanup(Led::new(CleanupOptions::default(), LeaderElection::AdvisoryLock))
+///     .start()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
+/// A worker that runs on every instance takes no election — this does not compile:
+///
+/// ```compile_fail,E0308
+/// # fn example(config: relayer::tokio_postgres::Config) {
+/// use relayer::{DispatcherOptions, LeaderElection, Led, Namespace, Relayer};
+///
+/// let _ = Relayer::builder(config, Namespace::default())
+///     .dispatcher(Led::new(DispatcherOptions::default(), LeaderElection::AdvisoryLock));
+/// # }
+/// ```
+///
+/// nor does one worker's election given to another:
+///
+/// ```compile_fail,E0277
+/// # fn example(config: relayer::tokio_postgres::Config) {
+/// use relayer::{LeaderElection, Led, Namespace, Relayer, SweeperOptions};
+///
+/// let _ = Relayer::builder(config, Namespace::default())
+///     .cleanup(Led::new(SweeperOptions::default(), LeaderElection::Lease));
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Led<O> {
     options: O,

@@ -14,7 +14,11 @@
 //! Starting checks the whole setup first and starts *nothing* when something is wrong
 //! (OPT-5): a missing or old schema, a dispatcher or sweeper without a transport, two
 //! transports with one name. Any worker may be left out (LIF-4): a test host that must not
-//! dispatch simply does not add the dispatcher. Options are fixed once the host runs and
+//! dispatch simply does not add the dispatcher. A led worker — the sweeper, cleanup, the
+//! dead-letter policies — takes its [`LeaderElection`] with its options ([`Led`]); the
+//! dispatcher and the consumers run on every instance and take none. Each pool the host
+//! opens is sized on its own from what its workers run at once, or as set (see
+//! `docs/connections.md`). Options are fixed once the host runs and
 //! readable from it ([`RelayerHost::options`]); a change means a restart. Every instance
 //! records a fingerprint of each worker's settings in the namespace's `instances` table and
 //! compares it with the other live instances'; replicas that disagree on timing or
@@ -77,7 +81,14 @@
 #[doc = include_str!("../../../README.md")]
 mod readme {}
 
-#[cfg(all(doctest, feature = "cleanup"))]
+#[cfg(all(
+    doctest,
+    feature = "dispatcher",
+    feature = "sweeper",
+    feature = "cleanup",
+    feature = "queue",
+    feature = "advisory-lock"
+))]
 #[doc = include_str!("../../../docs/connections.md")]
 mod connections {}
 
