@@ -124,6 +124,8 @@ fn sized(
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn every_worker() -> PoolDemand {
@@ -215,6 +217,92 @@ mod tests {
             let error = PoolPlan::new(&demand, sizes).unwrap_err();
             assert!(matches!(error, StartError::Setting { .. }), "{error:?}");
             assert_eq!(error.to_string(), expected);
+        }
+    }
+
+    fn demands() -> impl Strategy<Value = PoolDemand> {
+        let consumer = (1..=64u32, any::<bool>());
+        (
+            proptest::option::of(1..=64u32),
+            any::<bool>(),
+            0..=3u32,
+            any::<bool>(),
+            any::<bool>(),
+            proptest::collection::vec(consumer, 0..4),
+        )
+            .prop_map(
+                |(dispatcher_concurrency, sweeper, led, queue_transport, lent_maintenance, consumers)| {
+                    PoolDemand {
+                        dispatcher_concurrency,
+                        sweeper,
+                        // The sweeper is one of the led workers.
+                        led_workers: led.max(u32::from(sweeper)),
+                        queue_transport,
+                        lent_maintenance,
+                        consumers: consumers
+                            .into_iter()
+                            .enumerate()
+                            .map(|(n, (concurrency, inbox))| ConsumerDemand {
+                                queue: format!("q{n}"),
+                                concurrency,
+                                inbox,
+                            })
+                            .collect(),
+                    }
+                },
+            )
+    }
+
+    fn sizes() -> impl Strategy<Value = PoolSizes> {
+        let size = || proptest::option::of(0..=8u32);
+        (size(), size(), size()).prop_map(|(dispatcher, maintenance, queue_transport)| PoolSizes {
+            dispatcher,
+            maintenance,
+            queue_transport,
+        })
+    }
+
+    proptest! {
+        /// A plan opens exactly the pools the workers need, each with at least one
+        /// connection: a set size as given, else enough that every loop of its workers
+        /// holds a connection at once. A set size of 0 or for a pool not opened is refused.
+        #[test]
+        fn a_plan_opens_each_needed_pool_at_its_own_size_lif_2(demand in demands(), sizes in sizes()) {
+            let opened = [
+                (sizes.dispatcher, demand.dispatcher_concurrency.is_some()),
+                (sizes.maintenance, !demand.lent_maintenance),
+                (sizes.queue_transport, demand.queue_transport),
+            ];
+            let refused = opened.iter().any(|(set, opens)| *set == Some(0) || (set.is_some() && !opens));
+            let plan = PoolPlan::new(&demand, sizes);
+            prop_assert_eq!(plan.is_err(), refused, "{:?}", plan);
+            let Ok(plan) = plan else { return Ok(()) };
+
+            let planned = [plan.dispatcher, plan.maintenance, plan.queue_transport];
+            for ((set, opens), size) in opened.iter().zip(planned) {
+                prop_assert_eq!(size.is_some(), *opens);
+                prop_assert!(size.is_none_or(|size| size >= 1));
+                if let (Some(set), Some(size)) = (set, size) {
+                    prop_assert_eq!(size, *set);
+                }
+            }
+            if let (None, Some(concurrency)) = (sizes.dispatcher, demand.dispatcher_concurrency) {
+                // The unordered loops and the lane loop, and one to spare.
+                prop_assert!(plan.dispatcher.unwrap() > concurrency + 1);
+            }
+            if sizes.maintenance.is_none() && !demand.lent_maintenance {
+                prop_assert!(plan.maintenance.unwrap() > demand.led_workers);
+            }
+            if let (None, true) = (sizes.queue_transport, demand.queue_transport) {
+                let senders = plan.dispatcher.unwrap_or(0) + u32::from(demand.sweeper);
+                prop_assert!(plan.queue_transport.unwrap() >= senders.max(1));
+            }
+            prop_assert_eq!(plan.consumers.len(), demand.consumers.len());
+            for ((queue, size), consumer) in plan.consumers.iter().zip(&demand.consumers) {
+                prop_assert_eq!(queue, &consumer.queue);
+                let handlers = if consumer.inbox { consumer.concurrency } else { 0 };
+                prop_assert_eq!(*size, CONSUMER_LOOPS + handlers);
+            }
         }
     }
 }
