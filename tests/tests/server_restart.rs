@@ -26,8 +26,8 @@ use futures_util::future::join_all;
 use relayer::advisory_lock::PgAdvisoryLock;
 use relayer::postgres::{OutboxWriter, connect_pool};
 use relayer::{
-    CleanupOptions, DispatcherOptions, DistributedLock, LeaderElection, LockGuard, Namespace, NewMessage,
-    Relayer, RelayerHost, Retention, SweeperOptions, WorkerKind,
+    CleanupOptions, DispatcherOptions, DistributedLock, LeaderElection, Led, LockGuard, Namespace,
+    NewMessage, Relayer, RelayerHost, Retention, SweeperOptions,
 };
 use relayer_scenarios::scale::{RESTARTS_VARIABLE, count_from_env};
 use relayer_scenarios::{QueueProbe, Rng, Written, audit, outbox_rows, read_deliveries};
@@ -207,7 +207,7 @@ async fn start_hosts(db: &TestDb) -> Workers {
                 .build()
                 .unwrap(),
         )
-        .cleanup(
+        .cleanup(Led::new(
             CleanupOptions::builder()
                 .cleanup_interval(ms(200))
                 .inbox_retention(Retention::After(Duration::from_secs(3600)))
@@ -217,8 +217,8 @@ async fn start_hosts(db: &TestDb) -> Workers {
                 .max_backoff(Duration::from_secs(1))
                 .build()
                 .unwrap(),
-        )
-        .leadership(WorkerKind::Cleanup, LeaderElection::AdvisoryLock)
+            LeaderElection::AdvisoryLock,
+        ))
         .start()
         .await
         .unwrap();

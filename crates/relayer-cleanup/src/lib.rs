@@ -59,5 +59,6 @@
 #![deny(missing_docs)]
 
 mod cleanup;
+mod hosted;
 
 pub use cleanup::{Cleanup, CleanupError, CleanupReport, LEASE_JOB};

@@ -80,7 +80,8 @@ fn default_sample_interval() -> Duration {
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) database_url: Option<String>,
-    pub(crate) pool_size: u32,
+    /// Connections in each pool the sidecar opens; `None`: each sized from its workers.
+    pub(crate) pool_size: Option<u32>,
     pub(crate) instance_id: Option<String>,
     pub(crate) namespace: Namespace,
     pub(crate) metrics: Option<Metrics>,
@@ -159,9 +160,11 @@ impl File {
             };
             format!("namespace.{field}: {e}")
         })?;
-        let pool_size = self.pool_size.unwrap_or(2);
-        if !(1..=64).contains(&pool_size) {
-            return Err(format!("pool_size: {pool_size} is out of range (1..=64)"));
+        let pool_size = self.pool_size;
+        if let Some(size) = pool_size
+            && !(1..=64).contains(&size)
+        {
+            return Err(format!("pool_size: {size} is out of range (1..=64)"));
         }
         if let Some(url) = &self.database_url {
             parse_database_url(url, "database_url")?;

@@ -84,9 +84,10 @@ fn builder(
     database: tokio_postgres::Config,
     namespace: &relayer::Namespace,
 ) -> RelayerBuilder {
-    let mut builder = Relayer::builder(database, namespace.clone()).pool_size(config.pool_size);
-    if config.dispatcher.is_some() || config.sweeper.is_some() {
-        // The only transport a sidecar can send through: relayer's PostgreSQL queue.
+    let mut builder = Relayer::builder(database, namespace.clone());
+    // The only transport a sidecar can send through: relayer's PostgreSQL queue.
+    let sends = config.dispatcher.is_some() || config.sweeper.is_some();
+    if sends {
         builder = builder.queue_transport();
     }
     if let Some(options) = config.dispatcher.clone() {
@@ -99,10 +100,17 @@ fn builder(
         builder = builder.cleanup(options);
     }
     if let Some(policies) = config.policies.clone() {
-        builder = builder.dead_letters(policies);
+        builder = builder.dead_letters(policies, config.dead_letter.clone().unwrap_or_default());
     }
-    if let Some(options) = config.dead_letter.clone() {
-        builder = builder.dead_letter_options(options);
+    if let Some(connections) = config.pool_size {
+        // Every pool this sidecar opens; without it, each is sized from its workers.
+        builder = builder.maintenance_pool_size(connections);
+        if config.dispatcher.is_some() {
+            builder = builder.dispatcher_pool_size(connections);
+        }
+        if sends {
+            builder = builder.queue_pool_size(connections);
+        }
     }
     if let Some(instance) = config.instance_id.clone() {
         builder = builder.instance_id(instance);

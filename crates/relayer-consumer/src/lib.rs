@@ -72,6 +72,7 @@ mod error;
 mod handler;
 mod handler_call;
 mod heartbeat;
+mod hosted;
 mod in_flight;
 mod pump;
 mod receive;

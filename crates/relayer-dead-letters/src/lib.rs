@@ -53,6 +53,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod hosted;
 mod report;
 mod worker;
 

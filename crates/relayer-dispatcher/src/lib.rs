@@ -62,6 +62,7 @@
 
 mod dispatcher;
 mod error;
+mod hosted;
 mod lanes;
 mod pass;
 mod report;

@@ -121,6 +121,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod hosted;
 mod pass;
 mod report;
 mod sweeper;

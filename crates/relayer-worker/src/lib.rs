@@ -34,9 +34,13 @@
 //! succeeded, failed (with the next wait), stopped — and never sleep to wait for it; a
 //! finished pass's event carries its duration, so metrics need not pair events of loops
 //! that share a channel.
+//!
+//! A host runs each worker through [`HostedWorker`], which every worker crate implements
+//! once (its `hosted.rs`): one task per worker, stopped by cancelling its token.
 #![deny(missing_docs)]
 
 mod events;
+mod hosted;
 mod kind;
 mod leadership;
 mod panic;
@@ -44,6 +48,7 @@ mod pass_loop;
 
 pub use events::WorkerEvent;
 pub use kind::WorkerKind;
+pub use hosted::{HostedError, HostedWorker};
 pub use leadership::Leadership;
 pub use panic::catch_panic;
 pub use pass_loop::{Pass, PassLoop, PassOutcome, WorkerHandle};

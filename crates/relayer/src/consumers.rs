@@ -1,14 +1,13 @@
-//! The host's queue consumers (§10): what the builder collects, the start-time checks, and
-//! the pumps the host runs.
+//! The host's queue consumer subscriptions (§10): what the builder collects, and what the
+//! setup checks and pool sizing read from them.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
-use relayer_consumer::{Consumer, ConsumerStats, Handling, Subscription};
-use relayer_core::Namespace;
-use relayer_postgres::{StatementMode, connect_pool_with};
+use relayer_consumer::{Handling, Subscription};
+use relayer_core::SubscriptionQueues;
 
 use crate::error::StartError;
+use crate::pool_sizes::ConsumerDemand;
 
 /// A subscription and its handler, as the builder received them.
 pub(crate) struct ConsumerSpec {
@@ -31,31 +30,31 @@ pub(crate) fn check(specs: &[ConsumerSpec]) -> Result<(), StartError> {
     Ok(())
 }
 
-/// Builds each pump with its own pool: one connection per pass loop, and one per handler
-/// in flight for an inbox handler (its transaction).
-pub(crate) async fn build(
-    specs: Vec<ConsumerSpec>,
-    config: &tokio_postgres::Config,
-    namespace: &Namespace,
-    statements: StatementMode,
-) -> Result<Vec<Consumer>, StartError> {
-    let mut consumers = Vec::with_capacity(specs.len());
-    for ConsumerSpec { subscription, handling } in specs {
-        let loops = 3;
-        let size = match handling {
-            Handling::Inbox(_) => subscription.options().concurrency() + loops,
-            Handling::Plain(_) => loops,
-        };
-        let pool = connect_pool_with(config.clone(), size, statements).await.map_err(StartError::Connect)?;
-        let consumer = Consumer::new(config.clone(), pool, namespace.clone(), subscription, handling);
-        #[cfg(feature = "metrics")]
-        crate::metrics::consumer::observe(&consumer);
-        consumers.push(consumer);
-    }
-    Ok(consumers)
+/// What each pump runs at once, for sizing its pool.
+pub(crate) fn demand(specs: &[ConsumerSpec]) -> Vec<ConsumerDemand> {
+    specs
+        .iter()
+        .map(|spec| ConsumerDemand {
+            queue: spec.subscription.queue().to_owned(),
+            concurrency: spec.subscription.options().concurrency(),
+            inbox: matches!(spec.handling, Handling::Inbox(_)),
+        })
+        .collect()
 }
 
-/// The counters of each pump, by queue.
-pub(crate) fn stats(consumers: &[Consumer]) -> Vec<(String, Arc<ConsumerStats>)> {
-    consumers.iter().map(|c| (c.subscription().queue().to_owned(), c.stats())).collect()
+/// Each subscription's queue, dead-letter queue and invalid-message queue, for checking
+/// dead-letter policies against them (DLP-6).
+#[cfg_attr(not(feature = "dead-letters"), allow(dead_code))]
+pub(crate) fn queues(specs: &[ConsumerSpec]) -> Vec<SubscriptionQueues> {
+    specs
+        .iter()
+        .map(|spec| {
+            let subscription = &spec.subscription;
+            let entry = SubscriptionQueues::new(subscription.queue(), Some(subscription.dead_letter_queue()));
+            match subscription.invalid_message_queue() {
+                Some(invalid) => entry.with_invalid_message_queue(invalid),
+                None => entry,
+            }
+        })
+        .collect()
 }

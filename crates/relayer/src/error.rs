@@ -2,7 +2,6 @@
 
 use relayer_core::{DuplicateTransport, error_chain};
 use relayer_postgres::StorageError;
-use relayer_worker::WorkerKind;
 
 /// Why [`RelayerBuilder::start`](crate::RelayerBuilder::start) refused to start the host.
 /// Nothing was started: no worker runs, no lease or instance row was written.
@@ -25,13 +24,14 @@ pub enum StartError {
     /// Two transports were registered under one name.
     #[error("relayer setup: two transports are named {:?}; transport names must be unique", .0.0)]
     DuplicateTransport(#[source] DuplicateTransport),
-    /// Leadership was set for a worker that cannot use it.
-    #[error("relayer setup: leadership was set for the {worker}, {reason}")]
-    Leadership {
-        /// The worker named in `.leadership(…)`.
-        worker: WorkerKind,
-        /// Why it cannot be used, e.g. `which this host does not run`.
-        reason: &'static str,
+    /// A builder setting cannot be used as given, or not with the others (a pool size of
+    /// zero, a size for a pool the host does not open); the message names the setting.
+    #[error("relayer setup: {setting}: {reason}")]
+    Setting {
+        /// The setting, as the builder method that sets it is named (`dispatcher_pool_size`).
+        setting: &'static str,
+        /// What is wrong with it.
+        reason: String,
     },
     /// Options that are valid alone do not fit together, e.g. the dispatcher's
     /// `send_timeout` and the sweeper's `lease_duration` (TRN-5); the message names both.
@@ -47,7 +47,9 @@ pub enum StartError {
         reason: &'static str,
     },
     /// The instance id is empty.
-    #[error("relayer setup: the instance id must not be empty")]
+    #[error(
+        "relayer setup: instance_id: must not be empty (it is this instance's lease owner and fingerprint key)"
+    )]
     EmptyInstanceId,
     /// PostgreSQL could not be reached.
     #[error("relayer could not connect to PostgreSQL: {}", error_chain(.0))]

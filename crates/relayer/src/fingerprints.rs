@@ -82,12 +82,25 @@ pub(crate) struct WorkerSettings {
 
 impl WorkerSettings {
     /// From a worker's options' `fingerprint()` and `canonical_settings()`.
+    #[cfg_attr(
+        not(any(
+            feature = "dispatcher",
+            feature = "sweeper",
+            feature = "cleanup",
+            feature = "dead-letters"
+        )),
+        allow(dead_code)
+    )]
     pub(crate) fn new(worker: &'static str, fingerprint: String, canonical_settings: &str) -> Self {
         WorkerSettings { worker, fingerprint, settings: settings_object(canonical_settings) }
     }
 }
 
 /// `a=1;b=2s` as the jsonb object `{"a": "1", "b": "2s"}`.
+#[cfg_attr(
+    not(any(feature = "dispatcher", feature = "sweeper", feature = "cleanup", feature = "dead-letters")),
+    allow(dead_code)
+)]
 pub(crate) fn settings_object(canonical_settings: &str) -> serde_json::Value {
     serde_json::Value::Object(
         canonical_settings

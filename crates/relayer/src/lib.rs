@@ -14,7 +14,11 @@
 //! Starting checks the whole setup first and starts *nothing* when something is wrong
 //! (OPT-5): a missing or old schema, a dispatcher or sweeper without a transport, two
 //! transports with one name. Any worker may be left out (LIF-4): a test host that must not
-//! dispatch simply does not add the dispatcher. Options are fixed once the host runs and
+//! dispatch simply does not add the dispatcher. A led worker — the sweeper, cleanup, the
+//! dead-letter policies — takes its [`LeaderElection`] with its options ([`Led`]); the
+//! dispatcher and the consumers run on every instance and take none. Each pool the host
+//! opens is sized on its own from what its workers run at once, or as set (see
+//! `docs/connections.md`). Options are fixed once the host runs and
 //! readable from it ([`RelayerHost::options`]); a change means a restart. Every instance
 //! records a fingerprint of each worker's settings in the namespace's `instances` table and
 //! compares it with the other live instances'; replicas that disagree on timing or
@@ -77,7 +81,14 @@
 #[doc = include_str!("../../../README.md")]
 mod readme {}
 
-#[cfg(all(doctest, feature = "cleanup"))]
+#[cfg(all(
+    doctest,
+    feature = "dispatcher",
+    feature = "sweeper",
+    feature = "cleanup",
+    feature = "queue",
+    feature = "advisory-lock"
+))]
 #[doc = include_str!("../../../docs/connections.md")]
 mod connections {}
 
@@ -91,6 +102,8 @@ pub use relayer_core::{
 
 #[cfg(feature = "postgres")]
 mod builder;
+#[cfg(feature = "postgres")]
+mod connect;
 #[cfg(feature = "consumer")]
 mod consumers;
 #[cfg(feature = "dead-letters")]
@@ -101,19 +114,39 @@ mod error;
 mod fingerprints;
 #[cfg(feature = "postgres")]
 mod host;
+#[cfg(feature = "postgres")]
+mod instance_id;
+#[cfg(feature = "postgres")]
+mod leader_election;
 #[cfg(feature = "metrics")]
 mod metrics;
+#[cfg(feature = "postgres")]
+mod options;
+#[cfg(feature = "postgres")]
+mod pool_sizes;
+#[cfg(feature = "postgres")]
+mod settings_record;
+#[cfg(feature = "postgres")]
+mod start;
+#[cfg(feature = "postgres")]
+mod validate;
+#[cfg(feature = "postgres")]
+mod workers;
 #[cfg(feature = "postgres")]
 mod writer;
 
 #[cfg(feature = "postgres")]
-pub use builder::{LeaderElection, Relayer, RelayerBuilder, RelayerOptions};
+pub use builder::{Relayer, RelayerBuilder};
 #[cfg(feature = "postgres")]
 pub use error::StartError;
 #[cfg(feature = "postgres")]
 pub use fingerprints::{SettingDifference, SettingsDisagreement};
 #[cfg(feature = "postgres")]
 pub use host::RelayerHost;
+#[cfg(feature = "postgres")]
+pub use leader_election::{LeaderElection, Led};
+#[cfg(feature = "postgres")]
+pub use options::RelayerOptions;
 #[cfg(feature = "postgres")]
 pub use relayer_postgres::{EnqueueError, Enqueued, OutboxWriter};
 #[cfg(feature = "postgres")]

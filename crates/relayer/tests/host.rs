@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use relayer::{
-    CleanupOptions, DispatcherOptions, NewMessage, Relayer, RelayerBuilder, Retention, StartError,
-    SweeperOptions, WorkerKind,
+    CleanupOptions, DeadLetterOptions, DispatcherOptions, NewMessage, Relayer, RelayerBuilder, Retention,
+    StartError, SweeperOptions,
 };
 use relayer_test_support::{TestDb, within};
 use tokio_postgres::Client;
@@ -75,8 +75,10 @@ async fn start_fails_without_a_transport_and_writes_nothing_opt_5() {
     assert_eq!((count(&client, &db, "leases").await, count(&client, &db, "instances").await), (0, 0));
 }
 
+/// Leadership cannot be misplaced any more (each led worker takes its own, see the
+/// `Led` docs); a pool size still can be, and is refused like a duplicate transport.
 #[tokio::test]
-async fn start_refuses_duplicate_transports_and_misplaced_leadership_opt_5() {
+async fn start_refuses_duplicate_transports_and_misplaced_pool_sizes_opt_5() {
     let (db, client) = migrated().await;
     let pool = relayer::postgres::connect_pool(db.config(), 1).await.unwrap();
     let queue = std::sync::Arc::new(relayer::queue::PgQueueTransport::new(pool, db.namespace()));
@@ -85,13 +87,14 @@ async fn start_refuses_duplicate_transports_and_misplaced_leadership_opt_5() {
 
     let error = builder(&db)
         .queue_transport()
-        .leadership(WorkerKind::Cleanup, relayer::LeaderElection::Lease)
+        .cleanup(CleanupOptions::default())
+        .dispatcher_pool_size(4)
         .start()
         .await
         .unwrap_err();
     assert_eq!(
         error.to_string(),
-        "relayer setup: leadership was set for the cleanup, which this host does not run"
+        "relayer setup: dispatcher_pool_size: set, but this host runs no dispatcher"
     );
     assert_eq!((count(&client, &db, "leases").await, count(&client, &db, "instances").await), (0, 0));
 }
@@ -133,7 +136,14 @@ async fn a_sweeper_with_the_queue_transport_recovers_on_a_pool_of_one_lif_2() {
         .recovery_delay(Duration::ZERO)
         .build()
         .unwrap();
-    let host = builder(&db).queue_transport().sweeper(sweeper).pool_size(1).start().await.unwrap();
+    let host = builder(&db)
+        .queue_transport()
+        .sweeper(sweeper)
+        .maintenance_pool_size(1)
+        .queue_pool_size(1)
+        .start()
+        .await
+        .unwrap();
     for n in 0..3 {
         enqueue(&mut client, &host, NewMessage::new("queue", "orders", vec![n])).await;
     }
@@ -271,7 +281,7 @@ async fn a_host_without_a_dispatcher_does_not_dispatch_lif_4() {
 /// shutdown the lock is released.
 #[tokio::test]
 async fn dead_letter_policies_run_under_an_advisory_lock_by_default_ldr_5() {
-    use relayer::{DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule};
+    use relayer::{DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule};
     let (db, client) = migrated().await;
     let policy = DeadLetterPolicy::redrive(Duration::ZERO, Duration::from_secs(86_400)).unwrap();
     let policies = DeadLetterPolicies::new([
@@ -281,8 +291,8 @@ async fn dead_letter_policies_run_under_an_advisory_lock_by_default_ldr_5() {
     .unwrap();
     let host = builder(&db)
         .queue_transport()
-        .dead_letters(policies)
-        .dead_letter_options(
+        .dead_letters(
+            policies,
             DeadLetterOptions::builder().interval(Duration::from_millis(100)).build().unwrap(),
         )
         .start()
@@ -303,7 +313,7 @@ async fn dead_letter_policies_run_under_an_advisory_lock_by_default_ldr_5() {
 }
 
 /// OPT-5: an outbox dead-letter policy naming a transport the host does not register is
-/// refused at start, and so is leadership for dead-letter policies the host does not run.
+/// refused at start.
 #[tokio::test]
 async fn start_refuses_dead_letter_policies_for_an_unknown_transport_opt_5() {
     use relayer::{DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule};
@@ -314,20 +324,15 @@ async fn start_refuses_dead_letter_policies_for_an_unknown_transport_opt_5() {
         DeadLetterPolicy::expire(Duration::ZERO),
     )])
     .unwrap();
-    let error = builder(&db).queue_transport().dead_letters(policies).start().await.unwrap_err();
-    assert_eq!(
-        error.to_string(),
-        "relayer setup: a dead-letter policy redrives into transport \"nats\", which this host does not register"
-    );
     let error = builder(&db)
         .queue_transport()
-        .leadership(WorkerKind::DeadLetter, relayer::LeaderElection::Lease)
+        .dead_letters(policies, DeadLetterOptions::default())
         .start()
         .await
         .unwrap_err();
     assert_eq!(
         error.to_string(),
-        "relayer setup: leadership was set for the dead_letter, which this host does not run"
+        "relayer setup: a dead-letter policy redrives into transport \"nats\", which this host does not register"
     );
     assert_eq!(count(&client, &db, "instances").await, 0);
 }
@@ -341,8 +346,11 @@ async fn two_hosts_with_different_dead_letter_policies_report_a_disagreement_opt
         let policy = DeadLetterPolicy::expire(Duration::from_secs(after));
         DeadLetterPolicies::new([DeadLetterRule::queue("orders", "orders.dead", policy)]).unwrap()
     };
-    let first = builder(&db).dead_letters(policies(60)).instance_id("host-a").start().await.unwrap();
-    let second = builder(&db).dead_letters(policies(120)).instance_id("host-b").start().await.unwrap();
+    let options = DeadLetterOptions::default();
+    let first =
+        builder(&db).dead_letters(policies(60), options.clone()).instance_id("host-a").start().await.unwrap();
+    let second =
+        builder(&db).dead_letters(policies(120), options).instance_id("host-b").start().await.unwrap();
     let disagreements = second.disagreements();
     assert_eq!(disagreements.len(), 1, "{disagreements:?}");
     assert_eq!(disagreements[0].worker, "dead_letter");

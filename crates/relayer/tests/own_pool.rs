@@ -50,3 +50,77 @@ async fn a_host_on_the_applications_pool_uses_it_and_leaves_it_open_lif_1() {
     assert_eq!(answer, 7, "the application's pool still works after the host shut down");
     assert_eq!(sessions(app_name).await, 1);
 }
+
+/// LIF-1b with every worker that runs on the maintenance pool, and a dispatcher: the host
+/// opens no maintenance pool of its own (no session is named `…/maintenance`), leads the
+/// sweeper, cleanup and the dead-letter policies on the lent pool, and neither a refused
+/// start nor a shutdown closes it.
+#[tokio::test]
+async fn a_host_on_the_applications_pool_opens_no_maintenance_pool_and_never_closes_it_lif_1() {
+    use relayer::{
+        DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule, DispatcherOptions,
+        LeaderElection, Led, Namespace, StartError, SweeperOptions,
+    };
+
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    relayer::postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    let app_name = format!("app-{}", db.schema());
+    let mut app_config = db.config();
+    app_config.application_name(&app_name);
+    let pool = connect_pool(app_config, 3).await.unwrap();
+    let answers = |pool: relayer::postgres::PgPool| async move {
+        let connection = pool.get().await.unwrap();
+        connection.query_one("SELECT 7", &[]).await.unwrap().get::<_, i32>(0)
+    };
+
+    // Refused after the lent pool was taken: the namespace has no schema.
+    let unmigrated = Namespace::new(db.schema(), "unmigrated_").unwrap();
+    let error =
+        Relayer::builder(db.config(), unmigrated).pool(pool.clone()).cleanup(CleanupOptions::default());
+    let error = error.start().await.unwrap_err();
+    assert!(matches!(error, StartError::Schema(_)), "{error:?}");
+    assert_eq!(answers(pool.clone()).await, 7, "a refused start leaves the pool open");
+
+    let ms = Duration::from_millis;
+    let policies = DeadLetterPolicies::new([DeadLetterRule::queue(
+        "orders",
+        "orders.dead",
+        DeadLetterPolicy::expire(Duration::from_secs(3_600)),
+    )])
+    .unwrap();
+    let host = Relayer::builder(db.config(), db.namespace().clone())
+        .pool(pool.clone())
+        .queue_transport()
+        .dispatcher(DispatcherOptions::builder().poll_interval(ms(100)).build().unwrap())
+        .sweeper(SweeperOptions::builder().sweep_interval(ms(100)).build().unwrap())
+        .cleanup(CleanupOptions::builder().cleanup_interval(ms(100)).build().unwrap())
+        .dead_letters(
+            policies,
+            Led::new(DeadLetterOptions::builder().interval(ms(100)).build().unwrap(), LeaderElection::Lease),
+        )
+        .start()
+        .await
+        .unwrap();
+    let leases = format!("SELECT count(*) FROM {} WHERE owner = $1", db.namespace().table("leases"));
+    eventually("the sweeper, cleanup and the dead-letter policies lead on the lent pool", || async {
+        client.query_one(&leases, &[&host.instance_id()]).await.unwrap().get::<_, i64>(0) == 3
+    })
+    .await;
+    let named = |name: String| {
+        let client = &client;
+        async move {
+            let sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1";
+            client.query_one(sql, &[&name]).await.unwrap().get::<_, i64>(0)
+        }
+    };
+    assert_eq!(named(format!("{}/maintenance", db.schema())).await, 0, "the host opened a maintenance pool");
+    assert!(named(format!("{}/dispatcher", db.schema())).await >= 1, "the dispatcher keeps its own pool");
+    let lent_sessions = named(app_name.clone()).await;
+    assert!((1..=3).contains(&lent_sessions), "{lent_sessions} sessions of the lent pool of 3");
+
+    host.shutdown().await;
+    drop(host);
+    assert_eq!(answers(pool.clone()).await, 7, "the application's pool still works after the host shut down");
+    assert!(named(app_name).await >= lent_sessions, "a connection of the lent pool was closed");
+}

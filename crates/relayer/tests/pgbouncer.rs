@@ -10,8 +10,8 @@ use relayer::advisory_lock::PgAdvisoryLock;
 use relayer::core::LockErrorKind;
 use relayer::postgres::StatementMode;
 use relayer::{
-    CleanupOptions, DispatcherOptions, DistributedLock, LeaderElection, NewMessage, QUEUE_TRANSPORT, Relayer,
-    SweeperOptions, WorkerKind,
+    CleanupOptions, DispatcherOptions, DistributedLock, LeaderElection, Led, NewMessage, QUEUE_TRANSPORT,
+    Relayer, SweeperOptions,
 };
 use relayer_test_support::{PoolMode, TestDb, eventually, pgbouncer};
 use tokio_postgres::{Client, Config, NoTls};
@@ -165,8 +165,10 @@ async fn a_host_leads_with_an_advisory_lock_through_a_session_mode_pooler_ldr_6(
         return;
     };
     let host = Relayer::builder(config, db.namespace().clone())
-        .cleanup(CleanupOptions::builder().cleanup_interval(Duration::from_millis(100)).build().unwrap())
-        .leadership(WorkerKind::Cleanup, LeaderElection::AdvisoryLock)
+        .cleanup(Led::new(
+            CleanupOptions::builder().cleanup_interval(Duration::from_millis(100)).build().unwrap(),
+            LeaderElection::AdvisoryLock,
+        ))
         .start()
         .await
         .unwrap();

@@ -385,8 +385,7 @@ async fn consume(
         builder = builder.consumer(subscription, Handling::Inbox(handler));
     }
     let host = builder
-        .dead_letters(DeadLetterPolicies::new(rules)?)
-        .dead_letter_options(DeadLetterOptions::builder().interval(TICK).build()?)
+        .dead_letters(DeadLetterPolicies::new(rules)?, DeadLetterOptions::builder().interval(TICK).build()?)
         .start()
         .await?;
     let sql = format!(

@@ -1,0 +1,21 @@
+//! Retention cleanup as a host runs it (LIF-1).
+
+use async_trait::async_trait;
+use relayer_worker::{HostedError, HostedWorker, WorkerKind};
+use tokio_util::sync::CancellationToken;
+
+use crate::cleanup::Cleanup;
+
+#[async_trait]
+impl HostedWorker for Cleanup {
+    fn kind(&self) -> WorkerKind {
+        WorkerKind::Cleanup
+    }
+
+    /// Never fails: a database that is down or lost its schema fails passes, retried with
+    /// backoff (RES-1).
+    async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), HostedError> {
+        self.run(shutdown).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,22 @@
+//! A queue consumer's pump as a host runs it (LIF-1): one per subscription.
+
+use async_trait::async_trait;
+use relayer_worker::{HostedError, HostedWorker, WorkerKind};
+use tokio_util::sync::CancellationToken;
+
+use crate::consumer::Consumer;
+
+#[async_trait]
+impl HostedWorker for Consumer {
+    fn kind(&self) -> WorkerKind {
+        WorkerKind::Consumer
+    }
+
+    fn describe(&self) -> String {
+        format!("consumer of queue {:?}", self.subscription().queue())
+    }
+
+    async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), HostedError> {
+        Ok(self.run(shutdown).await?)
+    }
+}

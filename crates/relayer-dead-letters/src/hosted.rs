@@ -1,0 +1,18 @@
+//! The dead-letter policy worker as a host runs it (LIF-1).
+
+use async_trait::async_trait;
+use relayer_worker::{HostedError, HostedWorker, WorkerKind};
+use tokio_util::sync::CancellationToken;
+
+use crate::worker::DeadLetterWorker;
+
+#[async_trait]
+impl HostedWorker for DeadLetterWorker {
+    fn kind(&self) -> WorkerKind {
+        WorkerKind::DeadLetter
+    }
+
+    async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), HostedError> {
+        Ok(self.run(shutdown).await?)
+    }
+}

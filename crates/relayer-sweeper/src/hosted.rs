@@ -1,0 +1,21 @@
+//! The recovery sweeper as a host runs it (LIF-1).
+
+use async_trait::async_trait;
+use relayer_worker::{HostedError, HostedWorker, WorkerKind};
+use tokio_util::sync::CancellationToken;
+
+use crate::sweeper::Sweeper;
+
+#[async_trait]
+impl HostedWorker for Sweeper {
+    fn kind(&self) -> WorkerKind {
+        WorkerKind::Sweeper
+    }
+
+    /// Never fails: a database that is down or lost its schema fails passes, retried with
+    /// backoff (RES-1).
+    async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), HostedError> {
+        self.run(shutdown).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,136 @@
+//! The second step of a start: the database. Opens each pool the plan sizes, checks the
+//! namespace's schema (NS-3), and registers relayer's queue transport on its own pool.
+//!
+//! Each pool's sessions carry the configured `application_name` followed by the pool's name
+//! (`orders/dispatcher`, `orders/maintenance`, `orders/queue-transport`,
+//! `orders/consumer:invoices`; `relayer/…` when none is configured), so an operator can
+//! count each pool's connections in `pg_stat_activity` against its size. Dedicated sessions
+//! (LISTEN, advisory locks) and a pool the application lends keep their own names.
+
+use std::sync::Arc;
+
+use relayer_core::TransportRegistry;
+use relayer_postgres::{PgPool, connect_pool_with, verify_schema};
+
+use crate::error::StartError;
+use crate::validate::Setup;
+
+/// The longest `application_name` PostgreSQL keeps (NAMEDATALEN - 1); longer is cut.
+const APPLICATION_NAME_BYTES: usize = 63;
+
+/// The pools of a host whose database answers and whose schema is current.
+pub(crate) struct Connected {
+    /// The sweeper's, cleanup's, the dead-letter policies' and the host's bookkeeping: the
+    /// host's own, or the application's (lent: the host only ever drops its handle, so the
+    /// application's pool stays open).
+    pub(crate) maintenance: PgPool,
+    /// The dispatcher's pool (asynchronous commit), when it runs.
+    #[cfg_attr(not(feature = "dispatcher"), allow(dead_code))]
+    pub(crate) dispatcher: Option<PgPool>,
+    /// Each consumer's pool, by queue.
+    #[cfg_attr(not(feature = "consumer"), allow(dead_code))]
+    pub(crate) consumers: Vec<(String, PgPool)>,
+    /// Every transport of the host, relayer's queue transport included.
+    pub(crate) transports: Arc<TransportRegistry>,
+}
+
+/// Opens `setup`'s pools: the maintenance pool first (or takes the lent one), where the
+/// schema is checked before any other pool opens.
+pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
+    let open = |pool: String, size: u32, config: tokio_postgres::Config| {
+        connect_pool_with(labeled(config, &pool), size, setup.statements)
+    };
+    let maintenance = match (&setup.lent_pool, setup.pools.maintenance) {
+        (Some(lent), _) => lent.clone(),
+        (None, size) => {
+            // The plan sizes the maintenance pool whenever none is lent.
+            let size = size.unwrap_or(1);
+            open("maintenance".to_owned(), size, setup.config.clone()).await.map_err(StartError::Connect)?
+        }
+    };
+    {
+        let connection = maintenance.get().await.map_err(StartError::Pool)?;
+        verify_schema(&**connection, &setup.namespace).await.map_err(StartError::Schema)?;
+    }
+
+    #[cfg_attr(not(feature = "queue"), allow(unused_mut))]
+    let mut transports = setup.transports.clone();
+    #[cfg(feature = "queue")]
+    if let Some(size) = setup.pools.queue_transport {
+        // Its own pool: a sweeper pass sends while it holds a maintenance connection in its
+        // transaction, and a pass must never wait for a second connection of the pool it
+        // holds one of (LIF-2b).
+        let pool = open("queue-transport".to_owned(), size, setup.config.clone())
+            .await
+            .map_err(StartError::Connect)?;
+        let queue = relayer_queue::PgQueueTransport::new(pool, &setup.namespace);
+        transports.register(Arc::new(queue)).map_err(StartError::DuplicateTransport)?;
+    }
+
+    let dispatcher = match setup.pools.dispatcher {
+        Some(size) => {
+            let config = dispatcher_session(setup.config.clone());
+            Some(open("dispatcher".to_owned(), size, config).await.map_err(StartError::Connect)?)
+        }
+        None => None,
+    };
+
+    let mut consumers = Vec::with_capacity(setup.pools.consumers.len());
+    for (queue, size) in &setup.pools.consumers {
+        let pool = open(format!("consumer:{queue}"), *size, setup.config.clone())
+            .await
+            .map_err(StartError::Connect)?;
+        consumers.push((queue.clone(), pool));
+    }
+
+    Ok(Connected { maintenance, dispatcher, consumers, transports: Arc::new(transports) })
+}
+
+/// The dispatcher's sessions commit asynchronously (safe for its statements only, see
+/// `relayer_dispatcher::asynchronous_commit`).
+#[cfg(feature = "dispatcher")]
+fn dispatcher_session(config: tokio_postgres::Config) -> tokio_postgres::Config {
+    relayer_dispatcher::asynchronous_commit(config)
+}
+
+/// Without the dispatcher feature no plan sizes a dispatcher pool.
+#[cfg(not(feature = "dispatcher"))]
+fn dispatcher_session(config: tokio_postgres::Config) -> tokio_postgres::Config {
+    config
+}
+
+/// `config` whose sessions are named after `pool`.
+fn labeled(mut config: tokio_postgres::Config, pool: &str) -> tokio_postgres::Config {
+    let name = pool_session_name(config.get_application_name(), pool);
+    config.application_name(name);
+    config
+}
+
+/// `{application}/{pool}`, the application's part shortened when needed so the pool's name
+/// survives PostgreSQL's cut at 63 bytes.
+fn pool_session_name(application: Option<&str>, pool: &str) -> String {
+    let application = application.filter(|name| !name.is_empty()).unwrap_or("relayer");
+    let room = APPLICATION_NAME_BYTES.saturating_sub(pool.len() + 1);
+    let mut end = application.len().min(room);
+    while !application.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}/{pool}", &application[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_sessions_are_named_after_the_application_and_the_pool() {
+        assert_eq!(pool_session_name(Some("orders"), "dispatcher"), "orders/dispatcher");
+        assert_eq!(pool_session_name(None, "maintenance"), "relayer/maintenance");
+        assert_eq!(pool_session_name(Some(""), "maintenance"), "relayer/maintenance");
+        // A long application name gives way to the pool's, at a character boundary.
+        let long = "é".repeat(40);
+        let name = pool_session_name(Some(&long), "consumer:orders");
+        assert!(name.len() <= APPLICATION_NAME_BYTES, "{name}");
+        assert!(name.ends_with("é/consumer:orders"), "{name}");
+    }
+}

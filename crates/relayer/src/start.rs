@@ -1,0 +1,61 @@
+//! Starting a host, in three steps and a record: validate (no I/O), connect (pools and
+//! schema), build the hosted workers; then record this instance's settings (OPT-4) and
+//! start the workers. A failure at any step has started nothing and written nothing.
+
+use tokio_util::sync::CancellationToken;
+
+use crate::builder::RelayerBuilder;
+use crate::connect::connect;
+use crate::error::StartError;
+use crate::host::{RelayerHost, Started};
+use crate::leader_election::Electorate;
+use crate::settings_record::SettingsRecord;
+use crate::validate::validate;
+use crate::workers::{self, WorkerContext};
+
+impl RelayerBuilder {
+    /// Checks the whole setup, then starts the configured workers as tokio tasks.
+    ///
+    /// Checked first, with no database: the instance id; transport names are unique; a
+    /// dispatcher or sweeper has a transport; options that must fit together do (TRN-5);
+    /// one subscription per queue; dead-letter policies fit the subscriptions and
+    /// transports (DLP-6); every pool size set fits a pool the host opens. Then the
+    /// database: it answers, and the namespace's schema is present and current. On any
+    /// failure nothing was started and nothing was written. Then this instance records its
+    /// settings fingerprints, compares them with the other live instances' (OPT-4), and
+    /// starts the workers.
+    pub async fn start(self) -> Result<RelayerHost, StartError> {
+        let setup = validate(self)?;
+        let connected = connect(&setup).await?;
+        let shutdown = CancellationToken::new();
+        let context = WorkerContext {
+            setup: &setup,
+            connected: &connected,
+            electorate: Electorate {
+                instance_id: &setup.instance_id,
+                config: &setup.config,
+                namespace: &setup.namespace,
+                shutdown: &shutdown,
+            },
+        };
+        let mut hosted = workers::build(&context)?;
+        let settings = std::mem::take(&mut hosted.settings);
+        let record = SettingsRecord::record(
+            connected.maintenance.clone(),
+            &setup.namespace,
+            &setup.instance_id,
+            settings,
+        )
+        .await?;
+        let options = setup.options();
+        Ok(RelayerHost::run(Started {
+            namespace: setup.namespace,
+            instance_id: setup.instance_id,
+            options,
+            transports: connected.transports,
+            hosted,
+            record,
+            shutdown,
+        }))
+    }
+}
