@@ -197,6 +197,15 @@ pub struct UnderLease<'a> {
     pub lease_duration: Duration,
 }
 
+/// Checking that the namespace holds the schema version this build needs: every worker's
+/// first step, retried while the store is unreachable.
+#[async_trait]
+pub trait VerifySchema: Store {
+    /// The version found; a permanent error when the schema is missing, older than this
+    /// build needs, or newer than it knows.
+    async fn verify_schema(&self) -> Result<i32, Self::Error>;
+}
+
 /// Leadership leases (LDR-2, LDR-6): the sweeper's and cleanup's leaders.
 #[async_trait]
 pub trait HoldLease: Store {

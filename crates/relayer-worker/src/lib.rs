@@ -34,10 +34,12 @@
 //! succeeded, failed (with the next wait), stopped — and never sleep to wait for it.
 #![deny(missing_docs)]
 
+mod error;
 mod leadership;
 mod panic;
 mod pass_loop;
 
+pub use error::WorkerError;
 pub use leadership::Leadership;
 pub use panic::catch_panic;
 pub use pass_loop::{Pass, PassLoop, PassOutcome, WorkerEvent, WorkerHandle, WorkerKind};
