@@ -57,9 +57,9 @@ pub use message::{Delivery, Envelope, Headers, MessageError, MessageId, MessageP
 pub use namespace::{IdentifierError, IdentifierKind, Namespace};
 pub use session::{Session, StoreSource};
 pub use store::{
-    ClaimOutbox, Claimed, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns, CompletionReport,
-    DeleteExpired, HoldLease, LeaderCheck, Lease, LockOutbox, LockedPage, PageRequest, ScanRecovery, Store,
-    StoreError, UndecodableRow, VerifySchema,
+    CheckLease, ClaimOutbox, Claimed, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns,
+    CompletionReport, DeleteExpired, HoldBackDestination, HoldLease, LeaderCheck, Lease, LockOutbox,
+    LockedPage, PageRequest, ScanRecovery, Store, StoreError, UndecodableRow, VerifySchema,
 };
 pub use time::Timestamp;
 pub use transport::{

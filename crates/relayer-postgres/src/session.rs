@@ -15,8 +15,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use relayer_core::session::{Session, StoreSource};
 use relayer_core::store::{
-    ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeleteExpired, HoldLease, Lease,
-    LockOutbox, LockedPage, PageRequest, ScanRecovery, Store, UnderLease, VerifySchema,
+    CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeleteExpired,
+    HoldBackDestination, HoldLease, Lease, LockOutbox, LockedPage, PageRequest, ScanRecovery, Store,
+    UnderLease, VerifySchema,
 };
 use relayer_core::{Namespace, RetentionTable, Uuid};
 
@@ -247,5 +248,24 @@ impl HoldLease for PgSession {
 
     async fn release(&self, job: &str, owner: &str) -> Result<bool, StorageError> {
         self.on(&self.statements.leases).release(job, owner).await
+    }
+}
+
+#[async_trait]
+impl HoldBackDestination for PgSession {
+    async fn hold_back(
+        &self,
+        transport: &str,
+        destination: &str,
+        cool_down: Duration,
+    ) -> Result<u64, StorageError> {
+        self.statements.outbox.hold_back(&*self.connection, transport, destination, cool_down).await
+    }
+}
+
+#[async_trait]
+impl CheckLease for PgSession {
+    async fn holds(&self, lease: &Lease) -> Result<bool, StorageError> {
+        self.statements.leases.holds(&*self.connection, lease).await
     }
 }

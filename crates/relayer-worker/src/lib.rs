@@ -38,8 +38,12 @@ mod error;
 mod leadership;
 mod panic;
 mod pass_loop;
+mod release_lease;
+mod roll_back;
 
 pub use error::WorkerError;
 pub use leadership::Leadership;
 pub use panic::catch_panic;
 pub use pass_loop::{Pass, PassLoop, PassOutcome, WorkerEvent, WorkerHandle, WorkerKind};
+pub use release_lease::release_lease_at_shutdown;
+pub use roll_back::roll_back_failed_pass;

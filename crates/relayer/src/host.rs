@@ -239,7 +239,7 @@ impl RelayerHost {
                 options.dispatcher().cloned().unwrap_or_default(),
             );
             relayer_sweeper::Sweeper::new(
-                pool.clone(),
+                relayer_postgres::PgSource::new(pool.clone(), &namespace).with_transports(transports.names()),
                 namespace.clone(),
                 sweeper_options.clone(),
                 send,
@@ -259,7 +259,7 @@ impl RelayerHost {
                 &shutdown,
             );
             relayer_cleanup::Cleanup::new(
-                pool.clone(),
+                relayer_postgres::PgSource::new(pool.clone(), &namespace),
                 namespace.clone(),
                 cleanup_options.clone(),
                 leadership,
@@ -617,8 +617,8 @@ async fn refresh_fingerprints(
 #[cfg(feature = "metrics")]
 fn observe_workers(
     #[cfg(feature = "dispatcher")] dispatcher: Option<&relayer_dispatcher::Dispatcher>,
-    #[cfg(feature = "sweeper")] sweeper: Option<&relayer_sweeper::Sweeper>,
-    #[cfg(feature = "cleanup")] cleanup: Option<&relayer_cleanup::Cleanup>,
+    #[cfg(feature = "sweeper")] sweeper: Option<&relayer_sweeper::Sweeper<relayer_postgres::PgSource>>,
+    #[cfg(feature = "cleanup")] cleanup: Option<&relayer_cleanup::Cleanup<relayer_postgres::PgSource>>,
     #[cfg(feature = "dead-letters")] dead_letters: Option<&relayer_dead_letters::DeadLetterWorker>,
 ) {
     #[cfg(feature = "dispatcher")]
