@@ -24,8 +24,9 @@ where
         Ok(false) => {}
         // It expires by itself; another instance waits out the rest of it.
         Err(error) => {
-            tracing::warn!(target: "relayer::lease", %namespace, job, owner, cause = %error_chain(&error),
-            "could not release the lease; it will expire")
+            let cause = error_chain(&error);
+            tracing::warn!(target: "relayer::lease", %namespace, job, owner, %cause,
+                "could not release the lease; it will expire");
         }
     }
 }
