@@ -14,6 +14,14 @@
 //!   immediate mode and started again while writers, a dispatcher, the sweeper, cleanup and
 //!   advisory-lock holders run; nothing committed is lost, every worker works again, the
 //!   locks are taken again.
+//! - `tests/crash_windows.rs`: the windows a SIGKILL only hits by luck, hit every run. The
+//!   sweeper, cleanup and a claimant run on relayer's PostgreSQL source wrapped in
+//!   test-support's `FaultyStore`, which strikes the exact call: a completion lost after the
+//!   send, a connection killed between the lock and the send, a renewal or a batch held past
+//!   its lease. Nothing is lost, a window costs at most a second delivery, and the late
+//!   writer is fenced.
+//! - `tests/layering.rs`: the store seam holds — no worker crate depends on the storage
+//!   crate (LDR-1b).
 //!
 //! This library holds what they share: a queue transport that can be watched
 //! ([`QueueProbe`]), the child-process protocol ([`host_process`]), the pure delivery

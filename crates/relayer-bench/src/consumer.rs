@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use relayer_cleanup::{Cleanup, LEASE_JOB};
 use relayer_consumer::{Consumer, Handler, Handling, InboxHandler, Outcome, Subscription};
 use relayer_core::{CleanupOptions, ConsumerOptions, NewMessage};
-use relayer_postgres::{ConsumeStatements, QueueMessage, QueueWriter, connect_pool};
+use relayer_postgres::{ConsumeStatements, PgSource, QueueMessage, QueueWriter, connect_pool};
 use relayer_worker::Leadership;
 use tokio_util::sync::CancellationToken;
 
@@ -229,16 +229,16 @@ async fn explain_statements(scratch: &Scratch) -> BenchResult<()> {
     let statements = ConsumeStatements::new(&scratch.namespace);
     let visibility = Duration::from_secs(30);
     // Warm the session's caches and prepared statements first.
-    let warm = statements.receive(&session.client, QUEUE, BATCH, visibility).await?;
+    let warm = statements.receive(session.client(), QUEUE, BATCH, visibility).await?;
     let receipts: Vec<_> = warm.iter().map(|r| r.receipt).collect();
-    statements.ack(&session.client, &receipts).await?;
+    statements.ack(session.client(), &receipts).await?;
     session.drain();
     let clock = Instant::now();
-    let received = statements.receive(&session.client, QUEUE, BATCH, visibility).await?;
+    let received = statements.receive(session.client(), QUEUE, BATCH, visibility).await?;
     let receipts: Vec<_> = received.iter().map(|r| r.receipt).collect();
-    statements.extend(&session.client, &receipts, visibility).await?;
+    statements.extend(session.client(), &receipts, visibility).await?;
     let requeue = [relayer_postgres::Requeue { receipt: receipts[0], delay: Duration::from_secs(1) }];
-    statements.requeue(&session.client, &requeue).await?;
+    statements.requeue(session.client(), &requeue).await?;
     let dead = [relayer_postgres::DeadLetter {
         receipt: receipts[1],
         queue: "bench.dead_letters".into(),
@@ -246,8 +246,8 @@ async fn explain_statements(scratch: &Scratch) -> BenchResult<()> {
         message: "bench".into(),
         handled: true,
     }];
-    statements.dead_letter(&session.client, &dead).await?;
-    statements.ack(&session.client, &receipts[2..]).await?;
+    statements.dead_letter(session.client(), &dead).await?;
+    statements.ack(session.client(), &receipts[2..]).await?;
     session.report(
         "consumer",
         "receive 100, heartbeat, requeue 1, dead-letter 1, ack 98",
@@ -287,12 +287,12 @@ async fn idle_inbox_cleanup(scratch: &Scratch, rows: i64) -> BenchResult<u64> {
     let mut session = ExplainedSession::open(scratch).await?;
     let options = CleanupOptions::default();
     let cleanup = Cleanup::new(
-        connect_pool(scratch.config.clone(), 1).await?,
+        PgSource::new(connect_pool(scratch.config.clone(), 1).await?, &scratch.namespace),
         scratch.namespace.clone(),
         options.clone(),
         Leadership::lease(LEASE_JOB, "bench", options.lease_duration()),
     );
-    cleanup.run_once(&mut session.client).await?;
+    cleanup.run_once(&mut session.session).await?;
     session.drain();
     println!("  idle, after VACUUM:");
     let vacuumed = session.clean(&cleanup, true).await?;

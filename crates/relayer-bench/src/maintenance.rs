@@ -33,9 +33,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relayer_cleanup::{Cleanup, CleanupReport, LEASE_JOB as CLEANUP_JOB};
-use relayer_core::{CleanupOptions, DispatcherOptions, SweeperOptions, TransportRegistry};
+use relayer_core::{CleanupOptions, DispatcherOptions, StoreSource, SweeperOptions, TransportRegistry};
 use relayer_delivery::SendPath;
-use relayer_postgres::{PgClient, connect_pool};
+use relayer_postgres::{PgClient, PgConnectionManager, PgSession, PgSource, StatementMode, connect_pool};
 use relayer_queue::PgQueueTransport;
 use relayer_sweeper::{LEASE_JOB as SWEEPER_JOB, SweepReport, Sweeper};
 use relayer_worker::{Leadership, PassOutcome, WorkerEvent};
@@ -133,7 +133,7 @@ async fn passes_in(scratch: &Scratch, rows: i64) -> BenchResult<(u64, u64)> {
     let pool = connect_pool(scratch.config.clone(), 1).await?;
     let sweeper_options = SweeperOptions::default();
     let sweeper = Sweeper::new(
-        pool.clone(),
+        PgSource::new(pool.clone(), ns).with_transports(transports.names()),
         ns.clone(),
         sweeper_options.clone(),
         SendPath::new(Arc::clone(&transports), DispatcherOptions::default()),
@@ -141,15 +141,15 @@ async fn passes_in(scratch: &Scratch, rows: i64) -> BenchResult<(u64, u64)> {
     );
     let cleanup_options = CleanupOptions::default();
     let cleanup = Cleanup::new(
-        pool,
+        PgSource::new(pool, ns),
         ns.clone(),
         cleanup_options.clone(),
         Leadership::lease(CLEANUP_JOB, "bench", cleanup_options.lease_duration()),
     );
 
     // A first pass of each warms the session's catalog caches and takes the leases.
-    sweeper.run_once(&mut session.client).await?;
-    cleanup.run_once(&mut session.client).await?;
+    sweeper.run_once(&mut session.session).await?;
+    cleanup.run_once(&mut session.session).await?;
     session.drain();
 
     println!("\n=== idle, right after VACUUM ANALYZE (nothing due)");
@@ -193,7 +193,7 @@ async fn passes_in(scratch: &Scratch, rows: i64) -> BenchResult<(u64, u64)> {
     let clock = Instant::now();
     let (mut passes, mut sent, mut empty_in_a_row) = (0u32, 0u64, 0u32);
     while empty_in_a_row < 2 && passes < 100_000 {
-        let report = sweeper.run_once(&mut session.client).await?;
+        let report = sweeper.run_once(&mut session.session).await?;
         passes += 1;
         sent += report.sent;
         empty_in_a_row = if report.scanned == 0 { empty_in_a_row + 1 } else { 0 };
@@ -222,7 +222,8 @@ pub(crate) async fn vacuum(client: &Client, scratch: &Scratch) -> BenchResult<()
 
 /// A session whose every statement's plan, with buffers, arrives as a notice.
 pub(crate) struct ExplainedSession {
-    pub(crate) client: PgClient,
+    /// A store session on the explained connection, as the workers' passes take one.
+    pub(crate) session: PgSession,
     plans: UnboundedReceiver<String>,
 }
 
@@ -251,7 +252,20 @@ impl ExplainedSession {
                  SET auto_explain.log_format = 'json'; SET auto_explain.log_level = 'notice'",
             )
             .await?;
-        Ok(ExplainedSession { client: PgClient::new(client), plans })
+        // A pool of that one connection, so the workers' passes run on it as on any
+        // session of their source.
+        let pool = bb8::Pool::builder()
+            .max_size(1)
+            .build_unchecked(PgConnectionManager::new(scratch.config.clone(), StatementMode::Prepared));
+        pool.add(PgClient::new(client)).map_err(|_| "the explained connection did not fit its pool")?;
+        // The PostgreSQL queue transport is the only one the benchmarks register.
+        let session = PgSource::new(pool, &scratch.namespace).with_transports(["queue"]).open().await?;
+        Ok(ExplainedSession { session, plans })
+    }
+
+    /// The explained connection, for statements no worker capability covers.
+    pub(crate) fn client(&self) -> &PgClient {
+        self.session.connection()
     }
 
     /// The statements reported since the last call.
@@ -275,17 +289,17 @@ impl ExplainedSession {
     }
 
     /// One sweeper pass: prints each statement's buffers (and plans); returns the total.
-    async fn sweep(&mut self, sweeper: &Sweeper, show_plans: bool) -> BenchResult<u64> {
+    async fn sweep(&mut self, sweeper: &Sweeper<PgSource>, show_plans: bool) -> BenchResult<u64> {
         let clock = Instant::now();
-        let report: SweepReport = sweeper.run_once(&mut self.client).await?;
+        let report: SweepReport = sweeper.run_once(&mut self.session).await?;
         let elapsed = clock.elapsed();
         Ok(self.report("sweeper", &report.to_string(), elapsed, show_plans))
     }
 
     /// One cleanup pass: prints each statement's buffers (and plans); returns the total.
-    pub(crate) async fn clean(&mut self, cleanup: &Cleanup, show_plans: bool) -> BenchResult<u64> {
+    pub(crate) async fn clean(&mut self, cleanup: &Cleanup<PgSource>, show_plans: bool) -> BenchResult<u64> {
         let clock = Instant::now();
-        let report: CleanupReport = cleanup.run_once(&mut self.client).await?;
+        let report: CleanupReport = cleanup.run_once(&mut self.session).await?;
         let elapsed = clock.elapsed();
         Ok(self.report("cleanup", &report.to_string(), elapsed, show_plans))
     }
@@ -389,21 +403,19 @@ async fn throughput_in(scratch: &Scratch, backlog: i64, batch: u32) -> BenchResu
         Arc::new(TransportRegistry::new().with(Arc::new(PgQueueTransport::new(queue_pool, ns)))?);
     let options = SweeperOptions::builder().batch_size(batch).build()?;
     let sweeper = Sweeper::new(
-        connect_pool(scratch.config.clone(), 1).await?,
+        PgSource::new(connect_pool(scratch.config.clone(), 1).await?, ns).with_transports(transports.names()),
         ns.clone(),
         options.clone(),
         SendPath::new(Arc::clone(&transports), DispatcherOptions::default()),
         Leadership::lease(SWEEPER_JOB, "bench", options.lease_duration()),
     );
-    let (pass_client, connection) = scratch.config.connect(NoTls).await?;
-    tokio::spawn(connection);
-    let mut pass_client = PgClient::new(pass_client);
+    let mut pass_session = sweeper.source().open().await?;
     let clock = Instant::now();
     let mut sent = 0u64;
     let mut passes = 0u32;
     let total = u64::try_from(backlog).unwrap_or(0);
     while sent < total {
-        let report = sweeper.run_once(&mut pass_client).await?;
+        let report = sweeper.run_once(&mut pass_session).await?;
         sent += report.sent;
         passes += 1;
         if passes > 1_000_000 {
@@ -431,7 +443,8 @@ async fn sweeper_loop(
     total: u64,
 ) -> BenchResult<f64> {
     let sweeper = Sweeper::new(
-        connect_pool(scratch.config.clone(), 1).await?,
+        PgSource::new(connect_pool(scratch.config.clone(), 1).await?, &scratch.namespace)
+            .with_transports(transports.names()),
         scratch.namespace.clone(),
         options.clone(),
         SendPath::new(Arc::clone(transports), DispatcherOptions::default()),

@@ -43,7 +43,7 @@ pub(crate) async fn claim_buffers(scratch: &Scratch, quick: bool) -> BenchResult
         &format!("the same claim behind {BACKLOG} due rows of a tripped destination, filtered only"),
         &mut session,
     );
-    let held = outbox.hold_back(&*session.client, "queue", "down", Duration::from_secs(30)).await?;
+    let held = outbox.hold_back(&**session.client(), "queue", "down", Duration::from_secs(30)).await?;
     let hold_back: u64 = session.drain().iter().map(|statement| statement.buffers).sum();
     println!("  hold-back when the breaker trips (once per trip): {held} rows, {hold_back} buffers");
     claim_once(&mut session, &outbox, &down).await?;
@@ -97,13 +97,13 @@ async fn claim_once(
     outbox: &OutboxStatements,
     tripped: &[(String, String)],
 ) -> BenchResult<usize> {
-    session.client.batch_execute("BEGIN").await?;
+    session.client().batch_execute("BEGIN").await?;
     let claimed = outbox
-        .claim_due(&*session.client, Uuid::new_v4(), Duration::from_secs(30), 100, tripped)
+        .claim_due(&**session.client(), Uuid::new_v4(), Duration::from_secs(30), 100, tripped)
         .await?
         .messages
         .len();
-    session.client.batch_execute("ROLLBACK").await?;
+    session.client().batch_execute("ROLLBACK").await?;
     Ok(claimed)
 }
 

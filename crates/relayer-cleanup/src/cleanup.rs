@@ -1,5 +1,5 @@
 //! The cleanup worker: options → [`Cleanup::new`] → [`Cleanup::run`] → one pass per
-//! interval, each [`Cleanup::run_once`] on one pooled connection.
+//! interval, each [`Cleanup::run_once`] on one store session.
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,14 +7,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use relayer_core::store::{DeleteExpired, HoldLease, UnderLease};
+use relayer_core::session::{Session, StoreSource};
+use relayer_core::store::{CheckLease, DeleteExpired, HoldLease, Lease, UnderLease, VerifySchema};
 use relayer_core::{CleanupOptions, Namespace, RetentionTable};
-use relayer_postgres::retention::RetentionStatements;
-use relayer_postgres::{LeaseStatements, PgClient, PgPool, PgStore, Prepared, StorageError, verify_schema};
-use relayer_worker::{Leadership, Pass, PassLoop, PassOutcome, WorkerEvent, WorkerKind};
+use relayer_worker::{
+    Leadership, Pass, PassLoop, PassOutcome, WorkerError, WorkerEvent, WorkerKind, release_lease_at_shutdown,
+    roll_back_failed_pass,
+};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::report::CleanupReport;
 
 /// The lease job of retention cleanup: one cleaner per namespace, independent of the
 /// sweeper's lease (SWP-1, RET-4).
@@ -28,98 +32,45 @@ const EVENT_CAPACITY: usize = 256;
 const BUSY_RETRIES: u32 = 5;
 const BUSY_PAUSE: Duration = Duration::from_millis(10);
 
+/// The longest a failed lease transaction waits for its rollback (a round trip) before it
+/// leaves it to the session, whose drop discards the connection.
+const ROLLBACK_PATIENCE: Duration = Duration::from_secs(5);
+
 /// The retention cleanup worker of one namespace (§8).
-pub struct Cleanup {
-    pass: Arc<CleanupPass>,
+///
+/// It reaches its store only through `S`, a [`StoreSource`] whose sessions can delete
+/// expired rows in leased batches ([`DeleteExpired`]), take and release a lease
+/// ([`HoldLease`]), tell a lost lease from a busy one ([`CheckLease`]) and check the
+/// schema ([`VerifySchema`]). relayer's is `relayer_postgres::PgSource`.
+pub struct Cleanup<S> {
+    pass: Arc<CleanupPass<S>>,
     events: broadcast::Sender<WorkerEvent<CleanupReport>>,
 }
 
-/// What one cleanup pass did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CleanupReport {
-    /// Whether this instance led the pass; `false`: another instance holds the lease and
-    /// nothing was done.
-    pub led: bool,
-    /// The lease term the pass was fenced by (lease leadership only).
-    pub term: Option<i64>,
-    /// Dead rows deleted.
-    pub dead_deleted: u64,
-    /// Inbox rows deleted.
-    pub inbox_deleted: u64,
-    /// Delete statements run.
-    pub batches: u32,
-    /// The pass stopped before the backlog was gone: its time budget was spent or the host
-    /// is shutting down. The next pass carries on.
-    pub stopped_early: bool,
-    /// The lease was no longer this instance's at a batch (it lapsed while the process
-    /// stalled, and another instance took it over): that batch deleted nothing and the
-    /// pass ended there (LDR-6).
-    pub lease_lost: bool,
-}
+/// Everything a cleanup pass does to the store: the worker's bounds, named once for the
+/// crate's own items.
+trait CleanupSession: Session + VerifySchema + DeleteExpired + HoldLease + CheckLease {}
 
-impl CleanupReport {
-    /// Rows deleted from `table` (always 0 for the outbox).
-    pub fn deleted(&self, table: RetentionTable) -> u64 {
-        match table {
-            RetentionTable::Outbox => 0,
-            RetentionTable::Dead => self.dead_deleted,
-            RetentionTable::Inbox => self.inbox_deleted,
-        }
-    }
-}
+impl<T> CleanupSession for T where T: Session + VerifySchema + DeleteExpired + HoldLease + CheckLease {}
 
-impl fmt::Display for CleanupReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "dead_deleted={} inbox_deleted={} batches={}",
-            self.dead_deleted, self.inbox_deleted, self.batches
-        )?;
-        if self.stopped_early {
-            f.write_str(" stopped_early")?;
-        }
-        if self.lease_lost {
-            f.write_str(" lease_lost")?;
-        }
-        Ok(())
-    }
-}
-
-/// Why a cleanup pass failed. A running cleaner logs it and retries with backoff (RES-1).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CleanupError {
-    /// The namespace's schema is missing or too old (NS-3): the worker's first pass checks
-    /// it, and retries with backoff until it is there (OPT-5 refuses it at the host's start).
-    #[error("retention cleanup cannot work on this namespace: {0}")]
-    Schema(StorageError),
-    /// A statement failed or the connection broke.
-    #[error(transparent)]
-    Storage(#[from] StorageError),
-    /// No pooled connection could be had.
-    #[error("retention cleanup could not get a pooled connection")]
-    Pool(#[source] bb8::RunError<tokio_postgres::Error>),
-    /// Beginning or committing the lease transaction failed.
-    #[error("retention cleanup: {0} failed")]
-    Transaction(&'static str, #[source] tokio_postgres::Error),
-}
-
-impl Cleanup {
-    /// A cleaner for `namespace`, borrowing one connection of `pool` per pass. With
-    /// [`Leadership::Lease`], use the job [`LEASE_JOB`] and the options' `lease_duration`.
-    pub fn new(pool: PgPool, namespace: Namespace, options: CleanupOptions, leadership: Leadership) -> Self {
+impl<S> Cleanup<S>
+where
+    S: StoreSource,
+    S::Session: VerifySchema + DeleteExpired + HoldLease + CheckLease,
+{
+    /// A cleaner for `namespace`, opening one session of `source` (which must work on
+    /// `namespace`, named in the worker's logs) per pass. With [`Leadership::Lease`], use
+    /// the job [`LEASE_JOB`] and the options' `lease_duration`.
+    pub fn new(source: S, namespace: Namespace, options: CleanupOptions, leadership: Leadership) -> Self {
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
-        let pass = CleanupPass {
-            retention: RetentionStatements::new(&namespace),
-            leases: LeaseStatements::new(&namespace),
-            pool,
-            namespace,
-            options,
-            leadership,
-            schema_verified: AtomicBool::new(false),
-        };
+        let pass =
+            CleanupPass { source, namespace, options, leadership, schema_verified: AtomicBool::new(false) };
         Cleanup { pass: Arc::new(pass), events }
+    }
+
+    /// The source the cleaner opens its sessions from (for [`run_once`](Self::run_once)).
+    pub fn source(&self) -> &S {
+        &self.pass.source
     }
 
     /// The options this cleaner runs with (immutable, OPT-4).
@@ -152,18 +103,18 @@ impl Cleanup {
             .await;
     }
 
-    /// Runs one pass on `client`: takes or renews the lease (lease leadership;
+    /// Runs one pass on `session`: takes or renews the lease (lease leadership;
     /// [`CleanupReport::led`] is `false` when another instance holds it), then deletes
     /// expired rows in short batches until the backlog is gone or the pass budget is spent,
     /// each batch locking, checking and renewing the lease (see the [crate docs](crate)).
     /// With [`Leadership::Advisory`] the caller must hold the lock (as [`run`](Self::run)
-    /// does). The schema is not checked here: a missing table is a storage error.
-    pub async fn run_once(&self, client: &mut PgClient) -> Result<CleanupReport, CleanupError> {
-        self.pass.clean(client, &CancellationToken::new()).await
+    /// does). The schema is not checked here: a missing table is a store error.
+    pub async fn run_once(&self, session: &mut S::Session) -> Result<CleanupReport, WorkerError> {
+        self.pass.clean(session, &CancellationToken::new()).await
     }
 }
 
-impl fmt::Debug for Cleanup {
+impl<S> fmt::Debug for Cleanup<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Cleanup")
             .field("namespace", &self.pass.namespace)
@@ -173,39 +124,56 @@ impl fmt::Debug for Cleanup {
     }
 }
 
-struct CleanupPass {
-    pool: PgPool,
+struct CleanupPass<S> {
+    source: S,
     namespace: Namespace,
     options: CleanupOptions,
     leadership: Leadership,
-    retention: RetentionStatements,
-    leases: LeaseStatements,
     /// Set once the loop's schema check passed; a failed check is a failed pass, retried.
     schema_verified: AtomicBool,
 }
 
-impl CleanupPass {
+impl<S> CleanupPass<S>
+where
+    S: StoreSource,
+    S::Session: CleanupSession,
+{
+    /// Takes or renews the lease in a short transaction of its own (or finds another
+    /// leader: `None`).
+    async fn take_lease(
+        &self,
+        session: &mut S::Session,
+        job: &str,
+        owner: &str,
+        lease_duration: Duration,
+    ) -> Result<Option<Lease>, WorkerError> {
+        session.begin().await.map_err(|e| WorkerError::store("beginning the lease transaction", e))?;
+        let lease = match session.acquire(job, owner, lease_duration).await {
+            Ok(lease) => lease,
+            Err(error) => {
+                roll_back_failed_pass(session, ROLLBACK_PATIENCE).await;
+                return Err(WorkerError::store("taking the cleanup lease", error));
+            }
+        };
+        if let Err(error) = session.commit().await {
+            roll_back_failed_pass(session, ROLLBACK_PATIENCE).await;
+            return Err(WorkerError::store("committing the cleanup lease", error));
+        }
+        Ok(lease)
+    }
+
     async fn clean(
         &self,
-        client: &mut PgClient,
+        session: &mut S::Session,
         shutdown: &CancellationToken,
-    ) -> Result<CleanupReport, CleanupError> {
+    ) -> Result<CleanupReport, WorkerError> {
         let mut report = CleanupReport::default();
         let lease = match &self.leadership {
             Leadership::Lease { job, owner, lease_duration } => {
                 // A short transaction that takes the lease (or finds another leader); the
                 // batches that follow are their own short transactions, each locking,
                 // checking and renewing the lease itself (LDR-2, LDR-6).
-                let (connection, statements) = client.split();
-                let tx = connection
-                    .transaction()
-                    .await
-                    .map_err(|e| CleanupError::Transaction("beginning the lease transaction", e))?;
-                let lease = PgStore::new(&Prepared::new(&tx, statements), &self.leases)
-                    .acquire(job, owner, *lease_duration)
-                    .await?;
-                tx.commit().await.map_err(|e| CleanupError::Transaction("committing the lease", e))?;
-                match lease {
+                match self.take_lease(session, job, owner, *lease_duration).await? {
                     Some(lease) => Some(lease),
                     None => return Ok(report),
                 }
@@ -229,7 +197,7 @@ impl CleanupPass {
         // Outside any transaction: each batch commits on its own; under a lease it locks the
         // lease row, is fenced by the term and renews the lease, so the lease is held while
         // a batch runs and live between batches, and the last batch's renewal ends the pass.
-        let retention_store = PgStore::new(&*client, &self.retention);
+        let store: &S::Session = session;
         let mut busy = 0;
         'tables: for table in RetentionTable::ALL {
             // RET-1, RET-3: the outbox, and any table kept `infinite`, has no retention.
@@ -239,12 +207,19 @@ impl CleanupPass {
                     report.stopped_early = true;
                     break 'tables;
                 }
-                let batch = retention_store.delete_expired(table, retention, batch_size, under_lease).await?;
+                let batch = store
+                    .delete_expired(table, retention, batch_size, under_lease)
+                    .await
+                    .map_err(|e| WorkerError::store("deleting a batch of expired rows", e))?;
                 report.batches = report.batches.saturating_add(1);
                 let Some(deleted) = batch else {
                     // Not held: lost, or its row locked by a contender's probe at that instant.
                     let Some(lease) = &lease else { break 'tables };
-                    if !self.leases.holds(&*client, lease).await? {
+                    let held = store
+                        .holds(lease)
+                        .await
+                        .map_err(|e| WorkerError::store("checking the cleanup lease", e))?;
+                    if !held {
                         report.lease_lost = true;
                         tracing::warn!(target: "relayer::cleanup", namespace = %self.namespace, job = %lease.job,
                             term = lease.term, "the cleanup lease was lost during the pass; another instance leads");
@@ -280,26 +255,37 @@ impl CleanupPass {
 }
 
 #[async_trait]
-impl Pass for CleanupPass {
+impl<S> Pass for CleanupPass<S>
+where
+    S: StoreSource,
+    S::Session: CleanupSession,
+{
     type Report = CleanupReport;
-    type Error = CleanupError;
+    type Error = WorkerError;
 
     async fn run_pass(
         &self,
         shutdown: &CancellationToken,
-    ) -> Result<PassOutcome<CleanupReport>, CleanupError> {
-        // One connection for the whole pass, and no second one while holding it (LIF-2).
-        let mut conn = self.pool.get().await.map_err(CleanupError::Pool)?;
+    ) -> Result<PassOutcome<CleanupReport>, WorkerError> {
+        // One session for the whole pass, and no second one while holding it (LIF-2).
+        let mut session = self
+            .source
+            .open()
+            .await
+            .map_err(|e| WorkerError::store("opening the pass's store session", e))?;
         if !self.schema_verified.load(Ordering::Acquire) {
-            verify_schema(&**conn, &self.namespace).await.map_err(CleanupError::Schema)?;
+            session
+                .verify_schema()
+                .await
+                .map_err(|e| WorkerError::store("checking the namespace's schema", e))?;
             self.schema_verified.store(true, Ordering::Release);
         }
-        let report = self.clean(&mut conn, shutdown).await?;
+        let report = self.clean(&mut session, shutdown).await?;
         Ok(if report.led { PassOutcome::Led(report) } else { PassOutcome::NotLeader })
     }
 
     async fn stopped(&self) {
         let Leadership::Lease { job, owner, .. } = &self.leadership else { return };
-        self.leases.release_at_shutdown(&self.pool, job, owner).await;
+        release_lease_at_shutdown(&self.source, &self.namespace, job, owner).await;
     }
 }

@@ -1,13 +1,19 @@
 //! Retention cleanup as a host runs it (LIF-1).
 
 use async_trait::async_trait;
+use relayer_core::session::StoreSource;
+use relayer_core::store::{CheckLease, DeleteExpired, HoldLease, VerifySchema};
 use relayer_worker::{HostedError, HostedWorker, WorkerKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::cleanup::Cleanup;
 
 #[async_trait]
-impl HostedWorker for Cleanup {
+impl<S> HostedWorker for Cleanup<S>
+where
+    S: StoreSource,
+    S::Session: VerifySchema + DeleteExpired + HoldLease + CheckLease,
+{
     fn kind(&self) -> WorkerKind {
         WorkerKind::Cleanup
     }

@@ -4,7 +4,8 @@
 //!
 //! One replica at a time cleans a namespace, under its own leadership (RET-4): by default
 //! the lease job [`LEASE_JOB`] (`cleanup`), separate from the sweeper's. Every
-//! `cleanup_interval` a pass borrows one pooled connection (LIF-2: a pool of size 1 works),
+//! `cleanup_interval` a pass opens one store session — one pooled connection with relayer's
+//! `relayer_postgres::PgSource` (LIF-2: a pool of size 1 works) —
 //! takes the lease in a short transaction (or finds another leader and skips its turn),
 //! then deletes expired rows in batches: dead rows whose `failed_at` is older than
 //! `dead_retention`, then inbox rows whose `processed_at` is older than `inbox_retention`
@@ -42,16 +43,29 @@
 //! keep the inbox forever with `infinite`. Deleting dead rows is permanent: keep them
 //! (`infinite`) if audits or investigations need them.
 //!
+//! # The store
+//!
+//! Cleanup reaches storage only through the core crate's store traits: it is generic over
+//! a [`StoreSource`](relayer_core::session::StoreSource) whose sessions delete expired rows
+//! in leased batches, hold and check a lease and verify the schema (the bounds of
+//! [`Cleanup`]). This crate does not depend on relayer's PostgreSQL crate; the caller
+//! passes its source in, or one that wraps it (to count, log, or inject faults in tests:
+//! `relayer_test_support::FaultyStore`). A failed pass is a
+//! [`WorkerError`](relayer_worker::WorkerError): what it was doing, whether a later pass
+//! may succeed, and the store's error as its source.
+//!
 //! ```no_run
 //! # async fn example(pool: relayer_postgres::PgPool) {
 //! use relayer_cleanup::{Cleanup, LEASE_JOB};
 //! use relayer_core::{CleanupOptions, Namespace};
+//! use relayer_postgres::PgSource;
 //! use relayer_worker::Leadership;
 //! use tokio_util::sync::CancellationToken;
 //!
+//! let namespace = Namespace::default();
 //! let options = CleanupOptions::default();
 //! let leadership = Leadership::lease(LEASE_JOB, "host-a/4242/1f3c", options.lease_duration());
-//! let cleanup = Cleanup::new(pool, Namespace::default(), options, leadership);
+//! let cleanup = Cleanup::new(PgSource::new(pool, &namespace), namespace, options, leadership);
 //! let shutdown = CancellationToken::new();
 //! cleanup.run(shutdown).await; // returns once `shutdown` is cancelled
 //! # }
@@ -60,5 +74,7 @@
 
 mod cleanup;
 mod hosted;
+mod report;
 
-pub use cleanup::{Cleanup, CleanupError, CleanupReport, LEASE_JOB};
+pub use cleanup::{Cleanup, LEASE_JOB};
+pub use report::CleanupReport;

@@ -7,10 +7,11 @@
 
 use std::time::Duration;
 
-use relayer_cleanup::{Cleanup, CleanupError, CleanupReport, LEASE_JOB};
-use relayer_core::{CleanupOptions, Delivery, NewMessage, Retention, Uuid};
+use relayer_cleanup::{Cleanup, CleanupReport, LEASE_JOB};
+use relayer_core::{CleanupOptions, Delivery, NewMessage, Retention, StoreSource, Uuid};
 use relayer_postgres::{
-    HeadFailure, LaneStatements, LeaseStatements, OutboxWriter, PgClient, PgPool, connect_pool, migrate,
+    HeadFailure, LaneStatements, LeaseStatements, OutboxWriter, PgPool, PgSession, PgSource, connect_pool,
+    migrate,
 };
 use relayer_test_support::{TestDb, within};
 use relayer_worker::{Leadership, PassOutcome, WorkerEvent};
@@ -20,12 +21,22 @@ use tokio_util::sync::CancellationToken;
 
 const DAY: Duration = Duration::from_secs(86_400);
 
-/// A migrated namespace and a connection wrapped as the workers' pooled connections are.
-async fn setup() -> (TestDb, PgClient) {
+/// A migrated namespace and a connection of the test's own.
+async fn setup() -> (TestDb, Client) {
     let db = TestDb::new().await;
     let mut client = db.connect().await;
     migrate(&mut client, db.namespace()).await.unwrap();
-    (db, PgClient::new(client))
+    (db, client)
+}
+
+/// A cleaner of the test's namespace on `pool`.
+fn cleaner(pool: PgPool, db: &TestDb, options: CleanupOptions, leadership: Leadership) -> Cleanup<PgSource> {
+    Cleanup::new(PgSource::new(pool, db.namespace()), db.namespace().clone(), options, leadership)
+}
+
+/// A session of the cleaner's own source, for `run_once`.
+async fn session(cleanup: &Cleanup<PgSource>) -> PgSession {
+    cleanup.source().open().await.unwrap()
 }
 
 /// Batches of `batch_size`, one-day retentions, and a fast schedule so loops cycle quickly.
@@ -121,7 +132,7 @@ async fn next_led(events: &mut broadcast::Receiver<WorkerEvent<CleanupReport>>) 
 /// old, while expired dead and inbox rows around them go.
 #[tokio::test]
 async fn cleanup_never_deletes_pending_scheduled_or_parked_outbox_rows_ret_1() {
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     let writer = OutboxWriter::new(db.namespace(), ["queue"]);
     let messages = vec![
         NewMessage::new("queue", "orders", b"pending".to_vec()),
@@ -154,8 +165,8 @@ async fn cleanup_never_deletes_pending_scheduled_or_parked_outbox_rows_ret_1() {
     insert_inbox(&client, &db, 5, "40 days").await;
 
     let (pool, _) = pool(&db, "cleaner", 1).await;
-    let cleanup = Cleanup::new(pool, db.namespace().clone(), options(100), lease("a"));
-    let report = cleanup.run_once(&mut client).await.unwrap();
+    let cleanup = cleaner(pool, &db, options(100), lease("a"));
+    let report = cleanup.run_once(&mut session(&cleanup).await).await.unwrap();
     assert_eq!((report.dead_deleted, report.inbox_deleted), (5, 5));
     assert_eq!(count(&client, &db, "outbox").await, 5, "no outbox row was deleted");
     assert_eq!(lanes.parked_lanes(&client).await.unwrap().len(), 1, "the lane is still parked");
@@ -165,35 +176,35 @@ async fn cleanup_never_deletes_pending_scheduled_or_parked_outbox_rows_ret_1() {
 /// comes back short.
 #[tokio::test]
 async fn deletes_expired_dead_and_inbox_rows_in_batches_until_the_backlog_is_gone_ret_2() {
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     insert_dead(&client, &db, 1, 25, "40 days").await;
     insert_dead(&client, &db, 100, 3, "1 hour").await;
     insert_inbox(&client, &db, 12, "8 days").await;
     insert_inbox(&client, &db, 2, "1 minute").await;
     let (pool, _) = pool(&db, "cleaner", 1).await;
-    let cleanup = Cleanup::new(pool, db.namespace().clone(), options(10), lease("a"));
+    let cleanup = cleaner(pool, &db, options(10), lease("a"));
 
-    let report = cleanup.run_once(&mut client).await.unwrap();
+    let report = cleanup.run_once(&mut session(&cleanup).await).await.unwrap();
     assert!(report.led);
     assert_eq!((report.dead_deleted, report.inbox_deleted), (25, 12));
     assert_eq!(report.batches, 3 + 2, "dead: 10, 10, 5; inbox: 10, 2");
     assert!(!report.stopped_early && !report.lease_lost);
     assert_eq!((count(&client, &db, "dead").await, count(&client, &db, "inbox").await), (3, 2));
 
-    let again = cleanup.run_once(&mut client).await.unwrap();
+    let again = cleanup.run_once(&mut session(&cleanup).await).await.unwrap();
     assert_eq!((again.dead_deleted, again.inbox_deleted, again.batches), (0, 0, 2));
 }
 
 /// RET-3: `infinite` disables deletion for its table only.
 #[tokio::test]
 async fn an_infinite_retention_keeps_its_table_ret_3() {
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     insert_dead(&client, &db, 1, 4, "400 days").await;
     insert_inbox(&client, &db, 4, "400 days").await;
     let (pool, _) = pool(&db, "cleaner", 1).await;
     let options: CleanupOptions = options(100).to_builder().dead_retention(Retention::Keep).build().unwrap();
-    let cleanup = Cleanup::new(pool, db.namespace().clone(), options, Leadership::EveryInstance);
-    let report = cleanup.run_once(&mut client).await.unwrap();
+    let cleanup = cleaner(pool, &db, options, Leadership::EveryInstance);
+    let report = cleanup.run_once(&mut session(&cleanup).await).await.unwrap();
     assert_eq!((report.dead_deleted, report.inbox_deleted, report.batches), (0, 4, 1));
     assert_eq!(count(&client, &db, "dead").await, 4);
 }
@@ -210,9 +221,9 @@ async fn two_cleaners_never_delete_a_row_twice_and_do_not_block_each_other_ret_2
     // Both leaderless, deleting in small batches at the same time.
     let (pool_a, _) = pool(&db, "cleaner_a", 1).await;
     let (pool_b, _) = pool(&db, "cleaner_b", 1).await;
-    let a = Cleanup::new(pool_a.clone(), db.namespace().clone(), options(7), Leadership::EveryInstance);
-    let b = Cleanup::new(pool_b.clone(), db.namespace().clone(), options(7), Leadership::EveryInstance);
-    let (mut conn_a, mut conn_b) = (pool_a.get_owned().await.unwrap(), pool_b.get_owned().await.unwrap());
+    let a = cleaner(pool_a.clone(), &db, options(7), Leadership::EveryInstance);
+    let b = cleaner(pool_b.clone(), &db, options(7), Leadership::EveryInstance);
+    let (mut conn_a, mut conn_b) = (session(&a).await, session(&b).await);
     let (report_a, report_b) =
         within(async { tokio::join!(a.run_once(&mut conn_a), b.run_once(&mut conn_b)) }).await;
     let (report_a, report_b) = (report_a.unwrap(), report_b.unwrap());
@@ -223,8 +234,8 @@ async fn two_cleaners_never_delete_a_row_twice_and_do_not_block_each_other_ret_2
 
     // Both under the cleanup lease, running their loops side by side.
     insert_dead(&client, &db, 1_000, 50, "40 days").await;
-    let a = Cleanup::new(pool_a, db.namespace().clone(), options(7), lease("a"));
-    let b = Cleanup::new(pool_b, db.namespace().clone(), options(7), lease("b"));
+    let a = cleaner(pool_a, &db, options(7), lease("a"));
+    let b = cleaner(pool_b, &db, options(7), lease("b"));
     let (mut events_a, mut events_b) = (a.subscribe(), b.subscribe());
     let shutdown = CancellationToken::new();
     let tasks = [tokio::spawn(a.run(shutdown.clone())), tokio::spawn(b.run(shutdown.clone()))];
@@ -259,7 +270,7 @@ async fn a_pool_of_one_connection_is_enough_lif_2() {
     insert_dead(&client, &db, 1, 30, "40 days").await;
     insert_inbox(&client, &db, 30, "40 days").await;
     let (pool, _) = pool(&db, "cleaner", 1).await;
-    let cleanup = Cleanup::new(pool, db.namespace().clone(), options(10), lease("a"));
+    let cleanup = cleaner(pool, &db, options(10), lease("a"));
     let mut events = cleanup.subscribe();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(cleanup.run(shutdown.clone()));
@@ -275,7 +286,7 @@ async fn a_pool_of_one_connection_is_enough_lif_2() {
 async fn a_killed_connection_is_logged_backed_off_and_recovered_res_1() {
     let (db, client) = setup().await;
     let (pool, application_name) = pool(&db, "cleaner", 1).await;
-    let cleanup = Cleanup::new(pool, db.namespace().clone(), options(10), lease("a"));
+    let cleanup = cleaner(pool, &db, options(10), lease("a"));
     let backoff = cleanup.options().pass_backoff();
     let mut events = cleanup.subscribe();
     let shutdown = CancellationToken::new();
@@ -306,22 +317,23 @@ async fn a_killed_connection_is_logged_backed_off_and_recovered_res_1() {
 /// instead of after expiry.
 #[tokio::test]
 async fn graceful_shutdown_releases_the_lease_lif_1() {
-    let (db, mut client) = setup().await;
-    let (pool, _) = pool(&db, "cleaner", 1).await;
-    let first = Cleanup::new(pool.clone(), db.namespace().clone(), options(10), lease("a"));
+    let (db, client) = setup().await;
+    let (pool_a, _) = pool(&db, "cleaner_a", 1).await;
+    let first = cleaner(pool_a, &db, options(10), lease("a"));
     let mut events = first.subscribe();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(first.run(shutdown.clone()));
     assert_eq!(next_led(&mut events).await.term, Some(1));
 
-    let second = Cleanup::new(pool, db.namespace().clone(), options(10), lease("b"));
-    assert!(!second.run_once(&mut client).await.unwrap().led, "the lease is live");
+    let (pool_b, _) = pool(&db, "cleaner_b", 1).await;
+    let second = cleaner(pool_b, &db, options(10), lease("b"));
+    assert!(!second.run_once(&mut session(&second).await).await.unwrap().led, "the lease is live");
     shutdown.cancel();
     shutdown.cancel();
     within(task).await.unwrap();
     assert_eq!(events.recv().await.unwrap(), WorkerEvent::Stopped);
 
-    let report = second.run_once(&mut client).await.unwrap();
+    let report = second.run_once(&mut session(&second).await).await.unwrap();
     assert_eq!((report.led, report.term), (true, Some(2)));
     let lease = LeaseStatements::new(db.namespace()).current(&client, LEASE_JOB).await.unwrap().unwrap();
     assert_eq!((lease.owner.as_str(), lease.term), ("b", 2));
@@ -334,9 +346,10 @@ async fn graceful_shutdown_releases_the_lease_lif_1() {
 async fn a_missing_schema_is_a_failed_pass_retried_until_it_is_migrated_res_1() {
     let db = TestDb::new().await; // not migrated yet
     let (pool, _) = pool(&db, "cleaner", 1).await;
-    let cleanup = Cleanup::new(pool.clone(), db.namespace().clone(), options(10), lease("a"));
-    let error = cleanup.run_once(&mut pool.get_owned().await.unwrap()).await.unwrap_err();
-    assert!(matches!(error, CleanupError::Storage(_)), "{error:?}");
+    let cleanup = cleaner(pool, &db, options(10), lease("a"));
+    let error = cleanup.run_once(&mut session(&cleanup).await).await.unwrap_err();
+    let chain = relayer_core::error_chain(&error);
+    assert!(!error.is_transient() && chain.contains("does not exist"), "{chain}");
     let mut events = cleanup.subscribe();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(cleanup.run(shutdown.clone()));
@@ -385,9 +398,9 @@ async fn two_cleaners_never_overlap_a_pass_even_past_lease_expiry_ldr_2() {
     let one_second = |owner| Leadership::lease(LEASE_JOB, owner, Duration::from_secs(1));
     let (pool_a, application_a) = pool(&db, "cleaner_a", 1).await;
     let (pool_b, _) = pool(&db, "cleaner_b", 1).await;
-    let a = Cleanup::new(pool_a.clone(), db.namespace().clone(), options(10), one_second("a"));
-    let b = Cleanup::new(pool_b.clone(), db.namespace().clone(), options(10), one_second("b"));
-    let mut conn_a = pool_a.get_owned().await.unwrap();
+    let a = cleaner(pool_a, &db, options(10), one_second("a"));
+    let b = cleaner(pool_b, &db, options(10), one_second("b"));
+    let mut conn_a = session(&a).await;
     let pass_a = tokio::spawn(async move { a.run_once(&mut conn_a).await });
     let waiting = format!(
         "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity s USING (pid) \
@@ -400,7 +413,7 @@ async fn two_cleaners_never_overlap_a_pass_even_past_lease_expiry_ldr_2() {
     })
     .await;
 
-    let mut conn_b = pool_b.get_owned().await.unwrap();
+    let mut conn_b = session(&b).await;
     let report_b = within(b.run_once(&mut conn_b)).await.unwrap();
     assert!(!report_b.led, "B led while A's batch ran: {report_b:?}");
     assert_eq!(count(&client, &db, "dead").await, 30, "nothing deleted yet");
@@ -424,7 +437,7 @@ async fn a_first_pass_that_meets_a_stopped_server_is_retried_until_it_returns_re
     migrate(&mut client, db.namespace()).await.unwrap();
     insert_dead(&client, &db, 1, 5, "40 days").await;
     let (pool, _) = pool(&db, "cleaner", 1).await;
-    let cleanup = Cleanup::new(pool, db.namespace().clone(), options(10), lease("a"));
+    let cleanup = cleaner(pool, &db, options(10), lease("a"));
     let mut events = cleanup.subscribe();
 
     cluster.stop_immediately().await;
@@ -447,14 +460,14 @@ async fn a_first_pass_that_meets_a_stopped_server_is_retried_until_it_returns_re
 /// and does not fail. Anything longer is refused when the options are built, naming the field.
 #[tokio::test]
 async fn the_longest_accepted_retention_runs_and_a_longer_one_is_refused_opt_3() {
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     insert_dead(&client, &db, 1, 3, "400 days").await;
     insert_inbox(&client, &db, 3, "400 days").await;
     let longest = Retention::After(relayer_core::options::MAX_RETENTION);
     let options = CleanupOptions::builder().dead_retention(longest).inbox_retention(longest).build().unwrap();
     let (pool, _) = pool(&db, "cleaner", 1).await;
-    let cleanup = Cleanup::new(pool, db.namespace().clone(), options.clone(), lease("a"));
-    let report = cleanup.run_once(&mut client).await.unwrap();
+    let cleanup = cleaner(pool, &db, options.clone(), lease("a"));
+    let report = cleanup.run_once(&mut session(&cleanup).await).await.unwrap();
     assert_eq!((report.dead_deleted, report.inbox_deleted), (0, 0));
 
     let longer = Retention::After(relayer_core::options::MAX_RETENTION + Duration::from_secs(1));

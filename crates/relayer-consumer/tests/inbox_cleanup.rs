@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::{count, enqueue, fast, pool, setup, start};
 use relayer_cleanup::Cleanup;
 use relayer_consumer::{Handling, InboxHandler, Outcome, Subscription};
-use relayer_core::{CleanupOptions, Retention};
-use relayer_postgres::{PgClient, QueueMessage};
+use relayer_core::{CleanupOptions, Retention, StoreSource};
+use relayer_postgres::{PgSource, QueueMessage};
 use relayer_worker::Leadership;
 use tokio_postgres::Transaction;
 
@@ -60,12 +60,12 @@ async fn inbox_cleanup_deletes_every_expired_row_under_a_consumers_write_load_re
     let mut cleaners = Vec::new();
     for _ in 0..2 {
         let cleanup = Cleanup::new(
-            pool(&db, "cleanup", 1).await.0,
+            PgSource::new(pool(&db, "cleanup", 1).await.0, db.namespace()),
             db.namespace().clone(),
             options.clone(),
             Leadership::EveryInstance,
         );
-        let mut connection = PgClient::new(db.connect().await);
+        let mut connection = cleanup.source().open().await.unwrap();
         cleaners.push(tokio::spawn(async move {
             let (mut deleted, mut batches) = (0, 0);
             loop {

@@ -21,6 +21,7 @@ pub mod message;
 pub mod namespace;
 pub mod options;
 pub mod retry;
+pub mod session;
 pub mod store;
 pub mod time;
 pub mod transport;
@@ -54,10 +55,11 @@ fn one_line(text: &str) -> String {
 pub use lock::{DistributedLock, LockError, LockErrorKind, LockGuard, advisory_lock_key};
 pub use message::{Delivery, Envelope, Headers, MessageError, MessageId, MessageProblem, NewMessage};
 pub use namespace::{IdentifierError, IdentifierKind, Namespace};
+pub use session::{Session, StoreSource};
 pub use store::{
-    ClaimOutbox, Claimed, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns, CompletionReport,
-    DeleteExpired, HoldLease, LeaderCheck, Lease, LockOutbox, LockedPage, PageRequest, ScanRecovery, Store,
-    StoreError, UndecodableRow,
+    CheckLease, ClaimOutbox, Claimed, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns,
+    CompletionReport, DeleteExpired, HoldBackDestination, HoldLease, LeaderCheck, Lease, LockOutbox,
+    LockedPage, PageRequest, ScanRecovery, Store, StoreError, UndecodableRow, VerifySchema,
 };
 pub use time::Timestamp;
 pub use transport::{

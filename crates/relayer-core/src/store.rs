@@ -5,7 +5,8 @@
 //! and the recovery sweeper claim outbox rows ([`ClaimOutbox`]) and complete them
 //! ([`CompleteOutbox`]); the sweeper also scans for rows left behind ([`ScanRecovery`]);
 //! retention cleanup only deletes expired rows ([`DeleteExpired`]); leaders hold leases
-//! ([`HoldLease`]). A worker's bounds are therefore a readable list of what it may do to
+//! ([`HoldLease`], [`CheckLease`]); a tripped destination's rows are held back for its
+//! cool-down ([`HoldBackDestination`]). A worker's bounds are therefore a readable list of what it may do to
 //! the store, and a user who implements the traits for another store — or wraps relayer's
 //! PostgreSQL handle to add metrics, faults or logging — implements only what the worker
 //! at hand asks for. One trait per capability, never one trait with every method.
@@ -15,10 +16,13 @@
 //! [`StoreError::is_transient`], so callers decide "retry later or give up" without
 //! matching on driver internals.
 //!
-//! Methods take `&self`: an implementation is a handle bound to one connection (or
-//! transaction), so whether calls share a transaction is the caller's choice when it
-//! builds the handle, not the trait's. relayer's PostgreSQL handle is
-//! `relayer_postgres::PgStore`. This module does no I/O.
+//! Methods take `&self`: an implementation is a handle bound to one connection. Workers get
+//! theirs as a [`Session`](crate::session::Session) opened by a
+//! [`StoreSource`](crate::session::StoreSource); whether calls share a transaction is the
+//! session's state ([`Session::begin`](crate::session::Session::begin)), not the trait's.
+//! relayer's PostgreSQL session is `relayer_postgres::PgSession`, and
+//! `relayer_test_support::FaultyStore` wraps any source to inject faults at chosen calls.
+//! This module does no I/O.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -57,6 +61,12 @@ use crate::cursor::{PassPlan, RecoveryPage, ScanWindow};
 use crate::eligibility::RetentionTable;
 use crate::message::Envelope;
 use crate::time::Timestamp;
+
+mod check_lease;
+mod hold_back;
+
+pub use check_lease::CheckLease;
+pub use hold_back::HoldBackDestination;
 
 /// A store's error: an error that says whether retrying later may succeed.
 pub trait StoreError: std::error::Error + Send + Sync + 'static {
@@ -195,6 +205,15 @@ pub struct UnderLease<'a> {
     pub lease: &'a Lease,
     /// How long the lease lasts after the batch renewed it.
     pub lease_duration: Duration,
+}
+
+/// Checking that the namespace holds the schema version this build needs: every worker's
+/// first step, retried while the store is unreachable.
+#[async_trait]
+pub trait VerifySchema: Store {
+    /// The version found; a permanent error when the schema is missing, older than this
+    /// build needs, or newer than it knows.
+    async fn verify_schema(&self) -> Result<i32, Self::Error>;
 }
 
 /// Leadership leases (LDR-2, LDR-6): the sweeper's and cleanup's leaders.

@@ -78,6 +78,17 @@ impl StorageError {
         }
     }
 
+    /// No pooled connection could be had while doing `context`: the pool timed out, or
+    /// opening a connection failed (transient either way).
+    pub fn pool(context: impl Into<String>, source: bb8::RunError<tokio_postgres::Error>) -> Self {
+        let kind = match &source {
+            // A connection the pool tried to open failed: say so with the server's reason.
+            bb8::RunError::User(_) => StorageErrorKind::Pool,
+            bb8::RunError::TimedOut => StorageErrorKind::Pool,
+        };
+        StorageError { context: context.into(), kind, source: Some(source.into()) }
+    }
+
     pub(crate) fn schema(namespace: &Namespace, kind: StorageErrorKind) -> Self {
         StorageError::new(format!("namespace {namespace}"), kind)
     }

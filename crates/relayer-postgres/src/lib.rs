@@ -27,6 +27,7 @@ pub mod recovery;
 pub mod retention;
 mod row_codec;
 mod schema;
+mod session;
 pub mod status;
 mod store;
 
@@ -57,5 +58,6 @@ pub use queue::{
     Receipt, Received, Requeue, Undecodable, queue_channel,
 };
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
+pub use session::{PgSession, PgSource};
 pub use status::{NamespaceStatus, namespace_status};
 pub use store::PgStore;

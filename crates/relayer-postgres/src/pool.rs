@@ -125,7 +125,7 @@ impl bb8::ManageConnection for PgConnectionManager {
     }
 
     fn has_broken(&self, conn: &mut PgClient) -> bool {
-        self.inner.has_broken(&mut conn.client)
+        conn.discarded || self.inner.has_broken(&mut conn.client)
     }
 }
 
@@ -138,6 +138,9 @@ impl bb8::ManageConnection for PgConnectionManager {
 pub struct PgClient {
     client: Client,
     statements: StatementCache,
+    /// Set when the connection must not be lent again (a session dropped inside its
+    /// transaction): the pool closes it on return.
+    discarded: bool,
 }
 
 impl PgClient {
@@ -148,12 +151,17 @@ impl PgClient {
 
     /// Wraps `client`, its statements in `mode`.
     pub fn with_mode(client: Client, mode: StatementMode) -> Self {
-        PgClient { client, statements: StatementCache::new(mode) }
+        PgClient { client, statements: StatementCache::new(mode), discarded: false }
     }
 
     /// The client, mutably (to begin a transaction), and the cache of its connection.
     pub fn split(&mut self) -> (&mut Client, &StatementCache) {
         (&mut self.client, &self.statements)
+    }
+
+    /// Marks the connection unfit to be lent again: the pool closes it when it comes back.
+    pub fn discard(&mut self) {
+        self.discarded = true;
     }
 
     /// The statements prepared on this connection.

@@ -1,13 +1,19 @@
 //! The recovery sweeper as a host runs it (LIF-1).
 
 use async_trait::async_trait;
+use relayer_core::session::StoreSource;
+use relayer_core::store::{HoldBackDestination, HoldLease, LockOutbox, ScanRecovery, VerifySchema};
 use relayer_worker::{HostedError, HostedWorker, WorkerKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::sweeper::Sweeper;
 
 #[async_trait]
-impl HostedWorker for Sweeper {
+impl<S> HostedWorker for Sweeper<S>
+where
+    S: StoreSource,
+    S::Session: VerifySchema + ScanRecovery + LockOutbox + HoldLease + HoldBackDestination,
+{
     fn kind(&self) -> WorkerKind {
         WorkerKind::Sweeper
     }

@@ -9,9 +9,10 @@
 //! namespace sweeps them (SWP-1): the holder of the lease job [`LEASE_JOB`] (`sweeper`),
 //! or of an advisory lock, chosen with [`Leadership`](relayer_worker::Leadership).
 //!
-//! Every `sweep_interval` a pass borrows **one** pooled connection (LIF-2: a pool of one
-//! works, and the pass never waits for a second connection while it holds one) and runs a
-//! single transaction:
+//! Every `sweep_interval` a pass opens **one** store session — one pooled connection with
+//! relayer's `relayer_postgres::PgSource` (LIF-2: a pool of one works, and the pass never
+//! waits for a second connection while it holds one) — and runs a single transaction, a
+//! capability of the session ([`Session::begin`](relayer_core::session::Session::begin)):
 //!
 //! 1. take the lease row in that transaction (`FOR UPDATE SKIP LOCKED`: a contender never
 //!    waits; it is told "not leader" and rolls back) — the row lock is held until the pass
@@ -100,20 +101,39 @@
 //! exactly as long as the pass.
 //!
 //! Passes are traced under the target `relayer::sweeper`: a span per pass with the counts
-//! of [`SweepReport`] (scanned, claimed, sent, failed, dead, skipped) and its duration.
+//! of [`SweepReport`] (scanned, claimed, sent, failed, dead, skipped) and its duration. A
+//! failed pass is a [`WorkerError`](relayer_worker::WorkerError): what the pass was doing,
+//! whether a later pass may succeed, and the store's error as its source.
+//!
+//! # The store
+//!
+//! The sweeper reaches storage only through the core crate's store traits: it is generic
+//! over a [`StoreSource`](relayer_core::session::StoreSource) whose sessions can read and
+//! lock a recovery page, complete the rows they locked, hold back a tripped destination,
+//! hold a lease and verify the schema (the bounds of [`Sweeper`]). This crate does not
+//! depend on relayer's PostgreSQL crate; the caller passes its source in. A source that
+//! wraps another — to count calls, log, or inject faults in tests
+//! (`relayer_test_support::FaultyStore`) — sweeps as relayer's own does.
+//!
+//! The example builds the sweeper as the `relayer` facade's host does, on
+//! `relayer_postgres::PgSource`:
 //!
 //! ```no_run
 //! # async fn example(pool: relayer_postgres::PgPool, transports: std::sync::Arc<relayer_core::TransportRegistry>) {
 //! use relayer_core::{DispatcherOptions, Namespace, SweeperOptions};
 //! use relayer_delivery::SendPath;
-//! use relayer_sweeper::Sweeper;
+//! use relayer_postgres::PgSource;
+//! use relayer_sweeper::{Sweeper, lease_leadership};
 //! use tokio_util::sync::CancellationToken;
 //!
+//! let namespace = Namespace::default();
 //! let options = SweeperOptions::default();
 //! // The same retry and poison policy as this service's dispatchers.
 //! let send = SendPath::new(transports, DispatcherOptions::default());
-//! let leadership = Sweeper::lease_leadership(&options);
-//! let sweeper = Sweeper::new(pool, Namespace::default(), options, send, leadership);
+//! // Rows naming a transport this sweeper lacks are buried at once, not retried forever.
+//! let source = PgSource::new(pool, &namespace).with_transports(send.transports().names());
+//! let leadership = lease_leadership(&options);
+//! let sweeper = Sweeper::new(source, namespace, options, send, leadership);
 //! let shutdown = CancellationToken::new();
 //! sweeper.run(shutdown).await; // returns once `shutdown` is cancelled
 //! # }
@@ -126,6 +146,5 @@ mod pass;
 mod report;
 mod sweeper;
 
-pub use error::SweepError;
 pub use report::SweepReport;
-pub use sweeper::{LEASE_JOB, Sweeper};
+pub use sweeper::{LEASE_JOB, Sweeper, lease_leadership};

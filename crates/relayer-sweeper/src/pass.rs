@@ -4,36 +4,57 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use relayer_core::store::{HoldLease, LeaderCheck, Lease, LockOutbox, PageRequest, ScanRecovery};
+use relayer_core::session::{Session, StoreSource};
+use relayer_core::store::{
+    HoldBackDestination, HoldLease, LeaderCheck, Lease, LockOutbox, PageRequest, ScanRecovery, VerifySchema,
+};
 use relayer_core::{KeysetCursor, Namespace, PageEnd, PassPlan, SweeperOptions};
 use relayer_delivery::SendPath;
-use relayer_postgres::recovery::RecoveryStatements;
-use relayer_postgres::{LeaseStatements, OutboxStatements, PgClient, PgPool, PgStore, Prepared};
-use relayer_worker::{Leadership, Pass, PassOutcome};
+use relayer_worker::{
+    Leadership, Pass, PassOutcome, WorkerError, release_lease_at_shutdown, roll_back_failed_pass,
+};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::error::SweepError;
+use crate::error::PassAbandoned;
 use crate::report::SweepReport;
 
 pub(crate) const TARGET: &str = "relayer::sweeper";
 
+/// The longest a failed pass waits for its rollback (a round trip) before it leaves the
+/// transaction to its session: a session dropped inside a transaction discards its
+/// connection, and the server rolls back when the connection closes.
+const ROLLBACK_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Everything a sweep pass does to the store, in one transaction of one session (SWP-4):
+/// the worker's bounds, named once for the crate's own items.
+pub(crate) trait SweepSession:
+    Session + VerifySchema + ScanRecovery + LockOutbox + HoldLease + HoldBackDestination
+{
+}
+
+impl<T> SweepSession for T where
+    T: Session + VerifySchema + ScanRecovery + LockOutbox + HoldLease + HoldBackDestination
+{
+}
+
 /// Everything a pass needs, shared by the loop and [`Sweeper::run_once`](crate::Sweeper::run_once).
-pub(crate) struct SweepPass {
-    pub(crate) pool: PgPool,
+pub(crate) struct SweepPass<S> {
+    pub(crate) source: S,
     pub(crate) namespace: Namespace,
     pub(crate) options: SweeperOptions,
     pub(crate) leadership: Leadership,
     pub(crate) send: SendPath,
-    pub(crate) recovery: RecoveryStatements,
-    pub(crate) outbox: OutboxStatements,
-    pub(crate) leases: LeaseStatements,
     /// Where the next pass reads (SWP-3). A pass works on a copy and stores it back only
     /// once its transaction committed, so a failed pass never moves the cursor.
     pub(crate) cursor: Mutex<KeysetCursor>,
 }
 
-impl SweepPass {
+impl<S> SweepPass<S>
+where
+    S: StoreSource,
+    S::Session: SweepSession,
+{
     fn cursor(&self) -> KeysetCursor {
         *self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -42,12 +63,13 @@ impl SweepPass {
         *self.cursor.lock().unwrap_or_else(PoisonError::into_inner) = cursor;
     }
 
-    /// One pass on `client`, in its own span.
+    /// One pass on `session`, in its own span. A failed pass rolls its transaction back
+    /// (or, when that cannot be done in time, leaves it to the session's drop).
     pub(crate) async fn sweep(
         &self,
-        client: &mut PgClient,
+        session: &mut S::Session,
         shutdown: &CancellationToken,
-    ) -> Result<SweepReport, SweepError> {
+    ) -> Result<SweepReport, WorkerError> {
         let empty = tracing::field::Empty;
         let span = tracing::info_span!(target: TARGET, "sweep", namespace = %self.namespace, led = empty,
             term = empty, scanned = empty, claimed = empty, sent = empty, failed = empty, dead = empty,
@@ -57,15 +79,19 @@ impl SweepPass {
         // this pass's transaction began, and a pass still running then is dropped, which
         // rolls its transaction back and frees the lease row and the page's row locks.
         let limit = self.pass_limit();
-        let bounded = tokio::time::timeout(limit, self.sweep_in_transaction(client, shutdown));
+        let bounded = tokio::time::timeout(limit, self.sweep_in_transaction(session, shutdown));
         let result = match bounded.instrument(span.clone()).await {
             Ok(result) => result,
             Err(_) => {
                 tracing::warn!(target: TARGET, namespace = %self.namespace, ?limit,
                     "sweep pass outlived its lease; rolled back, its rows are retried by a later pass");
-                Err(SweepError::PassTimedOut { limit })
+                Err(WorkerError::transient("sweeping a recovery page", PassAbandoned::TimedOut { limit }))
             }
         };
+        if result.is_err() {
+            // Frees the lease row and the page's row locks at once, whatever failed.
+            roll_back_failed_pass(session, ROLLBACK_PATIENCE.min(limit)).await;
+        }
         span.record("duration_ms", u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
         match &result {
             Ok(report) => {
@@ -92,21 +118,14 @@ impl SweepPass {
 
     async fn sweep_in_transaction(
         &self,
-        client: &mut PgClient,
+        session: &mut S::Session,
         shutdown: &CancellationToken,
-    ) -> Result<SweepReport, SweepError> {
+    ) -> Result<SweepReport, WorkerError> {
         let mut report = SweepReport::default();
-        let (connection, statements) = client.split();
-        let tx = connection
-            .transaction()
-            .await
-            .map_err(|e| SweepError::Transaction("beginning the pass transaction", e))?;
+        session.begin().await.map_err(|e| WorkerError::store("beginning the pass transaction", e))?;
         // Every capability on the pass's one transaction: claims, completions and the lease
-        // renewal commit together; each statement is prepared once per connection.
-        let on_tx = Prepared::new(&tx, statements);
-        let leases = PgStore::new(&on_tx, &self.leases);
-        let recovery = PgStore::new(&on_tx, &self.recovery);
-        let outbox = PgStore::new(&on_tx, &self.outbox);
+        // renewal commit together.
+        let store: &S::Session = session;
 
         // The lease acquisition and the page's read-and-lock go out together: one round trip
         // once both are prepared on this connection, the acquisition first. Correctness does
@@ -126,28 +145,30 @@ impl SweepPass {
             Leadership::Lease { job, owner, lease_duration } => {
                 request.leader = Some(LeaderCheck { job, owner });
                 let (lease, found) = tokio::join!(
-                    leases.acquire(job, owner, *lease_duration),
-                    recovery.lock_recovery_page(&request)
+                    store.acquire(job, owner, *lease_duration),
+                    store.lock_recovery_page(&request)
                 );
-                let Some(lease) = lease? else {
-                    tx.rollback()
+                let Some(lease) = lease.map_err(|e| WorkerError::store("taking the sweeper lease", e))?
+                else {
+                    session
+                        .rollback()
                         .await
-                        .map_err(|e| SweepError::Transaction("ending a turn without the lease", e))?;
+                        .map_err(|e| WorkerError::store("ending a turn without the lease", e))?;
                     // Whoever leads now has its own cursor; ours is stale by the time we lead again.
                     self.store_cursor(KeysetCursor::new());
                     return Ok(report);
                 };
                 // A lease created by this very pass did not exist yet when the page was read.
-                let found = match found? {
+                let found = match found.map_err(read_error)? {
                     Some(found) => found,
-                    None => recovery.lock_recovery_page(&request).await?.unwrap_or_default(),
+                    None => store.lock_recovery_page(&request).await.map_err(read_error)?.unwrap_or_default(),
                 };
                 (Some(lease), found)
             }
             // The loop holds the advisory lock across passes; with every instance sweeping,
             // claims and SKIP LOCKED keep their rows apart.
             Leadership::Advisory(..) | Leadership::EveryInstance => {
-                (None, recovery.lock_recovery_page(&request).await?.unwrap_or_default())
+                (None, store.lock_recovery_page(&request).await.map_err(read_error)?.unwrap_or_default())
             }
         };
         report.led = true;
@@ -162,9 +183,10 @@ impl SweepPass {
             if shutdown.is_cancelled() && !page.is_empty() {
                 // Nothing sent: roll back (releasing the row locks) and leave the cursor where it was.
                 report.stopped_early = true;
-                tx.rollback()
+                session
+                    .rollback()
                     .await
-                    .map_err(|e| SweepError::Transaction("ending a pass stopped by shutdown", e))?;
+                    .map_err(|e| WorkerError::store("ending a pass stopped by shutdown", e))?;
                 return Ok(report);
             }
             report.scanned = page.len() as u64;
@@ -200,15 +222,21 @@ impl SweepPass {
         // out, so no page or claim reads them meanwhile (DSP-6). After the completion, which
         // released the failed rows, in the pass's transaction.
         let complete_and_hold_back = async {
-            let written = outbox.complete_locked(&completion).await?;
+            let written = store
+                .complete_locked(&completion)
+                .await
+                .map_err(|e| WorkerError::store("completing the page", e))?;
             let cool_down = self.send.breakers().cool_down();
             let mut held = 0;
             for (transport, destination) in sent.iter().flat_map(|tally| &tally.tripped) {
-                held += self.outbox.hold_back(&on_tx, transport, destination, cool_down).await?;
+                held += store
+                    .hold_back(transport, destination, cool_down)
+                    .await
+                    .map_err(|e| WorkerError::store("holding back a tripped destination's rows", e))?;
             }
-            Ok::<_, SweepError>((written, held))
+            Ok::<_, WorkerError>((written, held))
         };
-        let (completed, renewed) = tokio::join!(complete_and_hold_back, self.renew(&leases, lease.as_ref()));
+        let (completed, renewed) = tokio::join!(complete_and_hold_back, self.renew(store, lease.as_ref()));
         let (written, held) = completed?;
         report.held_back = held;
         renewed?;
@@ -225,7 +253,7 @@ impl SweepPass {
             tracing::warn!(target: TARGET, namespace = %self.namespace, fenced_out = written.fenced_out,
                 "locked rows were gone at completion");
         }
-        tx.commit().await.map_err(|e| SweepError::Transaction("committing the pass", e))?;
+        session.commit().await.map_err(|e| WorkerError::store("committing the pass", e))?;
         self.store_cursor(cursor);
         Ok(report)
     }
@@ -242,38 +270,52 @@ impl SweepPass {
 
     /// Restarts the lease's expiry as the transaction's last statement (LDR-2). A lease that
     /// is no longer ours must not commit the pass's work: roll it back.
-    async fn renew<L>(&self, leases: &L, lease: Option<&Lease>) -> Result<(), SweepError>
-    where
-        L: HoldLease,
-        SweepError: From<L::Error>,
-    {
+    async fn renew(&self, store: &S::Session, lease: Option<&Lease>) -> Result<(), WorkerError> {
         let (Some(lease), Leadership::Lease { lease_duration, .. }) = (lease, &self.leadership) else {
             return Ok(());
         };
-        if leases.renew(lease, *lease_duration).await?.is_some() {
+        let renewed = store
+            .renew(lease, *lease_duration)
+            .await
+            .map_err(|e| WorkerError::store("renewing the sweeper lease", e))?;
+        if renewed.is_some() {
             return Ok(());
         }
         tracing::warn!(target: TARGET, namespace = %self.namespace, job = %lease.job, term = lease.term,
             "the sweeper lease was lost during the pass; rolling its work back");
-        Err(SweepError::LeaseLost { job: lease.job.clone(), term: lease.term })
+        let lost = PassAbandoned::LeaseLost { job: lease.job.clone(), term: lease.term };
+        Err(WorkerError::transient("renewing the sweeper lease", lost))
     }
 }
 
-#[async_trait]
-impl Pass for SweepPass {
-    type Report = SweepReport;
-    type Error = SweepError;
+/// A failed read of the recovery page.
+fn read_error(error: impl relayer_core::StoreError) -> WorkerError {
+    WorkerError::store("reading and locking a recovery page", error)
+}
 
-    async fn run_pass(&self, shutdown: &CancellationToken) -> Result<PassOutcome<SweepReport>, SweepError> {
-        // One connection for the whole pass, and no second one while holding it (LIF-2).
-        let mut conn = self.pool.get().await.map_err(SweepError::Pool)?;
-        let report = self.sweep(&mut conn, shutdown).await?;
+#[async_trait]
+impl<S> Pass for SweepPass<S>
+where
+    S: StoreSource,
+    S::Session: SweepSession,
+{
+    type Report = SweepReport;
+    type Error = WorkerError;
+
+    async fn run_pass(&self, shutdown: &CancellationToken) -> Result<PassOutcome<SweepReport>, WorkerError> {
+        // One session for the whole pass, and no second one while holding it (LIF-2).
+        let mut session = self
+            .source
+            .open()
+            .await
+            .map_err(|e| WorkerError::store("opening the pass's store session", e))?;
+        let report = self.sweep(&mut session, shutdown).await?;
         Ok(if report.led { PassOutcome::Led(report) } else { PassOutcome::NotLeader })
     }
 
     async fn stopped(&self) {
         self.store_cursor(KeysetCursor::new());
         let Leadership::Lease { job, owner, .. } = &self.leadership else { return };
-        self.leases.release_at_shutdown(&self.pool, job, owner).await;
+        release_lease_at_shutdown(&self.source, &self.namespace, job, owner).await;
     }
 }

@@ -1,5 +1,5 @@
 //! The sweeper worker: options → [`Sweeper::new`] → [`Sweeper::run`] → one pass per
-//! `sweep_interval`, each [`Sweeper::run_once`] on one pooled connection.
+//! `sweep_interval`, each [`Sweeper::run_once`] on one store session.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,40 +7,64 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
+use relayer_core::session::StoreSource;
+use relayer_core::store::{HoldBackDestination, HoldLease, LockOutbox, ScanRecovery, VerifySchema};
 use relayer_core::{KeysetCursor, Namespace, SweeperOptions};
 use relayer_delivery::SendPath;
-use relayer_postgres::recovery::RecoveryStatements;
-use relayer_postgres::{LeaseStatements, OutboxStatements, PgClient, PgPool, verify_schema};
-use relayer_worker::{Leadership, Pass, PassLoop, PassOutcome, WorkerEvent, WorkerKind};
+use relayer_worker::{Leadership, Pass, PassLoop, PassOutcome, WorkerError, WorkerEvent, WorkerKind};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::error::SweepError;
-use crate::pass::SweepPass;
+use crate::pass::{SweepPass, SweepSession};
 use crate::report::SweepReport;
 
 /// The lease job of the recovery sweeper: one sweeper per namespace, independent of the
 /// cleanup lease (SWP-1).
 pub const LEASE_JOB: &str = "sweeper";
 
+/// The sweeper's default leadership: the lease [`LEASE_JOB`] for
+/// `options.lease_duration()`, held as an owner identity unique to this call (process id
+/// and a random suffix).
+pub fn lease_leadership(options: &SweeperOptions) -> Leadership {
+    let suffix = Uuid::new_v4().simple().to_string();
+    let owner = format!("sweeper/{}/{}", std::process::id(), &suffix[..12]);
+    Leadership::lease(LEASE_JOB, owner, options.lease_duration())
+}
+
 /// Test signals kept for slow subscribers.
 const EVENT_CAPACITY: usize = 256;
 
 /// The recovery sweeper of one namespace (§6). See the [crate docs](crate) for the model.
-pub struct Sweeper {
-    pass: Arc<SweepPass>,
+///
+/// It reaches its store only through `S`, a [`StoreSource`] whose sessions have the
+/// capabilities a pass uses: read and lock a recovery page ([`ScanRecovery`]), complete
+/// the rows it locked ([`LockOutbox`]), hold back a tripped destination
+/// ([`HoldBackDestination`]), take and renew its lease ([`HoldLease`]), all in one
+/// transaction ([`Session`](relayer_core::session::Session)); and check the schema first
+/// ([`VerifySchema`]). relayer's is `relayer_postgres::PgSource`.
+pub struct Sweeper<S> {
+    pass: Arc<SweepPass<S>>,
     events: broadcast::Sender<WorkerEvent<SweepReport>>,
 }
 
-impl Sweeper {
-    /// A sweeper for `namespace`, borrowing one connection of `pool` per pass and sending
+impl<S> Sweeper<S>
+where
+    S: StoreSource,
+    S::Session: VerifySchema + ScanRecovery + LockOutbox + HoldLease + HoldBackDestination,
+{
+    /// A sweeper for `namespace`, opening one session of `source` per pass and sending
     /// through `send` — build it with the same transports and
     /// [`DispatcherOptions`](relayer_core::DispatcherOptions) as the dispatchers, so retries
     /// and poison are judged alike. With [`Leadership::Lease`], use the job [`LEASE_JOB`]
-    /// and the options' `lease_duration` ([`Sweeper::lease_leadership`] does both).
+    /// and the options' `lease_duration` ([`lease_leadership`] does both).
+    ///
+    /// `source` must work on `namespace` (which the worker's logs name), and should set
+    /// aside rows naming a transport `send` lacks as undecodable, so the pass buries them
+    /// at once instead of retrying a send that cannot succeed: with relayer's source,
+    /// `PgSource::new(pool, &namespace).with_transports(send.transports().names())`.
     pub fn new(
-        pool: PgPool,
+        source: S,
         namespace: Namespace,
         options: SweeperOptions,
         send: SendPath,
@@ -48,12 +72,8 @@ impl Sweeper {
     ) -> Self {
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
         let pass = SweepPass {
-            // Rows for a transport the send path lacks are set aside, never retried forever.
-            recovery: RecoveryStatements::new(&namespace).with_transports(send.transports().names()),
-            outbox: OutboxStatements::new(&namespace),
-            leases: LeaseStatements::new(&namespace),
             cursor: Mutex::new(KeysetCursor::new()),
-            pool,
+            source,
             namespace,
             options,
             leadership,
@@ -62,17 +82,14 @@ impl Sweeper {
         Sweeper { pass: Arc::new(pass), events }
     }
 
-    /// The default leadership: the lease [`LEASE_JOB`] for `options.lease_duration()`, held
-    /// as an owner identity unique to this call (process id and a random suffix).
-    pub fn lease_leadership(options: &SweeperOptions) -> Leadership {
-        let suffix = Uuid::new_v4().simple().to_string();
-        let owner = format!("sweeper/{}/{}", std::process::id(), &suffix[..12]);
-        Leadership::lease(LEASE_JOB, owner, options.lease_duration())
-    }
-
     /// The options this sweeper runs with (immutable, OPT-4).
     pub fn options(&self) -> &SweeperOptions {
         &self.pass.options
+    }
+
+    /// The source the sweeper opens its sessions from (for [`run_once`](Self::run_once)).
+    pub fn source(&self) -> &S {
+        &self.pass.source
     }
 
     /// A subscription to the worker's events (pass started, succeeded with its report,
@@ -103,37 +120,53 @@ impl Sweeper {
             .await;
     }
 
-    /// Runs one pass on `client`, in one transaction: takes or renews the lease (lease
+    /// Runs one pass on `session`, in one transaction: takes or renews the lease (lease
     /// leadership; [`SweepReport::led`] is `false` when another instance holds it), reads
     /// one page of eligible rows, claims, sends and completes them, renews the lease and
     /// commits. With [`Leadership::Advisory`] the caller must hold the lock (as
-    /// [`run`](Self::run) does).
+    /// [`run`](Self::run) does). The schema is not checked here: a missing table is a
+    /// store error.
     ///
-    /// On error everything the pass did in the database was rolled back; sends it made
-    /// are replayed by a later pass (at least once).
-    pub async fn run_once(&self, client: &mut PgClient) -> Result<SweepReport, SweepError> {
-        self.pass.sweep(client, &CancellationToken::new()).await
+    /// On error everything the pass did in the store was rolled back, or is when the
+    /// session is dropped (a rollback that failed or did not finish leaves the session in
+    /// its transaction: drop it); sends the pass made are replayed by a later pass (at
+    /// least once).
+    pub async fn run_once(&self, session: &mut S::Session) -> Result<SweepReport, WorkerError> {
+        self.pass.sweep(session, &CancellationToken::new()).await
     }
 }
 
 /// The pass as the loop runs it: the schema checked before the first pass that reaches the
 /// database, and a full page followed at once by the next.
-struct LoopPass {
-    pass: Arc<SweepPass>,
+struct LoopPass<S> {
+    pass: Arc<SweepPass<S>>,
     /// Set once a check passed; a failed check is a failed pass, retried with backoff.
     schema_verified: AtomicBool,
 }
 
 #[async_trait]
-impl Pass for LoopPass {
+impl<S> Pass for LoopPass<S>
+where
+    S: StoreSource,
+    S::Session: SweepSession,
+{
     type Report = SweepReport;
-    type Error = SweepError;
+    type Error = WorkerError;
 
-    async fn run_pass(&self, shutdown: &CancellationToken) -> Result<PassOutcome<SweepReport>, SweepError> {
+    async fn run_pass(&self, shutdown: &CancellationToken) -> Result<PassOutcome<SweepReport>, WorkerError> {
         if !self.schema_verified.load(Ordering::Acquire) {
-            // Its own short borrow: the pass below takes the one connection it works on (LIF-2).
-            let conn = self.pass.pool.get().await.map_err(SweepError::Pool)?;
-            verify_schema(&**conn, &self.pass.namespace).await.map_err(SweepError::Schema)?;
+            // Its own short session: the pass below opens the one it works on (LIF-2).
+            let session = self
+                .pass
+                .source
+                .open()
+                .await
+                .map_err(|e| WorkerError::store("opening a store session to check the schema", e))?;
+            session
+                .verify_schema()
+                .await
+                .map_err(|e| WorkerError::store("checking the namespace's schema", e))?;
+            drop(session);
             self.schema_verified.store(true, Ordering::Release);
         }
         self.pass.run_pass(shutdown).await
@@ -151,7 +184,7 @@ impl Pass for LoopPass {
     }
 }
 
-impl fmt::Debug for Sweeper {
+impl<S> fmt::Debug for Sweeper<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sweeper")
             .field("namespace", &self.pass.namespace)

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{
-    Sink, TestTransport, count, database, eventually, lease, message, options, pool, sweeper, within,
+    Sink, TestTransport, count, database, eventually, lease, message, options, pool, session, sweeper, within,
 };
 use relayer_postgres::OutboxWriter;
 
@@ -35,7 +35,7 @@ async fn a_pass_whose_transport_never_answers_ends_within_its_lease_and_another_
         lease("a", lease_duration),
     );
     let report = {
-        let mut connection = pool_a.get().await.unwrap();
+        let mut connection = session(&a).await;
         within(a.run_once(&mut connection)).await.unwrap()
     };
     assert!(report.led);
@@ -64,9 +64,9 @@ async fn a_pass_whose_transport_never_answers_ends_within_its_lease_and_another_
         working,
         lease("b", lease_duration),
     );
-    let (b, pool_b, client, db) = (&b, &pool_b, &client, &db);
+    let (b, client, db) = (&b, &client, &db);
     eventually("another instance leads and sends every row", move || async move {
-        let mut connection = pool_b.get().await.unwrap();
+        let mut connection = session(b).await;
         let report = b.run_once(&mut connection).await.unwrap();
         report.led && count(client, db, "outbox").await == 0
     })

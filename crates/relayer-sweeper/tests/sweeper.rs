@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::{
     Sink, TestTransport, count, database, dispatch_options, eventually, lease, message, next_led,
-    next_not_leader, next_outcome, options, pool, registry, sweeper, within,
+    next_not_leader, next_outcome, options, pool, registry, session, sweeper, within,
 };
 use relayer_core::{MessageId, NewMessage, Timestamp};
 use relayer_dispatcher::Dispatcher;
@@ -29,7 +29,9 @@ fn writer(db: &TestDb) -> OutboxWriter {
 }
 
 /// Spawns `sweeper.run` and returns its shutdown token and task.
-fn spawn(sweeper: relayer_sweeper::Sweeper) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+fn spawn(
+    sweeper: relayer_sweeper::Sweeper<relayer_postgres::PgSource>,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(sweeper.run(shutdown.clone()));
     (shutdown, task)
@@ -221,7 +223,7 @@ async fn a_dead_leader_is_replaced_after_its_lease_expires_lif_3() {
         transport.clone(),
         lease("a", second),
     );
-    let first = a.run_once(&mut pool_a.get().await.unwrap()).await.unwrap();
+    let first = a.run_once(&mut session(&a).await).await.unwrap();
     assert_eq!((first.led, first.term), (true, Some(1)));
     drop(a); // crashed: no release
 
@@ -264,18 +266,18 @@ async fn a_deposed_leaders_late_completion_changes_nothing_ldr_6() {
     let leases = LeaseStatements::new(db.namespace());
 
     // A leads (term 1, committed), then starts a pass that gets stuck in its send.
-    assert_eq!(a.run_once(&mut pool_a.get().await.unwrap()).await.unwrap().term, Some(1));
+    assert_eq!(a.run_once(&mut session(&a).await).await.unwrap().term, Some(1));
     let written = writer(&db)
         .enqueue(&client, &(0..3).map(|n| message("orders", n)).collect::<Vec<_>>())
         .await
         .unwrap();
     slow.gated.store(true, Ordering::SeqCst);
     let late_pass = tokio::spawn({
-        let (a, pool_a) = (a.clone(), pool_a.clone());
-        async move { a.run_once(&mut pool_a.get().await.unwrap()).await }
+        let a = a.clone();
+        async move { a.run_once(&mut session(&a).await).await }
     });
     within(slow.entered.notified()).await;
-    let mut conn_b = pool_b.get().await.unwrap();
+    let mut conn_b = session(&b).await;
     assert!(!b.run_once(&mut conn_b).await.unwrap().led, "no overlap with a running pass");
 
     assert_eq!(db.terminate_backends(&application_a).await, 1);
@@ -294,7 +296,7 @@ async fn a_deposed_leaders_late_completion_changes_nothing_ldr_6() {
     assert_eq!((count(&client, &db, "outbox").await, count(&client, &db, "dead").await), (0, 0));
     let current = leases.current(&client, LEASE_JOB).await.unwrap().unwrap();
     assert_eq!((current.owner.as_str(), current.term), ("b", 2), "B keeps the lease");
-    assert!(!a.run_once(&mut pool_a.get().await.unwrap()).await.unwrap().led);
+    assert!(!a.run_once(&mut session(&a).await).await.unwrap().led);
     let ids: BTreeSet<MessageId> = sink.lock().unwrap().iter().map(|(_, envelope)| envelope.id).collect();
     assert_eq!(
         ids,
@@ -451,7 +453,7 @@ async fn the_sweeper_never_sends_lane_rows_lan_4() {
     let default_delay = options(10).recovery_delay(Duration::from_secs(30));
     let sweeper =
         sweeper(pool.clone(), &db, default_delay, transport.clone(), lease("a", Duration::from_secs(30)));
-    let mut conn = pool.get().await.unwrap();
+    let mut conn = session(&sweeper).await;
     let mut scanned = 0;
     for _ in 0..4 {
         scanned += sweeper.run_once(&mut conn).await.unwrap().scanned;
@@ -483,12 +485,12 @@ async fn the_first_pass_creates_the_lease_and_sweeps_in_that_same_pass_ldr_2() {
     writer(&db).enqueue(&client, &[message("orders", 0), message("orders", 1)]).await.unwrap();
     let (pool, _) = pool(&db, "sweeper", 1).await;
     let a = sweeper(pool.clone(), &db, options(10), transport.clone(), lease("a", Duration::from_secs(30)));
-    let report = a.run_once(&mut pool.get().await.unwrap()).await.unwrap();
+    let report = a.run_once(&mut session(&a).await).await.unwrap();
     assert_eq!((report.led, report.term, report.scanned, report.sent), (true, Some(1), 2, 2));
 
     writer(&db).enqueue(&client, &[message("orders", 2)]).await.unwrap();
     let b = sweeper(pool.clone(), &db, options(10), transport.clone(), lease("b", Duration::from_secs(30)));
-    let report = b.run_once(&mut pool.get().await.unwrap()).await.unwrap();
+    let report = b.run_once(&mut session(&b).await).await.unwrap();
     assert_eq!((report.led, report.scanned, report.claimed), (false, 0, 0), "{report:?}");
     assert_eq!(transport.accepted().len(), 2);
     assert_eq!(count(&client, &db, "outbox").await, 1, "left for the leader");
@@ -576,7 +578,7 @@ async fn rows_a_concurrent_dispatcher_holds_are_skipped_swp_4() {
     let (pool, _) = pool(&db, "sweeper", 1).await;
     let sweeper =
         sweeper(pool.clone(), &db, options(10), transport.clone(), lease("a", Duration::from_secs(30)));
-    let report = within(sweeper.run_once(&mut pool.get().await.unwrap())).await.unwrap();
+    let report = within(sweeper.run_once(&mut session(&sweeper).await)).await.unwrap();
     assert_eq!((report.scanned, report.claimed, report.skipped, report.sent), (4, 2, 2, 2));
     claim.rollback().await.unwrap();
     let sent: BTreeSet<MessageId> = transport.accepted().iter().map(|(_, envelope)| envelope.id).collect();

@@ -7,10 +7,10 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Sink, TestTransport, database, lease, message, options, pool, registry, within};
+use common::{Sink, TestTransport, database, lease, message, options, pool, registry, session, within};
 use relayer_core::DispatcherOptions;
 use relayer_delivery::SendPath;
-use relayer_postgres::OutboxWriter;
+use relayer_postgres::{OutboxWriter, PgSource};
 use relayer_sweeper::Sweeper;
 
 /// DSP-6, NS-5: when a destination's breaker trips during a sweep pass, its rows due within
@@ -33,14 +33,16 @@ async fn a_destination_that_trips_in_a_sweep_pass_is_held_back_for_its_cool_down
         .unwrap();
     let (pool, _) = pool(&db, "sweeper", 1).await;
     let lease_duration = Duration::from_secs(30);
+    let send = SendPath::new(registry(transport), send_options);
+    let source = PgSource::new(pool, db.namespace()).with_transports(send.transports().names());
     let sweeper = Sweeper::new(
-        pool.clone(),
+        source,
         db.namespace().clone(),
         options(10).build().unwrap(),
-        SendPath::new(registry(transport), send_options),
+        send,
         lease("a", lease_duration),
     );
-    let report = within(sweeper.run_once(&mut pool.get().await.unwrap())).await.unwrap();
+    let report = within(sweeper.run_once(&mut session(&sweeper).await)).await.unwrap();
     assert_eq!(report.failed, 10, "the first page's batch failed and tripped the breaker");
     assert_eq!(report.held_back, 30, "every row of the destination due within the cool-down");
 

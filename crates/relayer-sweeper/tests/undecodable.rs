@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Sink, TestTransport, count, database, lease, message, options, pool, sweeper};
+use common::{Sink, TestTransport, count, database, lease, message, options, pool, session, sweeper};
 use relayer_postgres::OutboxWriter;
 
 /// SPEC §15 on the recovery path, the case found by hand: undecodable rows — a bad headers
@@ -37,7 +37,7 @@ async fn undecodable_rows_in_a_recovery_page_move_to_dead_and_the_page_goes_on_s
     let (pool, _) = pool(&db, "sweeper", 1).await;
     let sweeper =
         sweeper(pool.clone(), &db, options(100), transport.clone(), lease("a", Duration::from_secs(30)));
-    let mut conn = pool.get().await.unwrap();
+    let mut conn = session(&sweeper).await;
     let report = sweeper.run_once(&mut conn).await.unwrap();
     assert_eq!(
         (report.scanned, report.claimed, report.sent, report.undecodable, report.dead),

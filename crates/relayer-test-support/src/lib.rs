@@ -1,7 +1,10 @@
 //! Test fixtures for relayer: a real PostgreSQL server, and a fresh random schema per test.
 //! For the broker transports: [`broker_or_skip`] (a test without its broker is skipped by
 //! name, loudly, never passed silently) and [`TcpProxy`] (a loopback forwarder a test can
-//! cut, stall and restore).
+//! cut, stall and restore). For crash windows: [`FaultyStore`], which wraps any store
+//! source a worker is given and injects scripted [`Fault`]s at chosen calls — fail a call
+//! before or after it reaches the store, kill the session's connection, delay or hold a
+//! call — usable in your own tests as in relayer's.
 //!
 //! Every storage and worker test runs against a real PostgreSQL (SPEC §16). A test asks for
 //! a [`TestDb`]; it gets its own schema (`t_` + 16 hex digits) on a shared server, so tests
@@ -59,6 +62,9 @@
 mod brokers;
 mod cluster;
 mod container;
+mod fault;
+mod faulty_error;
+mod faulty_store;
 mod owned;
 mod pooler;
 mod proxy;
@@ -73,6 +79,9 @@ use relayer_core::Namespace;
 use tokio_postgres::NoTls;
 
 pub use crate::brokers::{Broker, broker_or_skip};
+pub use crate::fault::{Fault, FaultAction, FaultHandle, StoreCall, Transience};
+pub use crate::faulty_error::FaultyError;
+pub use crate::faulty_store::{FaultySession, FaultyStore};
 pub use crate::owned::OwnedCluster;
 pub use crate::pooler::{PoolMode, pgbouncer};
 pub use crate::proxy::TcpProxy;

@@ -39,16 +39,22 @@
 //! once (its `hosted.rs`): one task per worker, stopped by cancelling its token.
 #![deny(missing_docs)]
 
+mod error;
 mod events;
 mod hosted;
 mod kind;
 mod leadership;
 mod panic;
 mod pass_loop;
+mod release_lease;
+mod roll_back;
 
+pub use error::WorkerError;
 pub use events::WorkerEvent;
-pub use kind::WorkerKind;
 pub use hosted::{HostedError, HostedWorker};
+pub use kind::WorkerKind;
 pub use leadership::Leadership;
 pub use panic::catch_panic;
 pub use pass_loop::{Pass, PassLoop, PassOutcome, WorkerHandle};
+pub use release_lease::release_lease_at_shutdown;
+pub use roll_back::roll_back_failed_pass;

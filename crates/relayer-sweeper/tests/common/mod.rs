@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use relayer_core::StoreSource;
 use relayer_core::{
     DispatcherOptions, Envelope, NewMessage, SendOutcome, SweeperOptions, SweeperOptionsBuilder, Transport,
     TransportError, TransportRegistry, async_trait,
 };
 use relayer_delivery::SendPath;
-use relayer_postgres::{PgPool, connect_pool};
+use relayer_postgres::{PgPool, PgSession, PgSource, connect_pool};
 use relayer_sweeper::{LEASE_JOB, SweepReport, Sweeper};
 use relayer_test_support::TestDb;
 #[allow(unused_imports)] // Not every test file uses both.
@@ -167,15 +168,23 @@ pub(crate) fn lease(owner: &str, duration: Duration) -> Leadership {
     Leadership::lease(LEASE_JOB, owner, duration)
 }
 
+/// A sweeper on `pool`, sending through `transport`; rows naming another transport are
+/// buried as undecodable, as the facade's host builds it.
 pub(crate) fn sweeper(
     pool: PgPool,
     db: &TestDb,
     options: SweeperOptionsBuilder,
     transport: Arc<TestTransport>,
     leadership: Leadership,
-) -> Sweeper {
+) -> Sweeper<PgSource> {
     let send = SendPath::new(registry(transport), dispatch_options());
-    Sweeper::new(pool, db.namespace().clone(), options.build().unwrap(), send, leadership)
+    let source = PgSource::new(pool, db.namespace()).with_transports(send.transports().names());
+    Sweeper::new(source, db.namespace().clone(), options.build().unwrap(), send, leadership)
+}
+
+/// A session of the sweeper's own source, for `run_once`.
+pub(crate) async fn session(sweeper: &Sweeper<PgSource>) -> PgSession {
+    sweeper.source().open().await.unwrap()
 }
 
 pub(crate) fn message(destination: &str, n: usize) -> NewMessage {

@@ -2,6 +2,7 @@
 //! says.
 
 use relayer_cleanup::{Cleanup, LEASE_JOB};
+use relayer_postgres::PgSource;
 
 use crate::fingerprints::WorkerSettings;
 use crate::workers::context::WorkerContext;
@@ -17,7 +18,7 @@ pub(crate) fn build(context: &WorkerContext<'_>, hosted: &mut HostedWorkers) {
     let leadership =
         context.electorate.leadership(led.election().clone(), LEASE_JOB, options.lease_duration());
     let cleanup = Cleanup::new(
-        context.connected.maintenance.clone(),
+        PgSource::new(context.connected.maintenance.clone(), &setup.namespace),
         setup.namespace.clone(),
         options.clone(),
         leadership,

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use relayer_delivery::SendPath;
+use relayer_postgres::PgSource;
 use relayer_sweeper::{LEASE_JOB, Sweeper};
 
 use crate::fingerprints::WorkerSettings;
@@ -24,8 +25,10 @@ pub(crate) fn build(context: &WorkerContext<'_>, hosted: &mut HostedWorkers) {
         Arc::clone(&context.connected.transports),
         setup.dispatcher.clone().unwrap_or_default(),
     );
+    let store = PgSource::new(context.connected.maintenance.clone(), &setup.namespace)
+        .with_transports(context.connected.transports.names());
     let sweeper = Sweeper::new(
-        context.connected.maintenance.clone(),
+        store,
         setup.namespace.clone(),
         options.clone(),
         send,

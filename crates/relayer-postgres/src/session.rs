@@ -1,0 +1,271 @@
+//! relayer's [`StoreSource`] on PostgreSQL: [`PgSource`] opens [`PgSession`]s on a
+//! [`PgPool`], and a session implements the core store capabilities
+//! ([`relayer_core::store`]) by delegating to the statement modules, through [`PgStore`].
+//!
+//! A source renders one namespace's statements once and shares them with every session.
+//! A session holds one pooled connection; its [`Session::begin`]/[`Session::commit`] run
+//! `BEGIN`/`COMMIT` on that connection, so the capabilities called in between share the
+//! transaction and keep using the connection's prepared statements. A session dropped
+//! inside a transaction marks its connection broken, so the pool closes it (the server
+//! then rolls the transaction back) instead of lending it, mid-transaction, to another pass.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use relayer_core::session::{Session, StoreSource};
+use relayer_core::store::{
+    CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeleteExpired,
+    HoldBackDestination, HoldLease, Lease, LockOutbox, LockedPage, PageRequest, ScanRecovery, Store,
+    UnderLease, VerifySchema,
+};
+use relayer_core::{Namespace, RetentionTable, Uuid};
+
+use crate::error::StorageError;
+use crate::leases::LeaseStatements;
+use crate::outbox::OutboxStatements;
+use crate::pool::{PgConnectionManager, PgPool};
+use crate::recovery::RecoveryStatements;
+use crate::retention::RetentionStatements;
+use crate::store::PgStore;
+
+/// One namespace's rendered statements, shared by a source's sessions.
+#[derive(Debug)]
+struct Statements {
+    namespace: Namespace,
+    outbox: OutboxStatements,
+    recovery: RecoveryStatements,
+    retention: RetentionStatements,
+    leases: LeaseStatements,
+}
+
+/// Opens [`PgSession`]s on a [`PgPool`] for one namespace: the store a worker is given.
+///
+/// Cloning is cheap (the pool and the rendered statements are shared).
+#[derive(Clone, Debug)]
+pub struct PgSource {
+    pool: PgPool,
+    statements: Arc<Statements>,
+}
+
+impl PgSource {
+    /// A source of sessions on `pool` for `namespace`'s tables.
+    pub fn new(pool: PgPool, namespace: &Namespace) -> Self {
+        let statements = Statements {
+            namespace: namespace.clone(),
+            outbox: OutboxStatements::new(namespace),
+            recovery: RecoveryStatements::new(namespace),
+            retention: RetentionStatements::new(namespace),
+            leases: LeaseStatements::new(namespace),
+        };
+        PgSource { pool, statements: Arc::new(statements) }
+    }
+
+    /// Claimed rows naming a transport outside `names` (the worker's registry) come back
+    /// undecodable instead of as messages: no send could ever succeed, so the worker
+    /// buries them at once (see [`OutboxStatements::with_transports`]).
+    #[must_use]
+    pub fn with_transports<I>(self, names: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        let names: Vec<String> = names.into_iter().map(Into::into).collect();
+        let namespace = &self.statements.namespace;
+        let statements = Statements {
+            namespace: namespace.clone(),
+            outbox: OutboxStatements::new(namespace).with_transports(names.iter().cloned()),
+            recovery: RecoveryStatements::new(namespace).with_transports(names.iter().cloned()),
+            retention: RetentionStatements::new(namespace),
+            leases: LeaseStatements::new(namespace),
+        };
+        PgSource { pool: self.pool, statements: Arc::new(statements) }
+    }
+
+    /// The namespace whose tables the sessions use.
+    pub fn namespace(&self) -> &Namespace {
+        &self.statements.namespace
+    }
+
+    /// The pool sessions borrow their connections from.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl StoreSource for PgSource {
+    type Session = PgSession;
+
+    async fn open(&self) -> Result<PgSession, StorageError> {
+        let connection =
+            self.pool.get_owned().await.map_err(|e| StorageError::pool("opening a store session", e))?;
+        Ok(PgSession { connection, statements: Arc::clone(&self.statements), in_transaction: false })
+    }
+}
+
+/// One pooled connection of a [`PgSource`], with its namespace's statements.
+pub struct PgSession {
+    connection: bb8::PooledConnection<'static, PgConnectionManager>,
+    statements: Arc<Statements>,
+    in_transaction: bool,
+}
+
+impl std::fmt::Debug for PgSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgSession")
+            .field("namespace", &self.statements.namespace)
+            .field("in_transaction", &self.in_transaction)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgSession {
+    /// The pooled connection, for statements of relayer-postgres that no capability covers
+    /// (within this session's transaction when one is open).
+    pub fn connection(&self) -> &crate::PgClient {
+        &self.connection
+    }
+
+    fn on<'a, S>(&'a self, statements: &'a S) -> PgStore<'a, crate::PgClient, S> {
+        PgStore::new(&self.connection, statements)
+    }
+
+    async fn run(&mut self, sql: &str, what: &str) -> Result<(), StorageError> {
+        self.connection.batch_execute(sql).await.map_err(|e| StorageError::database(what, e))
+    }
+}
+
+impl Drop for PgSession {
+    fn drop(&mut self) {
+        if self.in_transaction {
+            // Never lend a connection mid-transaction: the pool closes it instead.
+            self.connection.discard();
+        }
+    }
+}
+
+impl Store for PgSession {
+    type Error = StorageError;
+}
+
+#[async_trait]
+impl Session for PgSession {
+    async fn begin(&mut self) -> Result<(), StorageError> {
+        // Marked first: a BEGIN whose answer was lost may still have started one.
+        self.in_transaction = true;
+        self.run("BEGIN", "beginning a transaction").await
+    }
+
+    async fn commit(&mut self) -> Result<(), StorageError> {
+        self.run("COMMIT", "committing a transaction").await?;
+        self.in_transaction = false;
+        Ok(())
+    }
+
+    async fn rollback(&mut self) -> Result<(), StorageError> {
+        self.run("ROLLBACK", "rolling back a transaction").await?;
+        self.in_transaction = false;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl VerifySchema for PgSession {
+    async fn verify_schema(&self) -> Result<i32, StorageError> {
+        crate::migrate::verify_schema(&**self.connection, &self.statements.namespace).await
+    }
+}
+
+#[async_trait]
+impl ClaimOutbox for PgSession {
+    async fn claim_due(
+        &self,
+        token: Uuid,
+        claim: Duration,
+        limit: u32,
+        tripped: &[(String, String)],
+    ) -> Result<Claimed, StorageError> {
+        self.on(&self.statements.outbox).claim_due(token, claim, limit, tripped).await
+    }
+
+    async fn claim_seqs(&self, token: Uuid, claim: Duration, seqs: &[i64]) -> Result<Claimed, StorageError> {
+        self.on(&self.statements.outbox).claim_seqs(token, claim, seqs).await
+    }
+}
+
+#[async_trait]
+impl CompleteOutbox for PgSession {
+    async fn complete(&self, token: Uuid, completion: &Completion) -> Result<CompletionReport, StorageError> {
+        self.on(&self.statements.outbox).complete(token, completion).await
+    }
+}
+
+#[async_trait]
+impl LockOutbox for PgSession {
+    async fn complete_locked(&self, completion: &Completion) -> Result<CompletionReport, StorageError> {
+        self.on(&self.statements.outbox).complete_locked(completion).await
+    }
+}
+
+#[async_trait]
+impl ScanRecovery for PgSession {
+    async fn lock_recovery_page(
+        &self,
+        request: &PageRequest<'_>,
+    ) -> Result<Option<LockedPage>, StorageError> {
+        self.on(&self.statements.recovery).lock_recovery_page(request).await
+    }
+}
+
+#[async_trait]
+impl DeleteExpired for PgSession {
+    async fn delete_expired(
+        &self,
+        table: RetentionTable,
+        retention: Duration,
+        limit: u32,
+        lease: Option<UnderLease<'_>>,
+    ) -> Result<Option<u64>, StorageError> {
+        self.on(&self.statements.retention).delete_expired(table, retention, limit, lease).await
+    }
+}
+
+#[async_trait]
+impl HoldLease for PgSession {
+    async fn acquire(
+        &self,
+        job: &str,
+        owner: &str,
+        lease_duration: Duration,
+    ) -> Result<Option<Lease>, StorageError> {
+        self.on(&self.statements.leases).acquire(job, owner, lease_duration).await
+    }
+
+    async fn renew(&self, lease: &Lease, lease_duration: Duration) -> Result<Option<Lease>, StorageError> {
+        self.on(&self.statements.leases).renew(lease, lease_duration).await
+    }
+
+    async fn release(&self, job: &str, owner: &str) -> Result<bool, StorageError> {
+        self.on(&self.statements.leases).release(job, owner).await
+    }
+}
+
+#[async_trait]
+impl HoldBackDestination for PgSession {
+    async fn hold_back(
+        &self,
+        transport: &str,
+        destination: &str,
+        cool_down: Duration,
+    ) -> Result<u64, StorageError> {
+        self.statements.outbox.hold_back(&*self.connection, transport, destination, cool_down).await
+    }
+}
+
+#[async_trait]
+impl CheckLease for PgSession {
+    async fn holds(&self, lease: &Lease) -> Result<bool, StorageError> {
+        self.statements.leases.holds(&*self.connection, lease).await
+    }
+}
