@@ -9,7 +9,7 @@ use std::error::Error;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::pass_loop::WorkerKind;
+use crate::kind::WorkerKind;
 
 /// Why a hosted worker could not start (a missing schema, say): its own error, boxed so a
 /// host can hold workers of every kind in one list. Its `source()` chain is kept.
