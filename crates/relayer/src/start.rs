@@ -8,6 +8,7 @@ use crate::builder::RelayerBuilder;
 use crate::connect::connect;
 use crate::error::StartError;
 use crate::host::{RelayerHost, Started};
+use crate::instance_id::default_instance_id;
 use crate::leader_election::Electorate;
 use crate::settings_record::SettingsRecord;
 use crate::validate::validate;
@@ -25,7 +26,9 @@ impl RelayerBuilder {
     /// settings fingerprints, compares them with the other live instances' (OPT-4), and
     /// starts the workers.
     pub async fn start(self) -> Result<RelayerHost, StartError> {
-        let setup = validate(self)?;
+        // The default identity is made here, not among the checks: it reads the host name.
+        let instance_id = self.instance_id.clone().unwrap_or_else(default_instance_id);
+        let setup = validate(self, instance_id)?;
         let connected = connect(&setup).await?;
         let shutdown = CancellationToken::new();
         let context = WorkerContext {

@@ -11,7 +11,6 @@ use relayer_postgres::{PgPool, StatementMode};
 
 use crate::builder::RelayerBuilder;
 use crate::error::StartError;
-use crate::instance_id::default_instance_id;
 use crate::leader_election::Led;
 use crate::options::RelayerOptions;
 use crate::pool_sizes::{PoolDemand, PoolPlan};
@@ -39,11 +38,13 @@ pub(crate) struct Setup {
     pub(crate) lent_pool: Option<PgPool>,
 }
 
-/// Checks `builder`'s whole setup, in order: the instance id; transport names are unique;
+/// Checks `builder`'s whole setup for the instance `instance_id` (the builder's, or the
+/// default, made by the caller since it reads the host name), in order: the instance id;
+/// transport names are unique;
 /// a worker that sends has a transport; options that must fit together do (TRN-5); one
 /// subscription per queue; dead-letter policies fit the subscriptions and transports
 /// (DLP-6); every pool size set fits a pool the host opens.
-pub(crate) fn validate(builder: RelayerBuilder) -> Result<Setup, StartError> {
+pub(crate) fn validate(builder: RelayerBuilder, instance_id: String) -> Result<Setup, StartError> {
     let RelayerBuilder {
         config,
         namespace,
@@ -55,7 +56,8 @@ pub(crate) fn validate(builder: RelayerBuilder) -> Result<Setup, StartError> {
         cleanup,
         #[cfg(feature = "dead-letters")]
         dead_letters,
-        instance_id,
+        // Resolved by the caller.
+        instance_id: _,
         pool_sizes,
         statements,
         #[cfg(feature = "consumer")]
@@ -65,7 +67,6 @@ pub(crate) fn validate(builder: RelayerBuilder) -> Result<Setup, StartError> {
     #[cfg(not(feature = "queue"))]
     let queue_transport = false;
 
-    let instance_id = instance_id.unwrap_or_else(default_instance_id);
     if instance_id.trim().is_empty() {
         return Err(StartError::EmptyInstanceId);
     }
@@ -89,17 +90,17 @@ pub(crate) fn validate(builder: RelayerBuilder) -> Result<Setup, StartError> {
         crate::dead_letters_setup::check_dead_letter_setup(policies, &subscriptions, &names)?;
     }
 
-    let led_workers = [sweeper.is_some(), cleanup.is_some(), {
-        #[cfg(feature = "dead-letters")]
-        let runs = dead_letters.is_some();
-        #[cfg(not(feature = "dead-letters"))]
-        let runs = false;
-        runs
-    }];
+    #[cfg(feature = "dead-letters")]
+    let dead_letter_policies = dead_letters.is_some();
+    #[cfg(not(feature = "dead-letters"))]
+    let dead_letter_policies = false;
     let demand = PoolDemand {
         dispatcher_concurrency: dispatcher.as_ref().map(DispatcherOptions::concurrency),
         sweeper: sweeper.is_some(),
-        led_workers: led_workers.iter().map(|runs| u32::from(*runs)).sum(),
+        led_workers: [sweeper.is_some(), cleanup.is_some(), dead_letter_policies]
+            .into_iter()
+            .map(u32::from)
+            .sum(),
         queue_transport,
         lent_maintenance: pool.is_some(),
         #[cfg(feature = "consumer")]
