@@ -90,7 +90,10 @@ async fn consumers_and_dead_letter_policies_export_exact_counts_obs_2() {
     let host = Relayer::builder(db.config(), db.namespace().clone())
         .consumer(subscription(orders), Arc::new(RejectOnce::default()))
         .consumer(subscription(audit), Arc::new(RejectAll))
-        .dead_letters(policies, DeadLetterOptions::builder().interval(Duration::from_millis(100)).build().unwrap())
+        .dead_letters(
+            policies,
+            DeadLetterOptions::builder().interval(Duration::from_millis(100)).build().unwrap(),
+        )
         .start()
         .await
         .unwrap();

@@ -27,13 +27,7 @@ pub(crate) fn build(context: &WorkerContext<'_>, hosted: &mut HostedWorkers) {
     );
     let store = PgSource::new(context.connected.maintenance.clone(), &setup.namespace)
         .with_transports(context.connected.transports.names());
-    let sweeper = Sweeper::new(
-        store,
-        setup.namespace.clone(),
-        options.clone(),
-        send,
-        leadership,
-    );
+    let sweeper = Sweeper::new(store, setup.namespace.clone(), options.clone(), send, leadership);
     #[cfg(feature = "metrics")]
     crate::metrics::observe(relayer_worker::WorkerKind::Sweeper, sweeper.subscribe());
     let settings = WorkerSettings::new("sweeper", options.fingerprint(), &options.canonical_settings());
