@@ -26,9 +26,9 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
             prefix.clone().unwrap_or_else(|| config.namespace.prefix().to_owned()),
         )?,
     };
-    let args = Args { database_url, namespace };
-    let database: tokio_postgres::Config =
-        args.database_url.parse().map_err(|e| format!("database_url: not a valid connection string: {e}"))?;
+    let args = Args { database_url, ca_file: global.ca_file.clone(), namespace };
+    let database = relayer::postgres::connector_from_url(&args.database_url, args.ca_file.as_deref())
+        .map_err(|e| format!("database_url: {e}"))?;
 
     if let Some(metrics) = config.metrics {
         metrics_exporter_prometheus::PrometheusBuilder::new()

@@ -57,6 +57,7 @@
 //! ```
 
 mod brokers;
+mod certificates;
 mod cluster;
 mod container;
 mod owned;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use relayer_consumer::{Consumer, ConsumerStats, Handling, Subscription};
 use relayer_core::Namespace;
-use relayer_postgres::{StatementMode, connect_pool_with};
+use relayer_postgres::{Connector, StatementMode, connect_pool_with};
 
 use crate::error::StartError;
 
@@ -35,7 +35,7 @@ pub(crate) fn check(specs: &[ConsumerSpec]) -> Result<(), StartError> {
 /// in flight for an inbox handler (its transaction).
 pub(crate) async fn build(
     specs: Vec<ConsumerSpec>,
-    config: &tokio_postgres::Config,
+    database: &Connector,
     namespace: &Namespace,
     statements: StatementMode,
 ) -> Result<Vec<Consumer>, StartError> {
@@ -46,8 +46,9 @@ pub(crate) async fn build(
             Handling::Inbox(_) => subscription.options().concurrency() + loops,
             Handling::Plain(_) => loops,
         };
-        let pool = connect_pool_with(config.clone(), size, statements).await.map_err(StartError::Connect)?;
-        consumers.push(Consumer::new(config.clone(), pool, namespace.clone(), subscription, handling));
+        let pool =
+            connect_pool_with(database.clone(), size, statements).await.map_err(StartError::Connect)?;
+        consumers.push(Consumer::new(database.clone(), pool, namespace.clone(), subscription, handling));
     }
     Ok(consumers)
 }

@@ -66,7 +66,7 @@ impl std::fmt::Debug for RelayerHost {
 impl RelayerHost {
     pub(crate) async fn start(builder: RelayerBuilder) -> Result<RelayerHost, StartError> {
         let RelayerBuilder {
-            config,
+            database,
             namespace,
             transports,
             #[cfg(feature = "queue")]
@@ -150,9 +150,9 @@ impl RelayerHost {
         // Then the database: reachable, schema present and current (NS-3).
         let pool = match pool {
             Some(lent) => lent,
-            None => {
-                connect_pool_with(config.clone(), pool_size, statements).await.map_err(StartError::Connect)?
-            }
+            None => connect_pool_with(database.clone(), pool_size, statements)
+                .await
+                .map_err(StartError::Connect)?,
         };
         {
             let connection = pool.get().await.map_err(StartError::Pool)?;
@@ -163,7 +163,7 @@ impl RelayerHost {
             // Its own pool: a sweeper pass sends while it holds a connection of the host pool
             // in its transaction, and a pass must never wait for a second connection of the
             // pool it holds one of (LIF-2) — with one shared connection it would wait forever.
-            let queue_pool = connect_pool_with(config.clone(), pool_size, statements)
+            let queue_pool = connect_pool_with(database.clone(), pool_size, statements)
                 .await
                 .map_err(StartError::Connect)?;
             let queue = relayer_queue::PgQueueTransport::new(queue_pool, &namespace);
@@ -203,7 +203,7 @@ impl RelayerHost {
                 // Its own pool, committing asynchronously (safe for its statements only, see
                 // `asynchronous_commit`), and its own LISTEN connection.
                 let dispatch_pool = connect_pool_with(
-                    relayer_dispatcher::asynchronous_commit(config.clone()),
+                    database.with_config(relayer_dispatcher::asynchronous_commit(database.config().clone())),
                     pool_size,
                     statements,
                 )
@@ -216,7 +216,7 @@ impl RelayerHost {
                     Arc::clone(&transports),
                 )
                 .map_err(StartError::Dispatcher)?;
-                Some(dispatcher.listening(config.clone()))
+                Some(dispatcher.listening(database.clone()))
             }
             None => None,
         };
@@ -228,7 +228,7 @@ impl RelayerHost {
                 relayer_sweeper::LEASE_JOB,
                 &instance_id,
                 sweeper_options.lease_duration(),
-                &config,
+                &database,
                 &namespace,
                 &shutdown,
             );
@@ -254,7 +254,7 @@ impl RelayerHost {
                 relayer_cleanup::LEASE_JOB,
                 &instance_id,
                 cleanup_options.lease_duration(),
-                &config,
+                &database,
                 &namespace,
                 &shutdown,
             );
@@ -267,7 +267,7 @@ impl RelayerHost {
         });
 
         #[cfg(feature = "consumer")]
-        let consumers = crate::consumers::build(consumers, &config, &namespace, statements).await?;
+        let consumers = crate::consumers::build(consumers, &database, &namespace, statements).await?;
         #[cfg(feature = "consumer")]
         let consumer_stats = crate::consumers::stats(&consumers);
         #[cfg(feature = "dead-letters")]
@@ -281,7 +281,7 @@ impl RelayerHost {
                     relayer_dead_letters::LEASE_JOB,
                     &instance_id,
                     dead_letter_options.lease_duration(),
-                    &config,
+                    &database,
                     &namespace,
                     &shutdown,
                 );
@@ -521,7 +521,7 @@ fn led_by(
     job: &str,
     instance_id: &str,
     lease_duration: Duration,
-    #[allow(unused_variables)] config: &tokio_postgres::Config,
+    #[allow(unused_variables)] database: &relayer_postgres::Connector,
     #[allow(unused_variables)] namespace: &Namespace,
     #[allow(unused_variables)] shutdown: &CancellationToken,
 ) -> Leadership {
@@ -529,12 +529,18 @@ fn led_by(
         LeaderElection::Lease => Leadership::lease(job, instance_id, lease_duration),
         #[cfg(feature = "advisory-lock")]
         LeaderElection::AdvisoryLock => {
-            let lock =
-                relayer_advisory_lock::PgAdvisoryLock::new(config.clone()).with_shutdown(shutdown.clone());
-            Leadership::Advisory(
-                Arc::new(lock),
-                format!("{job}:{}.{}", namespace.schema(), namespace.prefix()),
-            )
+            // Lock sessions connect as every other connection of the host: with its TLS.
+            let config = database.config().clone();
+            let lock: Arc<dyn relayer_core::DistributedLock> = match database.tls() {
+                None => Arc::new(
+                    relayer_advisory_lock::PgAdvisoryLock::new(config).with_shutdown(shutdown.clone()),
+                ),
+                Some(tls) => Arc::new(
+                    relayer_advisory_lock::PgAdvisoryLock::with_tls(config, tls.clone())
+                        .with_shutdown(shutdown.clone()),
+                ),
+            };
+            Leadership::Advisory(lock, format!("{job}:{}.{}", namespace.schema(), namespace.prefix()))
         }
         LeaderElection::Custom(leadership) => leadership,
     }
