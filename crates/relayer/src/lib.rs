@@ -78,7 +78,7 @@
 #[doc = include_str!("../../../README.md")]
 mod readme {}
 
-#[cfg(all(doctest, feature = "cleanup"))]
+#[cfg(all(doctest, feature = "cleanup", feature = "tls-rustls"))]
 #[doc = include_str!("../../../docs/connections.md")]
 mod connections {}
 

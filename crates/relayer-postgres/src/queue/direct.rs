@@ -145,7 +145,7 @@ impl QueueWriter {
     /// writer runs for them: the single source of its statement text and parameters for
     /// every driver (the tokio-postgres [`enqueue`](Self::enqueue) and the sqlx adapter
     /// run exactly this). It counts as this writer's notification of the batch's queues
-    /// (see the [module docs](self)).
+    /// (see [`with_notify_interval`](Self::with_notify_interval)).
     ///
     /// Every message is validated first (OUT-3, and no lane); on any refusal there is no
     /// batch.
