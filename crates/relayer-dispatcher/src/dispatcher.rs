@@ -48,6 +48,9 @@ pub(crate) struct Shared {
     /// The lane key after which the next lane claim starts, so lanes late in key order
     /// get their turn when there are more due lanes than a pass claims.
     pub(crate) lane_cursor: Mutex<String>,
+    /// Whether this dispatcher has seen a lane row in the namespace: until then the lane
+    /// loop only looks for one (see `lane_pass`).
+    pub(crate) lanes_seen: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -85,6 +88,7 @@ impl Dispatcher {
             send: SendPath::new(transports, options.clone()),
             wake: Arc::new(Wake::default()),
             lane_cursor: Mutex::new(String::new()),
+            lanes_seen: std::sync::atomic::AtomicBool::new(false),
             pool,
             namespace,
             options,
