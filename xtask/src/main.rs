@@ -26,7 +26,7 @@ Commands:
                           RELAYER_TEST_THREADS sets the test threads (default 4); ARGS go to
                           nextest (or to cargo test).
   ci                      fmt check, clippy -D warnings, the facade's docs with every feature
-                          (RUSTDOCFLAGS=-D warnings), cargo check of each crate on its own,
+                          (RUSTDOCFLAGS=-D warnings), cargo check of each crate on its own, cargo package,
                           cargo deny (when installed), `test`, then runs the examples and the
                           demo at 300 orders (its RESULT line must say lost=0). Stops
                           at the first failure. Broker tests without their broker are listed
@@ -174,6 +174,23 @@ fn ci(args: &[String]) -> Result<(), String> {
     for member in &members {
         steps.push(Step::cargo(&format!("check {member} on its own"), &["check", "-p", member]));
     }
+    // Every publishable crate packages: metadata, files, and no dependency that cannot be
+    // published before it (a versioned dev-dependency on the facade, for one).
+    steps.push(Step::cargo(
+        "publishable crates",
+        &[
+            "package",
+            "--workspace",
+            "--no-verify",
+            "--allow-dirty",
+            "--exclude",
+            "relayer-bench",
+            "--exclude",
+            "relayer-test-support",
+            "--exclude",
+            "xtask",
+        ],
+    ));
     if run::has_cargo_subcommand("deny") {
         steps.push(Step::cargo("licenses and sources", &["deny", "check", "bans", "licenses", "sources"]));
     } else {

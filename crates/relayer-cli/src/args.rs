@@ -22,9 +22,14 @@ pub(crate) struct Cli {
 /// Options every command takes.
 #[derive(Debug, ClapArgs)]
 pub(crate) struct Global {
-    /// postgres://… URL or key=value string [default: host=127.0.0.1 user=postgres dbname=test]
+    /// postgres://… URL or key=value string [default: host=127.0.0.1 user=postgres dbname=test];
+    /// libpq's sslmode (disable, prefer, require, verify-ca, verify-full) and sslrootcert apply
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub(crate) database_url: Option<String>,
+    /// A PEM file of CA certificates to trust besides the system's, for sslmode=verify-ca or
+    /// verify-full (or require, which then checks the chain)
+    #[arg(long, env = "RELAYER_CA_FILE", global = true)]
+    pub(crate) ca_file: Option<PathBuf>,
     /// Namespace schema [default: public; demo: relayer_demo; run: the config file's]
     #[arg(long, global = true)]
     pub(crate) schema: Option<String>,
@@ -232,7 +237,16 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 #[derive(Debug, Clone)]
 pub(crate) struct Args {
     pub(crate) database_url: String,
+    pub(crate) ca_file: Option<PathBuf>,
     pub(crate) namespace: Namespace,
+}
+
+impl Args {
+    /// Where and how to connect: the URL, with TLS as its `sslmode` and `--ca-file` say.
+    pub(crate) fn connector(&self) -> Result<relayer::postgres::Connector, String> {
+        relayer::postgres::connector_from_url(&self.database_url, self.ca_file.as_deref())
+            .map_err(|e| format!("--database-url: {e}"))
+    }
 }
 
 impl Global {
@@ -245,6 +259,7 @@ impl Global {
         .map_err(|e| e.to_string())?;
         Ok(Args {
             database_url: self.database_url.clone().unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
+            ca_file: self.ca_file.clone(),
             namespace,
         })
     }

@@ -212,14 +212,15 @@ impl File {
 /// `url` as a connection configuration, refused in one line naming `name` when it is not
 /// a connection string or names no host to connect to — without connecting. The URL itself
 /// is never echoed: it may carry a password.
-pub(crate) fn parse_database_url(url: &str, name: &str) -> Result<tokio_postgres::Config, String> {
-    let config: tokio_postgres::Config = url.parse().map_err(|e: tokio_postgres::Error| {
-        format!("{name}: not a valid connection string: {}", single_line(&relayer_core::error_chain(&e)))
-    })?;
-    if config.get_hosts().is_empty() {
+pub(crate) fn parse_database_url(url: &str, name: &str) -> Result<relayer::postgres::Connector, String> {
+    // The TLS settings (sslmode, sslrootcert) are read too: a CA file that cannot be read
+    // is a bad configuration as much as a bad host is.
+    let connector = relayer::postgres::connector_from_url(url, None)
+        .map_err(|e| format!("{name}: {}", single_line(&relayer_core::error_chain(&e))))?;
+    if connector.config().get_hosts().is_empty() {
         return Err(format!("{name}: names no host (add host=… or postgres://HOST/…)"));
     }
-    Ok(config)
+    Ok(connector)
 }
 
 #[cfg(test)]

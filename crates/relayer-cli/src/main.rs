@@ -88,22 +88,13 @@ async fn execute(cli: Cli) -> CliResult {
 /// Any failure of a command, with its cause chain.
 pub(crate) type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
-/// Connects one client to the database named on the command line.
+/// Connects one client to the database named on the command line, with TLS as its
+/// `sslmode` and `--ca-file` say.
 pub(crate) async fn connect(
     args: &args::Args,
 ) -> Result<tokio_postgres::Client, Box<dyn std::error::Error + Send + Sync>> {
-    let config: tokio_postgres::Config = args
-        .database_url
-        .parse()
-        .map_err(|e| format!("invalid --database-url {:?}: {e}", args.database_url))?;
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| format!("cannot connect to PostgreSQL at {:?}: {e}", args.database_url))?;
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
-            tracing::warn!(target: "relayer::cli", %error, "connection closed");
-        }
-    });
-    Ok(client)
+    let database = args.connector()?;
+    database.connect().await.map_err(|e| {
+        format!("cannot connect to PostgreSQL at {}: {}", database.target(), relayer::error_chain(&e)).into()
+    })
 }

@@ -7,7 +7,7 @@ use relayer::{Relayer, RelayerBuilder};
 
 use crate::CliResult;
 use crate::args::{Args, DEFAULT_DATABASE_URL, Global, RunArgs};
-use crate::config::{Config, parse_database_url};
+use crate::config::Config;
 use crate::gauges;
 use crate::stop_signals::StopSignals;
 
@@ -32,8 +32,9 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
             relayer::core::IdentifierKind::Prefix => format!("--prefix: {e}"),
         })?,
     };
-    let args = Args { database_url, namespace };
-    let database = parse_database_url(&args.database_url, from)?;
+    let args = Args { database_url, ca_file: global.ca_file.clone(), namespace };
+    let database = relayer::postgres::connector_from_url(&args.database_url, args.ca_file.as_deref())
+        .map_err(|e| format!("{from}: {e}"))?;
 
     if let Some(metrics) = config.metrics {
         metrics_exporter_prometheus::PrometheusBuilder::new()
@@ -81,7 +82,7 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
 /// The host the configuration describes.
 fn builder(
     config: &Config,
-    database: tokio_postgres::Config,
+    database: relayer::postgres::Connector,
     namespace: &relayer::Namespace,
 ) -> RelayerBuilder {
     let mut builder = Relayer::builder(database, namespace.clone());

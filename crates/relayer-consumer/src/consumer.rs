@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use relayer_core::{Namespace, PassBackoff};
 use relayer_postgres::{
-    ConsumeStatements, DEFAULT_NOTIFY_INTERVAL, Heard, Inbox, PgPool, listen, queue_channel, verify_schema,
+    Connector, ConsumeStatements, DEFAULT_NOTIFY_INTERVAL, Heard, Inbox, PgPool, listen, queue_channel,
+    verify_schema,
 };
 use relayer_worker::{Leadership, PassLoop, WorkerKind};
 use tokio::sync::{Notify, Semaphore, broadcast};
@@ -31,7 +32,8 @@ const CALL_CAPACITY: usize = 1024;
 /// The pump of one subscription (§10). See the [crate docs](crate).
 pub struct Consumer {
     pump: Arc<Pump>,
-    config: tokio_postgres::Config,
+    /// Where the LISTEN connection goes.
+    database: Connector,
     namespace: Namespace,
 }
 
@@ -49,9 +51,10 @@ impl Consumer {
     /// A pump of `subscription` in `namespace`, running `handling` (a plain handler or an
     /// inbox-wrapped one). It borrows connections of `pool` — one per pass, and one per
     /// handler call in flight for an inbox handler, so size the pool `concurrency + 3` for
-    /// those — and LISTENs on a dedicated connection to `config`.
+    /// those — and LISTENs on a dedicated connection to `database` (a `Config`, or a
+    /// [`Connector`] with TLS).
     pub fn new(
-        config: tokio_postgres::Config,
+        database: impl Into<Connector>,
         pool: PgPool,
         namespace: Namespace,
         subscription: Subscription,
@@ -74,7 +77,7 @@ impl Consumer {
             calls: broadcast::channel(CALL_CAPACITY).0,
             subscription,
         };
-        Consumer { pump: Arc::new(pump), config, namespace }
+        Consumer { pump: Arc::new(pump), database: database.into(), namespace }
     }
 
     /// The subscription this pump serves.
@@ -113,7 +116,7 @@ impl Consumer {
 
         let background = CancellationToken::new();
         let listener = tokio::spawn(listen(
-            self.config,
+            self.database,
             queue_channel(&self.namespace),
             options.pass_backoff(),
             background.clone(),

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use relayer_core::{DispatcherOptions, Namespace, TransportRegistry, error_chain};
 use relayer_delivery::SendPath;
 use relayer_postgres::{
-    Enqueued, Executor, LaneStatements, OutboxStatements, OutboxWriter, PgPool, StorageError, listen,
-    notify_channel, verify_schema,
+    Connector, Enqueued, Executor, LaneStatements, OutboxStatements, OutboxWriter, PgPool, StorageError,
+    listen, notify_channel, verify_schema,
 };
 use relayer_worker::{Leadership, PassLoop, WorkerEvent, WorkerKind};
 use tokio::sync::broadcast;
@@ -32,7 +32,7 @@ pub struct Dispatcher {
     shared: Arc<Shared>,
     /// Where the LISTEN connection goes; without one, the loops poll and are woken by
     /// [`Dispatcher::committed`] and [`Dispatcher::dispatch_now`] only.
-    listen: Option<tokio_postgres::Config>,
+    listen: Option<Connector>,
     events: broadcast::Sender<WorkerEvent<PassReport>>,
 }
 
@@ -48,6 +48,9 @@ pub(crate) struct Shared {
     /// The lane key after which the next lane claim starts, so lanes late in key order
     /// get their turn when there are more due lanes than a pass claims.
     pub(crate) lane_cursor: Mutex<String>,
+    /// Whether this dispatcher has seen a lane row in the namespace: until then the lane
+    /// loop only looks for one (see `lane_pass`).
+    pub(crate) lanes_seen: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -85,6 +88,7 @@ impl Dispatcher {
             send: SendPath::new(transports, options.clone()),
             wake: Arc::new(Wake::default()),
             lane_cursor: Mutex::new(String::new()),
+            lanes_seen: std::sync::atomic::AtomicBool::new(false),
             pool,
             namespace,
             options,
@@ -93,10 +97,11 @@ impl Dispatcher {
     }
 
     /// Wakes the loops on the namespace's channel (OUT-4), through one dedicated
-    /// connection to `database` held while running (not from the pool: it must not starve
-    /// passes, LIF-2). Without it the loops poll every `poll_interval`.
-    pub fn listening(mut self, database: tokio_postgres::Config) -> Self {
-        self.listen = Some(database);
+    /// connection to `database` (a `Config`, or a [`Connector`] with TLS) held while
+    /// running (not from the pool: it must not starve passes, LIF-2). Without it the loops
+    /// poll every `poll_interval`.
+    pub fn listening(mut self, database: impl Into<Connector>) -> Self {
+        self.listen = Some(database.into());
         self
     }
 
@@ -141,12 +146,12 @@ impl Dispatcher {
             return Ok(());
         }
         let shared = &self.shared;
-        let listener = self.listen.clone().map(|config| {
+        let listener = self.listen.clone().map(|database| {
             // Every notification, and every (re)connect (rows may have committed while nobody
             // listened), wakes every pass loop (OUT-4).
             let wake = Arc::clone(&shared.wake);
             tokio::spawn(listen(
-                config,
+                database,
                 notify_channel(&shared.namespace),
                 shared.options.pass_backoff(),
                 shutdown.child_token(),

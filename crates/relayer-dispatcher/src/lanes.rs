@@ -26,6 +26,35 @@ use crate::report::PassReport;
 const LANE_VISITS_PER_CLAIM: u32 = 4;
 
 impl Shared {
+    /// Whether the lane loop has lanes to work: once a lane row was seen, always. Until
+    /// then each lane pass only asks whether one exists, and says nothing when it cannot
+    /// ask: a namespace that never had a lane row gets no lane claims, and a database
+    /// outage is reported by the unordered loops alone, not twice.
+    pub(crate) async fn lanes_in_use(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.lanes_seen.load(Ordering::Relaxed) {
+            return true;
+        }
+        let found = match self.pool.get().await {
+            Ok(connection) => {
+                self.lanes.any_lane_row(&*connection).await.map_err(|e| relayer_core::error_chain(&e))
+            }
+            Err(error) => Err(error.to_string()),
+        };
+        match found {
+            Ok(found) => {
+                if found {
+                    self.lanes_seen.store(true, Ordering::Relaxed);
+                }
+                found
+            }
+            Err(cause) => {
+                tracing::debug!(target: TARGET, %cause, "could not look for lane rows; the lane loop waits");
+                false
+            }
+        }
+    }
+
     /// Claims due lanes (skipping tripped destinations, DSP-6) and works them.
     pub(crate) async fn lane_pass(&self, client: &impl Executor) -> Result<PassReport, DispatchError> {
         let token = Uuid::new_v4();

@@ -36,6 +36,9 @@ impl Pass for DispatchPass {
         _shutdown: &CancellationToken,
     ) -> Result<PassOutcome<PassReport>, DispatchError> {
         let shared = &self.shared;
+        if self.work == Work::Lanes && !shared.lanes_in_use().await {
+            return Ok(PassOutcome::Led(PassReport::default()));
+        }
         let connection = shared.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
         let report = match self.work {
             Work::Unordered => shared.unordered_pass(&*connection).await?,

@@ -49,6 +49,11 @@ impl InboxEntry {
     pub fn is_first(self) -> bool {
         self == InboxEntry::First
     }
+
+    /// The entry of a record statement that inserted `rows` rows.
+    pub fn from_inserted(rows: u64) -> Self {
+        if rows == 1 { InboxEntry::First } else { InboxEntry::Duplicate }
+    }
 }
 
 /// The inbox statement rendered for one namespace.
@@ -78,6 +83,20 @@ impl Inbox {
         consumer: &str,
         message_id: MessageId,
     ) -> Result<InboxEntry, StorageError> {
+        let statement = self.record_statement(consumer, message_id)?;
+        let params: [(&(dyn ToSql + Sync), Type); 2] =
+            [(&consumer, Type::TEXT), (message_id.as_uuid(), Type::UUID)];
+        let inserted = client.affected(statement, &params).await.map_err(|e| {
+            StorageError::database(format!("recording message {message_id} in the inbox of {consumer:?}"), e)
+        })?;
+        Ok(InboxEntry::from_inserted(inserted))
+    }
+
+    /// The record statement for `consumer` and `message_id`, once both are checked: the
+    /// single source of its text for every driver. It takes `$1` the consumer (`text`) and
+    /// `$2` the message id (`uuid`), and inserts one row iff the message is new to the
+    /// consumer ([`InboxEntry::from_inserted`]).
+    pub fn record_statement(&self, consumer: &str, message_id: MessageId) -> Result<&str, StorageError> {
         if consumer.is_empty() || consumer.contains('\0') {
             return Err(StorageError::new(
                 format!(
@@ -86,11 +105,6 @@ impl Inbox {
                 StorageErrorKind::MalformedRow,
             ));
         }
-        let params: [(&(dyn ToSql + Sync), Type); 2] =
-            [(&consumer, Type::TEXT), (message_id.as_uuid(), Type::UUID)];
-        let inserted = client.affected(&self.record, &params).await.map_err(|e| {
-            StorageError::database(format!("recording message {message_id} in the inbox of {consumer:?}"), e)
-        })?;
-        Ok(if inserted == 1 { InboxEntry::First } else { InboxEntry::Duplicate })
+        Ok(&self.record)
     }
 }

@@ -94,6 +94,7 @@ pub struct ParkedLane {
 /// The lane statements rendered for one namespace.
 #[derive(Clone, Debug)]
 pub struct LaneStatements {
+    any_lane_row: String,
     claim: String,
     head: String,
     accept_head: String,
@@ -116,6 +117,8 @@ impl LaneStatements {
             namespace.table("audit"),
         );
         LaneStatements {
+            // Index: outbox_lane_idx (partial, lane rows only): one descent, one tuple at most.
+            any_lane_row: format!("SELECT EXISTS (SELECT 1 FROM {outbox} WHERE lane IS NOT NULL)"),
             // Index: outbox_lane_idx ((lane, seq) INCLUDE (visible_at) WHERE lane IS NOT NULL),
             // walked as a skip scan: one index descent per distinct lane after $4, stopping
             // once $3 free due heads are found or $5 lanes were visited (so lanes that cannot
@@ -435,6 +438,16 @@ impl LaneStatements {
             one_row(client, &self.skip_head, &[(&lane, Type::TEXT), (&actor, Type::TEXT)], &what).await?;
         let audited: i64 = row.get(0);
         Ok(if audited == 0 { None } else { row.get(1) })
+    }
+
+    /// Whether the outbox holds any lane row (a namespace that never had one has no lane to
+    /// claim).
+    pub async fn any_lane_row(&self, client: &impl Executor) -> Result<bool, StorageError> {
+        let rows = client
+            .rows(&self.any_lane_row, &[])
+            .await
+            .map_err(|e| StorageError::database("looking for lane rows", e))?;
+        Ok(rows.first().is_some_and(|row| row.get(0)))
     }
 
     /// Every parked lane, oldest park first (O(parked lanes)).

@@ -8,6 +8,7 @@
 //! the capabilities they use rather than on this crate's statement types.
 #![deny(missing_docs)]
 
+mod connector;
 mod dead_letter_filter;
 pub mod dead_letter_policy;
 pub mod dead_letters;
@@ -18,6 +19,8 @@ pub mod instances;
 pub mod lanes;
 pub mod lanes_admin;
 pub mod leases;
+#[cfg(feature = "tls-rustls")]
+mod libpq_url;
 pub mod listen;
 mod migrate;
 pub mod outbox;
@@ -26,11 +29,15 @@ pub mod queue;
 pub mod recovery;
 pub mod retention;
 mod row_codec;
+#[cfg(feature = "tls-rustls")]
+mod rustls_tls;
 mod schema;
 mod session;
 pub mod status;
 mod store;
+pub mod tls;
 
+pub use connector::Connector;
 pub use dead_letter_policy::DeadLetterPolicyStatements;
 pub use dead_letters::{
     DeadLetterApi, DeadLetterApiError, Mode, OutboxDeadFilter, OutboxDeadRow, QueueDeadLetter,
@@ -54,10 +61,13 @@ pub use pool::{
     StatementMode, connect_pool, connect_pool_with,
 };
 pub use queue::{
-    ConsumeStatements, DEFAULT_NOTIFY_INTERVAL, DeadLetter, QueueMessage, QueueStatements, QueueWriter,
-    Receipt, Received, Requeue, Undecodable, queue_channel,
+    ConsumeStatements, DEFAULT_NOTIFY_INTERVAL, DeadLetter, QueueBatch, QueueMessage, QueueStatements,
+    QueueWriter, Receipt, Received, Requeue, Undecodable, queue_channel,
 };
+#[cfg(feature = "tls-rustls")]
+pub use rustls_tls::{CertificateCheck, TlsSetupError, connector_from_url, rustls_tls};
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
 pub use session::{PgSession, PgSource};
 pub use status::{NamespaceStatus, namespace_status};
 pub use store::PgStore;
+pub use tls::Tls;

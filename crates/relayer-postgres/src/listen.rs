@@ -10,8 +10,10 @@ use std::future::poll_fn;
 use std::time::Duration;
 
 use relayer_core::{PassBackoff, error_chain};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
+
+use crate::connector::Connector;
 
 const TARGET: &str = "relayer::listen";
 
@@ -28,25 +30,27 @@ pub enum Heard<'a> {
 }
 
 /// Listens on `channel` until `shutdown` is cancelled, calling `heard` for every notification
-/// and after every (re)connect; reconnects after `backoff.wait_after(failures)`.
+/// and after every (re)connect; reconnects after `backoff.wait_after(failures)`. The
+/// connection goes to `database`: a `Config` (plain) or a [`Connector`] (with its TLS).
 ///
 /// `channel` must be a plain identifier (relayer's channels are `relayer_` + hex).
 pub async fn listen(
-    config: tokio_postgres::Config,
+    database: impl Into<Connector>,
     channel: String,
     backoff: PassBackoff,
     shutdown: CancellationToken,
     heard: impl Fn(Heard<'_>) + Send + Sync + 'static,
 ) {
+    let database = database.into();
     let heard = std::sync::Arc::new(heard);
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
-        match listen_once(&config, &channel, &heard, &shutdown).await {
+        match listen_once(&database, &channel, &heard, &shutdown).await {
             Ok(()) => failures = 0,
             Err(error) => {
                 failures = failures.saturating_add(1);
-                tracing::warn!(target: TARGET, %channel, error = %error_chain(error.as_ref()), failures,
-                    "LISTEN connection failed");
+                tracing::warn!(target: TARGET, %channel, database = %database.target(),
+                    error = %error_chain(error.as_ref()), failures, "LISTEN connection failed");
             }
         }
         let wait = if failures == 0 { Duration::from_millis(100) } else { backoff.wait_after(failures) };
@@ -61,13 +65,13 @@ pub async fn listen(
 type ListenError = Box<dyn std::error::Error + Send + Sync>;
 
 async fn listen_once<F: Fn(Heard<'_>) + Send + Sync + 'static>(
-    config: &tokio_postgres::Config,
+    database: &Connector,
     channel: &str,
     heard: &std::sync::Arc<F>,
     shutdown: &CancellationToken,
 ) -> Result<(), ListenError> {
     // Raced against shutdown, and bounded: an unreachable server must not hold up shutdown.
-    let connecting = tokio::time::timeout(CONNECT_TIMEOUT, config.connect(NoTls));
+    let connecting = tokio::time::timeout(CONNECT_TIMEOUT, database.connect_with_messages());
     let (client, mut connection) = tokio::select! {
         () = shutdown.cancelled() => return Ok(()),
         connected = connecting => connected.map_err(|_| "connecting timed out")??,

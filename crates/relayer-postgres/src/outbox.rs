@@ -230,22 +230,7 @@ impl OutboxWriter {
             return Ok(Vec::new());
         }
         let encoded = batch.params();
-        let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded
-            .iter()
-            .map(|param| -> (&(dyn ToSql + Sync), Type) {
-                match param {
-                    EnqueueParam::Uuids(values) => (values, Type::UUID_ARRAY),
-                    EnqueueParam::Texts(values) => (values, Type::TEXT_ARRAY),
-                    EnqueueParam::OptionalTexts(values) => (values, Type::TEXT_ARRAY),
-                    EnqueueParam::Bytes(values) => (values, Type::BYTEA_ARRAY),
-                    EnqueueParam::Jsons(values) => (values, Type::JSONB_ARRAY),
-                    EnqueueParam::OptionalTimestamps(values) => (values, Type::TIMESTAMPTZ_ARRAY),
-                    EnqueueParam::OptionalInt8s(values) => (values, Type::INT8_ARRAY),
-                    EnqueueParam::Int8s(values) => (values, Type::INT8_ARRAY),
-                    EnqueueParam::Text(value) => (value, Type::TEXT),
-                }
-            })
-            .collect();
+        let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded.iter().map(EnqueueParam::typed).collect();
         let count = messages.len();
         let rows = client
             .rows(batch.statement(), &params)
@@ -342,6 +327,23 @@ pub enum EnqueueParam<'b> {
     Int8s(&'b [i64]),
     /// `text`.
     Text(&'b str),
+}
+
+impl EnqueueParam<'_> {
+    /// The value for tokio-postgres, with the PostgreSQL type it is bound as.
+    pub fn typed(&self) -> (&(dyn ToSql + Sync), Type) {
+        match self {
+            EnqueueParam::Uuids(values) => (values, Type::UUID_ARRAY),
+            EnqueueParam::Texts(values) => (values, Type::TEXT_ARRAY),
+            EnqueueParam::OptionalTexts(values) => (values, Type::TEXT_ARRAY),
+            EnqueueParam::Bytes(values) => (values, Type::BYTEA_ARRAY),
+            EnqueueParam::Jsons(values) => (values, Type::JSONB_ARRAY),
+            EnqueueParam::OptionalTimestamps(values) => (values, Type::TIMESTAMPTZ_ARRAY),
+            EnqueueParam::OptionalInt8s(values) => (values, Type::INT8_ARRAY),
+            EnqueueParam::Int8s(values) => (values, Type::INT8_ARRAY),
+            EnqueueParam::Text(value) => (value, Type::TEXT),
+        }
+    }
 }
 
 impl<'a> EnqueueBatch<'a> {

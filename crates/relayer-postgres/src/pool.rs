@@ -15,13 +15,14 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use bb8_postgres::PostgresConnectionManager;
 use tokio_postgres::types::Type;
-use tokio_postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, Statement};
 
+use crate::connector::Connector;
 use crate::error::StorageError;
 
-/// A pool of plain-TCP or unix-socket PostgreSQL connections, each a [`PgClient`].
+/// A pool of PostgreSQL connections (plain or TLS, as its [`Connector`] says), each a
+/// [`PgClient`].
 pub type PgPool = bb8::Pool<PgConnectionManager>;
 
 /// A connection borrowed from a [`PgPool`].
@@ -44,26 +45,27 @@ pub enum StatementMode {
     Unnamed,
 }
 
-/// Builds a pool of at most `max_size` connections to `config` that prepare their
-/// statements, checking that one connection can be made now so a wrong address fails at
-/// start, not on the first pass.
-pub async fn connect_pool(config: tokio_postgres::Config, max_size: u32) -> Result<PgPool, StorageError> {
-    connect_pool_with(config, max_size, StatementMode::Prepared).await
+/// Builds a pool of at most `max_size` connections to `database` (a `Config`, plain, or a
+/// [`Connector`] with TLS) that prepare their statements, checking that one connection can
+/// be made now so a wrong address or a refused certificate fails at start, not on the
+/// first pass.
+pub async fn connect_pool(database: impl Into<Connector>, max_size: u32) -> Result<PgPool, StorageError> {
+    connect_pool_with(database, max_size, StatementMode::Prepared).await
 }
 
 /// [`connect_pool`] with the [`StatementMode`] of its connections.
 pub async fn connect_pool_with(
-    config: tokio_postgres::Config,
+    database: impl Into<Connector>,
     max_size: u32,
     statements: StatementMode,
 ) -> Result<PgPool, StorageError> {
-    let manager = PgConnectionManager::new(config.clone(), statements);
+    let manager = PgConnectionManager::new(database, statements);
     // The first connection is made here rather than by the pool, whose retries would turn a
     // refused or failed login into a bare timeout: the error names the address and the
     // server's reason.
-    let first = bb8::ManageConnection::connect(&manager)
-        .await
-        .map_err(|e| StorageError::database(format!("connecting to PostgreSQL at {}", target(&config)), e))?;
+    let first = bb8::ManageConnection::connect(&manager).await.map_err(|e| {
+        StorageError::database(format!("connecting to PostgreSQL at {}", manager.connector.target()), e)
+    })?;
     let pool = bb8::Pool::builder()
         .max_size(max_size.max(1))
         .connection_timeout(Duration::from_secs(10))
@@ -75,39 +77,24 @@ pub async fn connect_pool_with(
     Ok(pool)
 }
 
-/// Where `config` connects, for error messages: hosts, ports, database and user (never the
-/// password).
-fn target(config: &tokio_postgres::Config) -> String {
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .map(|host| match host {
-            tokio_postgres::config::Host::Tcp(name) => name.clone(),
-            #[cfg(unix)]
-            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
-        })
-        .collect();
-    let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
-    format!(
-        "host={} port={} dbname={} user={}",
-        if hosts.is_empty() { "localhost".to_owned() } else { hosts.join(",") },
-        if ports.is_empty() { "5432".to_owned() } else { ports.join(",") },
-        config.get_dbname().unwrap_or("(the user name)"),
-        config.get_user().unwrap_or("(unset)"),
-    )
-}
-
-/// The bb8 manager of a [`PgPool`]: bb8-postgres's, with a [`StatementCache`] per connection.
+/// The bb8 manager of a [`PgPool`]: connections made by a [`Connector`], each with a
+/// [`StatementCache`].
 #[derive(Debug)]
 pub struct PgConnectionManager {
-    inner: PostgresConnectionManager<NoTls>,
+    connector: Connector,
     statements: StatementMode,
 }
 
 impl PgConnectionManager {
-    /// A manager connecting to `config` without TLS, its connections in `statements` mode.
-    pub fn new(config: tokio_postgres::Config, statements: StatementMode) -> Self {
-        PgConnectionManager { inner: PostgresConnectionManager::new(config, NoTls), statements }
+    /// A manager connecting to `database` (a `Config`, plain, or a [`Connector`] with TLS),
+    /// its connections in `statements` mode.
+    pub fn new(database: impl Into<Connector>, statements: StatementMode) -> Self {
+        PgConnectionManager { connector: database.into(), statements }
+    }
+
+    /// Where and how its connections are made.
+    pub fn connector(&self) -> &Connector {
+        &self.connector
     }
 }
 
@@ -117,15 +104,15 @@ impl bb8::ManageConnection for PgConnectionManager {
 
     async fn connect(&self) -> Result<PgClient, tokio_postgres::Error> {
         let mode = self.statements;
-        self.inner.connect().await.map(|client| PgClient::with_mode(client, mode))
+        self.connector.connect().await.map(|client| PgClient::with_mode(client, mode))
     }
 
     async fn is_valid(&self, conn: &mut PgClient) -> Result<(), tokio_postgres::Error> {
-        self.inner.is_valid(&mut conn.client).await
+        conn.client.simple_query("").await.map(|_| ())
     }
 
     fn has_broken(&self, conn: &mut PgClient) -> bool {
-        conn.discarded || self.inner.has_broken(&mut conn.client)
+        conn.discarded || conn.client.is_closed()
     }
 }
 

@@ -35,11 +35,19 @@
 //! before 1.21), use [`SqlxWriter::with_statement_mode`] with
 //! [`StatementMode::Unnamed`](relayer_postgres::StatementMode::Unnamed).
 //!
-//! Not here yet: the inbox boundary and direct enqueue to the PostgreSQL queue (QUE-4),
-//! which the tokio-postgres side does not offer yet either.
+//! Also here, each running the tokio-postgres side's statement from the same source:
+//! [`SqlxQueueWriter`], direct enqueue to relayer's PostgreSQL queue (QUE-4, the sqlx side
+//! of `relayer_postgres::QueueWriter`), and [`SqlxInbox`], the inbox boundary inside an sqlx
+//! transaction (QUE-3, the sqlx side of `relayer_postgres::Inbox`): record first, then
+//! the effects, then commit.
 #![deny(missing_docs)]
 
+mod bind;
+mod inbox;
+mod queue_writer;
 mod wire;
 mod writer;
 
+pub use inbox::{Handled, SqlxInbox, SqlxInboxError};
+pub use queue_writer::SqlxQueueWriter;
 pub use writer::{SqlxEnqueueError, SqlxWriter};

@@ -1,12 +1,8 @@
 //! [`SqlxWriter`]: the outbox writer on sqlx connections and transactions.
 
-use relayer_core::{MessageError, MessageId, Namespace, NewMessage, TransportRegistry};
-use relayer_postgres::{EnqueueParam, Enqueued, OutboxWriter, StatementMode};
-use sqlx::postgres::PgArguments;
-use sqlx::query::Query;
-use sqlx::{Postgres, Row};
-
-use crate::wire::{PgJsonb, PgTimestamptz, PgUuid};
+use relayer_core::{MessageError, Namespace, NewMessage, TransportRegistry};
+use relayer_postgres::{Enqueued, OutboxWriter, StatementMode};
+use sqlx::Postgres;
 
 /// Writes messages into the outbox inside the caller's sqlx transaction (OUT-1..4, DRV-1).
 ///
@@ -18,7 +14,8 @@ pub struct SqlxWriter {
     persistent: bool,
 }
 
-/// Why [`SqlxWriter::enqueue`] wrote nothing.
+/// Why [`SqlxWriter::enqueue`] or [`SqlxQueueWriter::enqueue`](crate::SqlxQueueWriter::enqueue)
+/// wrote nothing.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SqlxEnqueueError {
@@ -85,59 +82,10 @@ impl SqlxWriter {
             return Ok(Vec::new());
         }
         let count = batch.len();
-        let failed = |source| SqlxEnqueueError::Database { count, source };
-        // The three column types sqlx cannot encode without its features are re-typed.
-        let params: Vec<Bound<'_>> = batch
-            .params()
-            .into_iter()
-            .map(|param| match param {
-                EnqueueParam::Uuids(values) => Bound::Uuids(values.iter().copied().map(PgUuid).collect()),
-                EnqueueParam::Jsons(values) => Bound::Jsons(values.iter().map(PgJsonb).collect()),
-                EnqueueParam::OptionalTimestamps(values) => {
-                    Bound::Timestamps(values.iter().map(|at| at.map(PgTimestamptz)).collect())
-                }
-                other => Bound::AsIs(other),
-            })
-            .collect();
-        let mut query: Query<'_, Postgres, PgArguments> =
-            sqlx::query(batch.statement()).persistent(self.persistent);
-        for param in &params {
-            query = match param {
-                Bound::Uuids(values) => query.bind(values),
-                Bound::Jsons(values) => query.bind(values),
-                Bound::Timestamps(values) => query.bind(values),
-                Bound::AsIs(EnqueueParam::Texts(values)) => query.bind(*values),
-                Bound::AsIs(EnqueueParam::OptionalTexts(values)) => query.bind(*values),
-                Bound::AsIs(EnqueueParam::Bytes(values)) => query.bind(*values),
-                Bound::AsIs(EnqueueParam::OptionalInt8s(values)) => query.bind(*values),
-                Bound::AsIs(EnqueueParam::Int8s(values)) => query.bind(*values),
-                Bound::AsIs(EnqueueParam::Text(value)) => query.bind(*value),
-                // A parameter kind this adapter does not know yet: fail rather than misbind.
-                Bound::AsIs(other) => {
-                    return Err(failed(sqlx::Error::Encode(
-                        format!("relayer-sqlx cannot bind the enqueue parameter {other:?}").into(),
-                    )));
-                }
-            };
-        }
-        let rows = query.fetch_all(executor).await.map_err(failed)?;
-        rows.iter()
-            .map(|row| {
-                let seq: i64 = row.try_get(0)?;
-                let id: PgUuid = row.try_get(1)?;
-                Ok(Enqueued { seq, id: MessageId::from_uuid(id.0) })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(failed)
+        crate::bind::run_enqueue(executor, batch.statement(), batch.params(), self.persistent)
+            .await
+            .map_err(|source| SqlxEnqueueError::Database { count, source })
     }
-}
-
-/// One enqueue parameter as sqlx binds it.
-enum Bound<'a> {
-    Uuids(Vec<PgUuid>),
-    Jsons(Vec<PgJsonb<'a>>),
-    Timestamps(Vec<Option<PgTimestamptz>>),
-    AsIs(EnqueueParam<'a>),
 }
 
 impl From<OutboxWriter> for SqlxWriter {

@@ -21,11 +21,13 @@ const PORT_ATTEMPTS: usize = 3;
 
 /// A running throwaway cluster; dropping it stops the server and deletes its files.
 pub(crate) struct Cluster {
-    /// The temporary directory: `data/` and `log`.
+    /// The temporary directory: `data/` and `log` (and `tls/` for a TLS cluster).
     dir: PathBuf,
     bin: PathBuf,
     user: Option<RunAs>,
     port: u16,
+    /// Whether the server offers TLS with the certificates of [`crate::certificates`].
+    tls: bool,
 }
 
 /// The unprivileged user the server runs as when we are root.
@@ -38,14 +40,19 @@ struct RunAs {
 impl Cluster {
     /// Creates and starts a cluster; the error says why it could not.
     pub(crate) async fn start() -> Result<Cluster, String> {
+        Self::start_with(false).await
+    }
+
+    /// [`start`](Self::start), with `ssl = on` and a certificate made now when `tls`.
+    pub(crate) async fn start_with(tls: bool) -> Result<Cluster, String> {
         // initdb and pg_ctl block for a second or two: keep them off the test's runtime.
-        match tokio::task::spawn_blocking(Self::start_blocking).await {
+        match tokio::task::spawn_blocking(move || Self::start_blocking(tls)).await {
             Ok(result) => result,
             Err(e) => Err(format!("the start task failed: {e}")),
         }
     }
 
-    fn start_blocking() -> Result<Cluster, String> {
+    fn start_blocking(tls: bool) -> Result<Cluster, String> {
         let bin = find_bin_dir()
             .ok_or_else(|| "initdb/pg_ctl not found on PATH or under /usr/lib/postgresql/*/bin".to_owned())?;
         let user = run_as()?;
@@ -57,7 +64,7 @@ impl Cluster {
             uuid::Uuid::new_v4().simple()
         ));
         std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let mut cluster = Cluster { dir, bin, user, port: 0 };
+        let mut cluster = Cluster { dir, bin, user, port: 0, tls };
         // From here on, dropping `cluster` deletes the directory (and stops a started server).
         if let Some(user) = user {
             std::os::unix::fs::chown(&cluster.dir, Some(user.uid), Some(user.gid))
@@ -72,11 +79,15 @@ impl Cluster {
             .args(["-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync"])
             .output();
         check("initdb", initdb)?;
+        if tls {
+            crate::certificates::make(&cluster.tls_dir(), user.map(|u| (u.uid, u.gid)))?;
+            crate::certificates::require_tls_for_tls_user(&data)?;
+        }
 
         let mut last_error = String::new();
         for _ in 0..PORT_ATTEMPTS {
             cluster.port = free_port()?;
-            let options = server_options(cluster.port);
+            let options = cluster.server_options();
             let started = cluster
                 .command("pg_ctl")
                 .arg("-D")
@@ -117,6 +128,30 @@ impl Cluster {
         self.dir.join("data")
     }
 
+    /// Where a TLS cluster keeps its certificates and keys.
+    pub(crate) fn tls_dir(&self) -> PathBuf {
+        self.dir.join("tls")
+    }
+
+    /// Whether the server offers TLS.
+    pub(crate) fn has_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The server's command-line settings: the same at every start of one cluster.
+    fn server_options(&self) -> String {
+        let mut options = server_options(self.port);
+        if self.tls {
+            let tls = self.tls_dir();
+            options.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                tls.join(crate::certificates::SERVER_CERT).display(),
+                tls.join(crate::certificates::SERVER_KEY).display()
+            ));
+        }
+        options
+    }
+
     fn command(&self, program: &str) -> Command {
         command(&self.bin, program, self.user, &self.dir)
     }
@@ -152,7 +187,7 @@ impl Cluster {
             .arg(self.data_dir())
             .arg("-l")
             .arg(self.dir.join("log"))
-            .args(["-w", "-t", "60", "-o", &server_options(self.port), "start"])
+            .args(["-w", "-t", "60", "-o", &self.server_options(), "start"])
             .output();
         check("pg_ctl start", started)
     }
@@ -167,7 +202,7 @@ impl Drop for Cluster {
     }
 }
 
-/// The server's command-line settings: the same at every start of one cluster.
+/// The settings of every cluster, TLS or not.
 fn server_options(port: u16) -> String {
     format!(
         // TCP only: no Unix socket, whose path length would depend on TMPDIR.

@@ -60,6 +60,7 @@
 //! ```
 
 mod brokers;
+mod certificates;
 mod cluster;
 mod container;
 mod fault;

@@ -50,19 +50,95 @@ impl OwnedCluster {
     /// When `initdb`/`pg_ctl` are not installed or the cluster does not start (the message
     /// says why), or its database cannot be made to commit durably.
     pub async fn start() -> OwnedCluster {
-        let cluster = match Cluster::start().await {
+        Self::start_with(false).await
+    }
+
+    /// A cluster of this test's own that offers TLS (`ssl = on`) with a certificate made
+    /// now (by the `openssl` command) for the host name `localhost` only, signed by the CA
+    /// of [`ca_file`](Self::ca_file). Its role of [`tls_config`](Self::tls_config) may
+    /// connect over TLS only, so a session of that role is an encrypted one; the fixtures
+    /// ([`test_db`](Self::test_db), [`config`](Self::config)) connect as before.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start), and when `openssl` is missing or fails.
+    pub async fn start_with_tls() -> OwnedCluster {
+        let cluster = Self::start_with(true).await;
+        let client = cluster.admin().await;
+        let create = format!("CREATE ROLE {} LOGIN SUPERUSER", crate::certificates::TLS_USER);
+        if let Err(e) = client.batch_execute(&create).await {
+            panic!(
+                "relayer-test-support: cannot create the TLS role on {}: {}",
+                cluster.server,
+                server::describe(&e)
+            );
+        }
+        cluster
+    }
+
+    /// Connection settings of the TLS-only role, to the host name the certificate names
+    /// (`localhost`, reached at 127.0.0.1), `sslmode` left to the caller (prefer).
+    ///
+    /// # Panics
+    ///
+    /// On a cluster not started with [`start_with_tls`](Self::start_with_tls).
+    pub fn tls_config(&self) -> tokio_postgres::Config {
+        let url = self.tls_url();
+        url.parse().unwrap_or_else(|e| panic!("relayer-test-support: {url:?} does not parse: {e}"))
+    }
+
+    /// [`tls_config`](Self::tls_config) as a key=value connection string (for a command line).
+    ///
+    /// # Panics
+    ///
+    /// On a cluster not started with [`start_with_tls`](Self::start_with_tls).
+    pub fn tls_url(&self) -> String {
+        self.tls_cluster();
+        let config = self.server.config();
+        format!(
+            "host={} hostaddr=127.0.0.1 port={} user={} dbname={}",
+            crate::certificates::HOST_NAME,
+            config.get_ports().first().copied().unwrap_or(5432),
+            crate::certificates::TLS_USER,
+            config.get_dbname().unwrap_or("postgres"),
+        )
+    }
+
+    /// The PEM file of the CA that signed the server's certificate.
+    pub fn ca_file(&self) -> std::path::PathBuf {
+        self.tls_cluster().tls_dir().join(crate::certificates::CA_CERT)
+    }
+
+    /// The PEM file of a CA that did not sign the server's certificate.
+    pub fn other_ca_file(&self) -> std::path::PathBuf {
+        self.tls_cluster().tls_dir().join(crate::certificates::OTHER_CA_CERT)
+    }
+
+    fn tls_cluster(&self) -> &Cluster {
+        match self.server.cluster() {
+            Some(cluster) if cluster.has_tls() => cluster,
+            _ => panic!("relayer-test-support: {} was not started with start_with_tls", self.server),
+        }
+    }
+
+    async fn admin(&self) -> tokio_postgres::Client {
+        match server::connect(&self.server.config()).await {
+            Ok(client) => client,
+            Err(e) => {
+                panic!("relayer-test-support: cannot connect to {}: {}", self.server, server::describe(&e))
+            }
+        }
+    }
+
+    async fn start_with(tls: bool) -> OwnedCluster {
+        let cluster = match Cluster::start_with(tls).await {
             Ok(cluster) => cluster,
             Err(e) => panic!("relayer-test-support: cannot start a cluster of the test's own: {e}"),
         };
         let owned = OwnedCluster { server: Arc::new(Server::of_cluster(cluster)) };
         // A per-database setting outranks the cluster's command line (synchronous_commit=off,
         // for speed) in every new session, so what a session commits survives a restart.
-        let client = match server::connect(&owned.server.config()).await {
-            Ok(client) => client,
-            Err(e) => {
-                panic!("relayer-test-support: cannot connect to {}: {}", owned.server, server::describe(&e))
-            }
-        };
+        let client = owned.admin().await;
         if let Err(e) = client.batch_execute("ALTER DATABASE postgres SET synchronous_commit = on").await {
             panic!(
                 "relayer-test-support: cannot make {} commit durably: {}",

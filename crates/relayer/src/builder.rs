@@ -8,16 +8,18 @@ use relayer_core::{CleanupOptions, DispatcherOptions, Namespace, SweeperOptions,
 use crate::leader_election::Led;
 use crate::pool_sizes::PoolSizes;
 
-/// The entry point: `Relayer::builder(config, namespace)`.
+/// The entry point: `Relayer::builder(database, namespace)`.
 #[derive(Clone, Copy, Debug)]
 pub struct Relayer;
 
 impl Relayer {
-    /// Describes a host on the database `config` for `namespace`. It runs no worker until
-    /// one is added: add transports and workers, then [`start`](RelayerBuilder::start).
-    pub fn builder(config: tokio_postgres::Config, namespace: Namespace) -> RelayerBuilder {
+    /// Describes a host on `database` for `namespace`: a `tokio_postgres::Config` (plain
+    /// connections unless [`tls`](RelayerBuilder::tls) is set) or a
+    /// [`Connector`](crate::postgres::Connector). It runs no worker until one is added: add
+    /// transports and workers, then [`start`](RelayerBuilder::start).
+    pub fn builder(database: impl Into<relayer_postgres::Connector>, namespace: Namespace) -> RelayerBuilder {
         RelayerBuilder {
-            config,
+            database: database.into(),
             namespace,
             transports: Vec::new(),
             #[cfg(feature = "queue")]
@@ -40,7 +42,8 @@ impl Relayer {
 /// Describes a host; [`start`](Self::start) checks the whole setup and starts it.
 #[must_use = "a builder does nothing until `start` is awaited"]
 pub struct RelayerBuilder {
-    pub(crate) config: tokio_postgres::Config,
+    /// Where and how every connection of the host is made.
+    pub(crate) database: relayer_postgres::Connector,
     pub(crate) namespace: Namespace,
     pub(crate) transports: Vec<Arc<dyn Transport>>,
     #[cfg(feature = "queue")]
@@ -200,12 +203,31 @@ impl RelayerBuilder {
     /// The host only borrows connections from it: shutting the host down leaves the pool
     /// open for the application. Its connections keep the [`StatementMode`] the pool was
     /// built with. The dispatcher (its passes and its LISTEN session), the queue transport,
-    /// the consumers and advisory-lock sessions still connect with the builder's `config`:
+    /// the consumers and advisory-lock sessions still connect with the builder's database:
     /// they need connections of their own (docs/connections.md says what each worker needs).
     ///
     /// [`StatementMode`]: crate::postgres::StatementMode
     pub fn pool(mut self, pool: relayer_postgres::PgPool) -> Self {
         self.pool = Some(pool);
+        self
+    }
+
+    /// Connects through `tls`, any tokio-postgres TLS connector, everywhere the host
+    /// connects: its pools, the dispatcher's LISTEN session, queue consumers and
+    /// advisory-lock sessions. The config's `sslmode` decides when TLS is used (`prefer`,
+    /// the default: when the server offers it; `require`: always). With the `tls-rustls`
+    /// feature, `postgres::rustls_tls` builds one, and
+    /// `postgres::connector_from_url` reads a libpq
+    /// URL (`sslmode=verify-full`, `sslrootcert`) into a connector to give to
+    /// [`Relayer::builder`] instead.
+    pub fn tls<T>(mut self, tls: T) -> Self
+    where
+        T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + Clone + Send + Sync + 'static,
+        T::Stream: Send + 'static,
+        T::TlsConnect: Send + 'static,
+        <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send + 'static,
+    {
+        self.database = relayer_postgres::Connector::with_tls(self.database.config().clone(), tls);
         self
     }
 }

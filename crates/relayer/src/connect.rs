@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use relayer_core::TransportRegistry;
-use relayer_postgres::{PgPool, connect_pool_with, verify_schema};
+use relayer_postgres::{Connector, PgPool, connect_pool_with, verify_schema};
 
 use crate::error::StartError;
 use crate::validate::Setup;
@@ -37,15 +37,15 @@ pub(crate) struct Connected {
 /// Opens `setup`'s pools: the maintenance pool first (or takes the lent one), where the
 /// schema is checked before any other pool opens.
 pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
-    let open = |pool: String, size: u32, config: tokio_postgres::Config| {
-        connect_pool_with(labeled(config, &pool), size, setup.statements)
+    let open = |pool: String, size: u32, database: Connector| {
+        connect_pool_with(labeled(&database, &pool), size, setup.statements)
     };
     let maintenance = match (&setup.lent_pool, setup.pools.maintenance) {
         (Some(lent), _) => lent.clone(),
         (None, size) => {
             // The plan sizes the maintenance pool whenever none is lent.
             let size = size.unwrap_or(1);
-            open("maintenance".to_owned(), size, setup.config.clone()).await.map_err(StartError::Connect)?
+            open("maintenance".to_owned(), size, setup.database.clone()).await.map_err(StartError::Connect)?
         }
     };
     {
@@ -60,7 +60,7 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
         // Its own pool: a sweeper pass sends while it holds a maintenance connection in its
         // transaction, and a pass must never wait for a second connection of the pool it
         // holds one of (LIF-2b).
-        let pool = open("queue-transport".to_owned(), size, setup.config.clone())
+        let pool = open("queue-transport".to_owned(), size, setup.database.clone())
             .await
             .map_err(StartError::Connect)?;
         let queue = relayer_queue::PgQueueTransport::new(pool, &setup.namespace);
@@ -69,15 +69,15 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
 
     let dispatcher = match setup.pools.dispatcher {
         Some(size) => {
-            let config = dispatcher_session(setup.config.clone());
-            Some(open("dispatcher".to_owned(), size, config).await.map_err(StartError::Connect)?)
+            let database = dispatcher_session(&setup.database);
+            Some(open("dispatcher".to_owned(), size, database).await.map_err(StartError::Connect)?)
         }
         None => None,
     };
 
     let mut consumers = Vec::with_capacity(setup.pools.consumers.len());
     for (queue, size) in &setup.pools.consumers {
-        let pool = open(format!("consumer:{queue}"), *size, setup.config.clone())
+        let pool = open(format!("consumer:{queue}"), *size, setup.database.clone())
             .await
             .map_err(StartError::Connect)?;
         consumers.push((queue.clone(), pool));
@@ -89,21 +89,22 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
 /// The dispatcher's sessions commit asynchronously (safe for its statements only, see
 /// `relayer_dispatcher::asynchronous_commit`).
 #[cfg(feature = "dispatcher")]
-fn dispatcher_session(config: tokio_postgres::Config) -> tokio_postgres::Config {
-    relayer_dispatcher::asynchronous_commit(config)
+fn dispatcher_session(database: &Connector) -> Connector {
+    database.with_config(relayer_dispatcher::asynchronous_commit(database.config().clone()))
 }
 
 /// Without the dispatcher feature no plan sizes a dispatcher pool.
 #[cfg(not(feature = "dispatcher"))]
-fn dispatcher_session(config: tokio_postgres::Config) -> tokio_postgres::Config {
-    config
+fn dispatcher_session(database: &Connector) -> Connector {
+    database.clone()
 }
 
-/// `config` whose sessions are named after `pool`.
-fn labeled(mut config: tokio_postgres::Config, pool: &str) -> tokio_postgres::Config {
+/// `database` whose sessions are named after `pool`.
+fn labeled(database: &Connector, pool: &str) -> Connector {
+    let mut config = database.config().clone();
     let name = pool_session_name(config.get_application_name(), pool);
     config.application_name(name);
-    config
+    database.with_config(config)
 }
 
 /// `{application}/{pool}`, the application's part shortened when needed so the pool's name

@@ -134,7 +134,7 @@ impl From<relayer_core::DeadLetterOptions> for Led<relayer_core::DeadLetterOptio
 pub(crate) struct Electorate<'a> {
     pub(crate) instance_id: &'a str,
     #[cfg_attr(not(feature = "advisory-lock"), allow(dead_code))]
-    pub(crate) config: &'a tokio_postgres::Config,
+    pub(crate) database: &'a relayer_postgres::Connector,
     pub(crate) namespace: &'a Namespace,
     /// The host's shutdown: an advisory lock refuses to lock once it is cancelled (LDR-4).
     #[cfg_attr(not(feature = "advisory-lock"), allow(dead_code))]
@@ -155,9 +155,18 @@ impl Electorate<'_> {
             LeaderElection::Lease => Leadership::lease(job, self.instance_id, lease_duration),
             #[cfg(feature = "advisory-lock")]
             LeaderElection::AdvisoryLock => {
-                let lock = relayer_advisory_lock::PgAdvisoryLock::new(self.config.clone())
-                    .with_shutdown(self.shutdown.clone());
-                Leadership::Advisory(Arc::new(lock), resource())
+                // Lock sessions connect as every other connection of the host: with its TLS.
+                let config = self.database.config().clone();
+                let lock: Arc<dyn relayer_core::DistributedLock> = match self.database.tls() {
+                    None => Arc::new(
+                        relayer_advisory_lock::PgAdvisoryLock::new(config).with_shutdown(self.shutdown.clone()),
+                    ),
+                    Some(tls) => Arc::new(
+                        relayer_advisory_lock::PgAdvisoryLock::with_tls(config, tls.clone())
+                            .with_shutdown(self.shutdown.clone()),
+                    ),
+                };
+                Leadership::Advisory(lock, resource())
             }
             LeaderElection::Lock(lock) => Leadership::Advisory(lock, resource()),
         }

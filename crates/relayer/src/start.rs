@@ -36,7 +36,7 @@ impl RelayerBuilder {
             connected: &connected,
             electorate: Electorate {
                 instance_id: &setup.instance_id,
-                config: &setup.config,
+                database: &setup.database,
                 namespace: &setup.namespace,
                 shutdown: &shutdown,
             },

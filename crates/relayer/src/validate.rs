@@ -18,7 +18,8 @@ use crate::pool_sizes::{PoolDemand, PoolPlan};
 /// A host's setup that passed every check needing no database: what connecting and
 /// building the workers read.
 pub(crate) struct Setup {
-    pub(crate) config: tokio_postgres::Config,
+    /// Where and how every connection of the host is made.
+    pub(crate) database: relayer_postgres::Connector,
     pub(crate) namespace: Namespace,
     pub(crate) instance_id: String,
     pub(crate) statements: StatementMode,
@@ -46,7 +47,7 @@ pub(crate) struct Setup {
 /// (DLP-6); every pool size set fits a pool the host opens.
 pub(crate) fn validate(builder: RelayerBuilder, instance_id: String) -> Result<Setup, StartError> {
     let RelayerBuilder {
-        config,
+        database,
         namespace,
         transports,
         #[cfg(feature = "queue")]
@@ -111,7 +112,7 @@ pub(crate) fn validate(builder: RelayerBuilder, instance_id: String) -> Result<S
     let pools = PoolPlan::new(&demand, pool_sizes)?;
 
     Ok(Setup {
-        config,
+        database,
         namespace,
         instance_id,
         statements,

@@ -114,9 +114,9 @@ fn is_on_lane(n: usize) -> bool {
     n % 10 == 3
 }
 
-/// The database of the command line as a driver configuration.
-pub(crate) fn database_config(args: &Args) -> Result<tokio_postgres::Config, String> {
-    args.database_url.parse().map_err(|e| format!("invalid --database-url {:?}: {e}", args.database_url))
+/// The database of the command line, with its TLS (`sslmode`, `sslrootcert`, `--ca-file`).
+pub(crate) fn database_config(args: &Args) -> Result<relayer::postgres::Connector, String> {
+    args.connector()
 }
 
 pub(crate) async fn run(args: &Args, size: Size) -> CliResult {
@@ -363,7 +363,7 @@ struct Consumed {
 /// until `expected` messages are in the inbox and the queues and their dead-letter queues
 /// are empty.
 async fn consume(
-    config: &tokio_postgres::Config,
+    config: &relayer::postgres::Connector,
     ns: &Namespace,
     client: &Client,
     tables: &Tables,
@@ -646,6 +646,7 @@ async fn crash_child(
 ) -> Result<Crash, Box<dyn std::error::Error + Send + Sync>> {
     let mut child: Child = Command::new(std::env::current_exe()?)
         .args(["demo-child", "--database-url", &args.database_url])
+        .args(args.ca_file.iter().flat_map(|file| [std::ffi::OsStr::new("--ca-file"), file.as_os_str()]))
         .args(["--schema", args.namespace.schema(), "--prefix", args.namespace.prefix()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -23,13 +23,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use relayer_core::{Delivery, MessageId, Namespace, NewMessage};
+use relayer_core::{Delivery, MessageError, MessageId, Namespace, NewMessage};
 use tokio::time::Instant;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::StorageError;
 use crate::exec::Executor;
-use crate::outbox::{DEFAULT_MAX_BODY_BYTES, EnqueueError, Enqueued, WrittenColumns};
+use crate::outbox::{DEFAULT_MAX_BODY_BYTES, EnqueueError, EnqueueParam, Enqueued, WrittenColumns};
 
 /// How often, at most, a [`QueueWriter`] notifies one queue unless told otherwise.
 pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(50);
@@ -125,28 +125,14 @@ impl QueueWriter {
         client: &impl Executor,
         messages: &[NewMessage],
     ) -> Result<Vec<Enqueued>, EnqueueError> {
-        for (index, message) in messages.iter().enumerate() {
-            message.validate_direct(index, self.max_body_bytes, &self.transport)?;
-        }
-        if messages.is_empty() {
+        let batch = self.batch(messages)?;
+        if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let count = messages.len();
-        let WrittenColumns { ids, destinations: queues, bodies, headers, trace_contexts, deliver_at, delays } =
-            WrittenColumns::of(messages);
-        let wake = self.queues_to_notify(messages);
-        let params: [(&(dyn ToSql + Sync), Type); 9] = [
-            (&ids, Type::UUID_ARRAY),
-            (&queues, Type::TEXT_ARRAY),
-            (&bodies, Type::BYTEA_ARRAY),
-            (&headers, Type::JSONB_ARRAY),
-            (&trace_contexts, Type::TEXT_ARRAY),
-            (&deliver_at, Type::TIMESTAMPTZ_ARRAY),
-            (&delays, Type::INT8_ARRAY),
-            (&wake, Type::TEXT_ARRAY),
-            (&self.channel, Type::TEXT),
-        ];
-        let rows = client.rows(&self.insert, &params).await.map_err(|e| {
+        let count = batch.len();
+        let encoded = batch.params();
+        let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded.iter().map(EnqueueParam::typed).collect();
+        let rows = client.rows(batch.statement(), &params).await.map_err(|e| {
             StorageError::database(format!("enqueueing {count} messages into the queue table"), e)
         })?;
         Ok(rows
@@ -155,9 +141,26 @@ impl QueueWriter {
             .collect())
     }
 
+    /// Validates `messages` and encodes them as the parameters of the one insert this
+    /// writer runs for them: the single source of its statement text and parameters for
+    /// every driver (the tokio-postgres [`enqueue`](Self::enqueue) and the sqlx adapter
+    /// run exactly this). It counts as this writer's notification of the batch's queues
+    /// (see [`with_notify_interval`](Self::with_notify_interval)).
+    ///
+    /// Every message is validated first (OUT-3, and no lane); on any refusal there is no
+    /// batch.
+    pub fn batch<'a>(&'a self, messages: &'a [NewMessage]) -> Result<QueueBatch<'a>, MessageError> {
+        for (index, message) in messages.iter().enumerate() {
+            message.validate_direct(index, self.max_body_bytes, &self.transport)?;
+        }
+        let columns = WrittenColumns::of(messages);
+        let wake = if messages.is_empty() { Vec::new() } else { self.queues_to_notify(messages) };
+        Ok(QueueBatch { statement: &self.insert, columns, wake, channel: &self.channel })
+    }
+
     /// The queues of immediately deliverable messages not notified within the interval;
     /// marks them notified. Scheduled messages wake nobody: the pump's polling finds them.
-    fn queues_to_notify(&self, messages: &[NewMessage]) -> Vec<String> {
+    fn queues_to_notify<'a>(&self, messages: &'a [NewMessage]) -> Vec<&'a str> {
         let now = Instant::now();
         let mut notified = self.notified.lock().unwrap_or_else(PoisonError::into_inner);
         let mut wake = Vec::new();
@@ -165,11 +168,65 @@ impl QueueWriter {
             let queue = message.destination();
             let due =
                 notified.get(queue).is_none_or(|last| now.duration_since(*last) >= self.notify_interval);
-            if due && !wake.iter().any(|q| q == queue) {
+            if due && !wake.contains(&queue) {
                 notified.insert(queue.to_owned(), now);
-                wake.push(queue.to_owned());
+                wake.push(queue);
             }
         }
         wake
+    }
+}
+
+/// One validated batch of messages encoded for the direct insert (see
+/// [`QueueWriter::batch`]): the statement text and its parameters in order.
+///
+/// A driver runs [`statement`](Self::statement) with [`params`](Self::params) bound as
+/// `$1, $2, …` in the order given, each with the PostgreSQL type its [`EnqueueParam`]
+/// variant names, and reads back `(seq int8, message_id uuid)` per message, in enqueue
+/// order.
+pub struct QueueBatch<'a> {
+    statement: &'a str,
+    columns: WrittenColumns<'a>,
+    /// The queues this batch notifies.
+    wake: Vec<&'a str>,
+    channel: &'a str,
+}
+
+impl std::fmt::Debug for QueueBatch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueBatch").field("messages", &self.len()).field("wake", &self.wake).finish()
+    }
+}
+
+impl<'a> QueueBatch<'a> {
+    /// Whether the batch has no message (then nothing needs to run).
+    pub fn is_empty(&self) -> bool {
+        self.columns.ids.is_empty()
+    }
+
+    /// The number of messages.
+    pub fn len(&self) -> usize {
+        self.columns.ids.len()
+    }
+
+    /// The statement to run.
+    pub fn statement(&self) -> &'a str {
+        self.statement
+    }
+
+    /// The statement's parameters, `$1` first.
+    pub fn params(&self) -> Vec<EnqueueParam<'_>> {
+        let c = &self.columns;
+        vec![
+            EnqueueParam::Uuids(&c.ids),
+            EnqueueParam::Texts(&c.destinations),
+            EnqueueParam::Bytes(&c.bodies),
+            EnqueueParam::Jsons(&c.headers),
+            EnqueueParam::OptionalTexts(&c.trace_contexts),
+            EnqueueParam::OptionalTimestamps(&c.deliver_at),
+            EnqueueParam::OptionalInt8s(&c.delays),
+            EnqueueParam::Texts(&self.wake),
+            EnqueueParam::Text(self.channel),
+        ]
     }
 }

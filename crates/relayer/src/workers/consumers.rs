@@ -12,7 +12,7 @@ pub(crate) fn build(context: &WorkerContext<'_>, hosted: &mut HostedWorkers) {
     // The connect step opened one pool per subscription, in the same order.
     for (spec, (_, pool)) in setup.consumers.iter().zip(&context.connected.consumers) {
         let consumer = Consumer::new(
-            setup.config.clone(),
+            setup.database.clone(),
             pool.clone(),
             setup.namespace.clone(),
             spec.subscription.clone(),

@@ -23,7 +23,7 @@ pub(crate) fn build(context: &WorkerContext<'_>, hosted: &mut HostedWorkers) -> 
         Arc::clone(&context.connected.transports),
     )
     .map_err(StartError::Dispatcher)?
-    .listening(setup.config.clone());
+    .listening(setup.database.clone());
     #[cfg(feature = "metrics")]
     crate::metrics::observe(relayer_worker::WorkerKind::Dispatcher, dispatcher.subscribe());
     hosted.dispatcher = Some(dispatcher.clone());

@@ -1,0 +1,267 @@
+//! Direct enqueue (QUE-4) and the inbox boundary (QUE-3) through sqlx, against a real
+//! PostgreSQL: the same rows as the tokio-postgres side for the same input (DRV-1), the
+//! host's consumer receives what sqlx enqueued, and concurrent deliveries of one message
+//! apply its effects once.
+#![allow(clippy::unwrap_used)] // In tests, a failed unwrap is a failed test.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use relayer::consumer::{Handler, Outcome, QueueMessage, Subscription};
+use relayer::core::MessageProblem;
+use relayer::postgres::{Inbox, InboxEntry, QueueWriter, migrate};
+use relayer::{ConsumerOptions, Delivery, MessageId, NewMessage, Relayer, Timestamp};
+use relayer_sqlx::{Handled, SqlxEnqueueError, SqlxInbox, SqlxInboxError, SqlxQueueWriter};
+use relayer_test_support::{TestDb, eventually};
+use sqlx::PgConnection;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+async fn migrated(connections: u32) -> (TestDb, tokio_postgres::Client, PgPool) {
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    migrate(&mut client, db.namespace()).await.unwrap();
+    let pool = PgPoolOptions::new().max_connections(connections).connect(&db.url()).await.unwrap();
+    (db, client, pool)
+}
+
+/// Every column the direct insert fills, in a form that does not depend on when it ran: a
+/// visibility near the write (a delay) as its distance from it, a far one as is.
+async fn queue_rows(client: &tokio_postgres::Client, db: &TestDb) -> Vec<String> {
+    let sql = format!(
+        "SELECT concat_ws(' | ', message_id, queue, encode(body, 'hex'), headers::text, trace_context, \
+                CASE WHEN visible_at - created_at < interval '1 day' THEN (visible_at - created_at)::text \
+                     ELSE visible_at::text END, \
+                handled_count, original_topic, dead_lettered_at) \
+         FROM {} ORDER BY seq",
+        db.namespace().table("queue")
+    );
+    client.query(&sql, &[]).await.unwrap().iter().map(|row| row.get(0)).collect()
+}
+
+/// One message of every shape a direct enqueue takes.
+fn every_shape() -> Vec<NewMessage> {
+    let at = SystemTime::UNIX_EPOCH + Duration::new(1_900_000_000, 123_456_789);
+    vec![
+        NewMessage::new("queue", "orders", b"plain".to_vec()),
+        NewMessage::new("queue", "orders", Vec::new())
+            .header("content-type", "application/json")
+            .header("x-quote", "\"é\\")
+            .trace_context("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        NewMessage::new("queue", "invoices", (0..=255).collect::<Vec<u8>>()),
+        NewMessage::new("queue", "orders", b"at".to_vec())
+            .delivery(Delivery::At(Timestamp::from_system_time(at))),
+        NewMessage::new("queue", "orders", b"after".to_vec())
+            .delivery(Delivery::After(Duration::from_secs(90))),
+    ]
+}
+
+/// DRV-1, QUE-4: the same messages through both drivers' direct writers give the same
+/// queue rows and the same ids, and sqlx prepared the very statement the tokio-postgres
+/// writer renders.
+#[tokio::test]
+async fn both_drivers_enqueue_the_same_queue_rows_drv_1_que_4() {
+    let (tokio_db, tokio_client, _) = migrated(1).await;
+    let (sqlx_db, sqlx_client, pool) = migrated(1).await;
+    let messages = every_shape();
+
+    let writer = QueueWriter::new(tokio_db.namespace(), "queue");
+    let written = writer.enqueue(&tokio_client, &messages).await.unwrap();
+
+    let sqlx_writer = SqlxQueueWriter::new(sqlx_db.namespace(), "queue");
+    let mut tx = pool.begin().await.unwrap();
+    assert!(sqlx_writer.enqueue(&mut *tx, &[]).await.unwrap().is_empty());
+    let sqlx_written = sqlx_writer.enqueue(&mut *tx, &messages).await.unwrap();
+    let prepared: Vec<String> =
+        sqlx::query_scalar("SELECT statement FROM pg_prepared_statements WHERE statement LIKE 'WITH %'")
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+    let expected = writer.batch(&messages).unwrap().statement().replace(tokio_db.schema(), sqlx_db.schema());
+    assert_eq!(prepared, vec![expected]);
+    tx.commit().await.unwrap();
+
+    let ids = |written: &[relayer::postgres::Enqueued]| written.iter().map(|w| w.id).collect::<Vec<_>>();
+    let expected: Vec<_> = messages.iter().map(NewMessage::message_id).collect();
+    assert_eq!(ids(&written), expected);
+    assert_eq!(ids(&sqlx_written), expected);
+    let (tokio_rows, sqlx_rows) =
+        (queue_rows(&tokio_client, &tokio_db).await, queue_rows(&sqlx_client, &sqlx_db).await);
+    assert_eq!(tokio_rows.len(), messages.len());
+    assert_eq!(tokio_rows, sqlx_rows);
+}
+
+/// OUT-3, QUE-4: a message the direct writer refuses (a lane) is named, and nothing of
+/// its batch is written.
+#[tokio::test]
+async fn a_refused_direct_message_writes_nothing_of_its_batch_out_3() {
+    let (db, client, pool) = migrated(1).await;
+    let writer = SqlxQueueWriter::new(db.namespace(), "queue");
+    let batch = [
+        NewMessage::new("queue", "orders", b"ok".to_vec()),
+        NewMessage::new("queue", "orders", Vec::new()).lane("a"),
+    ];
+    let error = writer.enqueue(&pool, &batch).await.unwrap_err();
+    let SqlxEnqueueError::Invalid(invalid) = &error else { panic!("{error:?}") };
+    assert_eq!(invalid.index(), 1, "{error}");
+    assert!(matches!(invalid.problem(), MessageProblem::LaneOnDirectQueue), "{error}");
+    let sql = format!("SELECT count(*) FROM {}", db.namespace().table("queue"));
+    assert_eq!(client.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0), 0);
+}
+
+#[derive(Default)]
+struct Bodies(Mutex<Vec<Vec<u8>>>);
+
+#[relayer::core::async_trait]
+impl Handler for Bodies {
+    async fn handle(&self, message: &QueueMessage) -> Outcome {
+        self.0.lock().unwrap().push(message.body.clone());
+        Outcome::Ack
+    }
+}
+
+/// QUE-4: what sqlx enqueued straight into the queue is received by the host's ordinary
+/// consumer; a rolled-back enqueue never is.
+#[tokio::test]
+async fn direct_enqueue_through_sqlx_is_received_by_the_consumer_que_4() {
+    let (db, _client, pool) = migrated(2).await;
+    let bodies = Arc::new(Bodies::default());
+    let options = ConsumerOptions::builder().poll_interval(Duration::from_millis(100)).build().unwrap();
+    let host = Relayer::builder(db.config(), db.namespace().clone())
+        .consumer(Subscription::new("orders", options).unwrap(), Arc::clone(&bodies))
+        .start()
+        .await
+        .unwrap();
+    let writer = SqlxQueueWriter::new(db.namespace(), relayer::QUEUE_TRANSPORT);
+    let mut tx = pool.begin().await.unwrap();
+    writer.enqueue(&mut *tx, &[NewMessage::new("queue", "orders", b"rolled back".to_vec())]).await.unwrap();
+    tx.rollback().await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    writer.enqueue(&mut *tx, &[NewMessage::new("queue", "orders", b"committed".to_vec())]).await.unwrap();
+    tx.commit().await.unwrap();
+
+    eventually("the committed message is handled", || async { !bodies.0.lock().unwrap().is_empty() }).await;
+    let stats = host.consumer_stats("orders").unwrap();
+    host.shutdown().await;
+    assert_eq!(*bodies.0.lock().unwrap(), vec![b"committed".to_vec()]);
+    assert_eq!(stats.snapshot().acked, 1);
+}
+
+/// DRV-1, QUE-3: both drivers run one record statement on one inbox table, so each sees
+/// the other's records as duplicates and writes the same row.
+#[tokio::test]
+async fn both_drivers_share_one_inbox_drv_1_que_3() {
+    let (db, client, pool) = migrated(1).await;
+    let (tokio_inbox, sqlx_inbox) = (Inbox::new(db.namespace()), SqlxInbox::new(db.namespace()));
+    let (first, second) = (MessageId::new(), MessageId::new());
+    assert_eq!(tokio_inbox.record(&client, "billing", first).await.unwrap(), InboxEntry::First);
+    assert_eq!(sqlx_inbox.record(&pool, "billing", first).await.unwrap(), InboxEntry::Duplicate);
+    assert_eq!(sqlx_inbox.record(&pool, "billing", second).await.unwrap(), InboxEntry::First);
+    assert_eq!(tokio_inbox.record(&client, "billing", second).await.unwrap(), InboxEntry::Duplicate);
+    let sql = format!(
+        "SELECT consumer, message_id::text FROM {} ORDER BY message_id",
+        db.namespace().table("inbox")
+    );
+    let rows: Vec<(String, String)> =
+        client.query(&sql, &[]).await.unwrap().iter().map(|row| (row.get(0), row.get(1))).collect();
+    let mut expected =
+        vec![("billing".to_owned(), first.to_string()), ("billing".to_owned(), second.to_string())];
+    expected.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(rows, expected);
+
+    let error = sqlx_inbox.record(&pool, "", first).await.unwrap_err();
+    assert!(matches!(error, SqlxInboxError::Refused(_)), "{error:?}");
+    assert!(error.to_string().contains("consumer name \"\""), "{error}");
+}
+
+/// QUE-3: many deliveries of one message at once, each in its own sqlx transaction, apply
+/// its effects exactly once; every other delivery is told it is a duplicate.
+#[tokio::test]
+async fn concurrent_deliveries_apply_the_effects_once_que_3() {
+    const DELIVERIES: u32 = 8;
+    let (db, client, pool) = migrated(DELIVERIES).await;
+    let effects = db.namespace().table("effects");
+    client.batch_execute(&format!("CREATE TABLE {effects} (delivery int NOT NULL)")).await.unwrap();
+    let inbox = SqlxInbox::new(db.namespace());
+    let message = MessageId::new();
+    let start = Arc::new(tokio::sync::Barrier::new(DELIVERIES as usize));
+    let mut deliveries = Vec::new();
+    for delivery in 0..DELIVERIES {
+        let (inbox, pool, start, effects) =
+            (inbox.clone(), pool.clone(), Arc::clone(&start), effects.clone());
+        deliveries.push(tokio::spawn(async move {
+            start.wait().await;
+            let insert = format!("INSERT INTO {effects} (delivery) VALUES ($1)");
+            inbox
+                .handle(&pool, "billing", message, async |tx: &mut PgConnection| {
+                    let delivery = i32::try_from(delivery).unwrap();
+                    sqlx::query(&insert).bind(delivery).execute(&mut *tx).await?;
+                    // Held open a moment, so the other deliveries meet the uncommitted record.
+                    sqlx::query("SELECT pg_sleep(0.05)").execute(&mut *tx).await?;
+                    Ok::<_, sqlx::Error>(delivery)
+                })
+                .await
+                .unwrap()
+        }));
+    }
+    let mut applied = Vec::new();
+    for delivery in deliveries {
+        if let Handled::Applied(which) = delivery.await.unwrap() {
+            applied.push(which);
+        }
+    }
+    assert_eq!(applied.len(), 1, "{applied:?}");
+    let rows: Vec<i32> = client
+        .query(&format!("SELECT delivery FROM {effects}"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(rows, applied);
+}
+
+/// QUE-3: effects that fail roll back with the inbox record, so the next delivery runs
+/// them; the error names the message and the consumer.
+#[tokio::test]
+async fn failed_effects_leave_no_record_and_the_next_delivery_applies_que_3() {
+    let (db, client, pool) = migrated(1).await;
+    let effects = db.namespace().table("effects");
+    client.batch_execute(&format!("CREATE TABLE {effects} (attempt int NOT NULL)")).await.unwrap();
+    let inbox = SqlxInbox::new(db.namespace());
+    let message = MessageId::new();
+    let insert = format!("INSERT INTO {effects} (attempt) VALUES ($1)");
+    let error = inbox
+        .handle(&pool, "billing", message, async |tx: &mut PgConnection| {
+            sqlx::query(&insert).bind(1).execute(&mut *tx).await?;
+            Err::<(), Box<dyn std::error::Error + Send + Sync>>("the ledger is closed".into())
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(error, SqlxInboxError::Effects { .. }), "{error:?}");
+    let text = error.to_string();
+    assert!(
+        text.contains(&message.to_string())
+            && text.contains("billing")
+            && text.contains("the ledger is closed"),
+        "{text}"
+    );
+
+    let handled = inbox
+        .handle(&pool, "billing", message, async |tx: &mut PgConnection| {
+            sqlx::query(&insert).bind(2).execute(&mut *tx).await.map(|_| "applied")
+        })
+        .await
+        .unwrap();
+    assert_eq!(handled, Handled::Applied("applied"));
+    let again =
+        inbox.handle(&pool, "billing", message, async |_: &mut PgConnection| Ok::<_, sqlx::Error>(())).await;
+    assert_eq!(again.unwrap(), Handled::Duplicate);
+    let attempts: Vec<i32> = client
+        .query(&format!("SELECT attempt FROM {effects}"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(attempts, vec![2]);
+}

@@ -1,0 +1,207 @@
+//! TLS everywhere the host connects, against a throwaway cluster with `ssl = on` and a
+//! certificate made at test time (`OwnedCluster::start_with_tls`): its role `relayer_tls`
+//! may only connect over TLS, so every session of that role is an encrypted one.
+//!
+//! A verified certificate: the host's pools, its LISTEN sessions and its advisory-lock
+//! sessions all connect and work. A refused one (a CA that did not sign it, a host name it
+//! does not name) stops the start with an error naming the address and the reason.
+#![allow(clippy::unwrap_used)] // In tests, a failed unwrap is a failed test.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use relayer::advisory_lock::PgAdvisoryLock;
+use relayer::consumer::{Handler, Outcome, QueueMessage, Subscription};
+use relayer::postgres::{CertificateCheck, Connector, connector_from_url, migrate, rustls_tls};
+use relayer::{
+    CleanupOptions, ConsumerOptions, DispatcherOptions, DistributedLock, LeaderElection, NewMessage, Relayer,
+    StartError, WorkerKind,
+};
+use relayer_test_support::{OwnedCluster, TestDb, eventually};
+use tokio_postgres::config::SslMode;
+
+#[derive(Default)]
+struct Bodies(Mutex<Vec<Vec<u8>>>);
+
+#[relayer::core::async_trait]
+impl Handler for Bodies {
+    async fn handle(&self, message: &QueueMessage) -> Outcome {
+        self.0.lock().unwrap().push(message.body.clone());
+        Outcome::Ack
+    }
+}
+
+async fn tls_cluster() -> (OwnedCluster, TestDb, tokio_postgres::Client) {
+    let cluster = OwnedCluster::start_with_tls().await;
+    let db = cluster.test_db().await;
+    let mut client = db.connect().await;
+    migrate(&mut client, db.namespace()).await.unwrap();
+    (cluster, db, client)
+}
+
+/// Sessions of the TLS-only role, by `application_name` (`%` for all), that are encrypted.
+async fn encrypted_sessions(client: &tokio_postgres::Client, application_name: &str, query: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+             WHERE a.usename = 'relayer_tls' AND s.ssl AND a.application_name LIKE $1 AND a.query LIKE $2",
+            &[&application_name, &query],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A host whose every connection goes through rustls with a verified certificate: the
+/// dispatcher (pool and LISTEN), the queue transport, a consumer (pool and LISTEN) and
+/// cleanup led by an advisory lock all work; every session of theirs is encrypted.
+#[tokio::test]
+async fn a_host_works_over_verified_tls_pools_listen_and_lock_sessions() {
+    let (cluster, db, mut client) = tls_cluster().await;
+    let mut config = cluster.tls_config();
+    config.ssl_mode(SslMode::Require);
+    let tls = rustls_tls(CertificateCheck::VerifyFull, &[&cluster.ca_file()], false).unwrap();
+    let bodies = Arc::new(Bodies::default());
+    let fast = Duration::from_millis(100);
+    let host = Relayer::builder(config, db.namespace().clone())
+        .tls(tls)
+        .queue_transport()
+        .dispatcher(DispatcherOptions::builder().poll_interval(Duration::from_secs(3600)).build().unwrap())
+        .consumer(
+            Subscription::new("orders", ConsumerOptions::builder().poll_interval(fast).build().unwrap())
+                .unwrap(),
+            Arc::clone(&bodies),
+        )
+        .cleanup(CleanupOptions::default())
+        .leadership(WorkerKind::Cleanup, LeaderElection::AdvisoryLock)
+        .start()
+        .await
+        .unwrap();
+
+    // The dispatcher polls hourly: only its LISTEN session (over TLS) can wake it at once.
+    eventually("the dispatcher and the consumer listen over TLS", || async {
+        encrypted_sessions(&client, "%", "LISTEN %").await >= 2
+    })
+    .await;
+    let tx = client.transaction().await.unwrap();
+    host.writer().enqueue(&tx, &[NewMessage::new("queue", "orders", b"over tls".to_vec())]).await.unwrap();
+    tx.commit().await.unwrap();
+    eventually("the message is dispatched and handled", || async { !bodies.0.lock().unwrap().is_empty() })
+        .await;
+    eventually("cleanup took its advisory lock on a TLS session", || async {
+        encrypted_sessions(&client, "relayer-advisory-lock", "%").await >= 1
+    })
+    .await;
+    let plain: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+             WHERE a.usename = 'relayer_tls' AND NOT s.ssl",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(plain, 0);
+    host.shutdown().await;
+    assert_eq!(*bodies.0.lock().unwrap(), vec![b"over tls".to_vec()]);
+}
+
+/// A lock taken over TLS is held by an encrypted session, and released.
+#[tokio::test]
+async fn an_advisory_lock_is_taken_over_tls() {
+    let (cluster, _db, client) = tls_cluster().await;
+    let url =
+        format!("{} sslmode=verify-full sslrootcert='{}'", cluster.tls_url(), cluster.ca_file().display());
+    let connector = connector_from_url(&url, None).unwrap();
+    let lock = PgAdvisoryLock::with_tls(connector.config().clone(), connector.tls().unwrap().clone());
+    let guard = lock.try_lock("tls-test").await.unwrap().unwrap();
+    let held: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_ssl s USING (pid) \
+             WHERE l.locktype = 'advisory' AND l.granted AND s.ssl",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(held, 1);
+    guard.release().await.unwrap();
+}
+
+/// The table of `connector_from_url`: which sslmode checks what.
+#[tokio::test]
+async fn libpq_sslmodes_check_what_libpq_checks() {
+    let (cluster, _db, _client) = tls_cluster().await;
+    let ca = cluster.ca_file();
+    let other = cluster.other_ca_file();
+    let by_ip = cluster.tls_url().replace("host=localhost hostaddr=127.0.0.1", "host=127.0.0.1");
+    let connects = |url: String, ca_file: Option<std::path::PathBuf>| async move {
+        let connector = connector_from_url(&url, ca_file.as_deref()).unwrap();
+        match connector.connect().await {
+            Ok(client) => {
+                client.simple_query("SELECT 1").await.map(|_| ()).map_err(|e| relayer::error_chain(&e))
+            }
+            Err(e) => Err(relayer::error_chain(&e)),
+        }
+    };
+    let url = |base: &str, mode: &str| format!("{base} sslmode={mode}");
+    let base = cluster.tls_url();
+    // verify-full: the right CA and the right name.
+    connects(url(&base, "verify-full"), Some(ca.clone())).await.unwrap();
+    assert!(connects(url(&base, "verify-full"), Some(other.clone())).await.is_err());
+    assert!(connects(url(&by_ip, "verify-full"), Some(ca.clone())).await.is_err());
+    // verify-ca: the right CA, whatever the name.
+    connects(url(&by_ip, "verify-ca"), Some(ca.clone())).await.unwrap();
+    assert!(connects(url(&base, "verify-ca"), Some(other.clone())).await.is_err());
+    // require: encrypted, unchecked without a CA; as verify-ca with one.
+    connects(url(&by_ip, "require"), None).await.unwrap();
+    assert!(connects(url(&base, "require"), Some(other)).await.is_err());
+    // prefer (the default) encrypts when offered; disable does not, which this role refuses.
+    connects(base.clone(), None).await.unwrap();
+    let refused = connects(url(&base, "disable"), None).await.unwrap_err();
+    assert!(refused.contains("no encryption"), "{refused}");
+}
+
+/// A certificate signed by a CA the host does not trust stops the start, and the error
+/// names the address and the reason.
+#[tokio::test]
+async fn an_untrusted_certificate_is_refused_naming_the_address_and_the_reason() {
+    let (cluster, db, _client) = tls_cluster().await;
+    let mut config = cluster.tls_config();
+    config.ssl_mode(SslMode::Require);
+    let tls = rustls_tls(CertificateCheck::VerifyFull, &[&cluster.other_ca_file()], false).unwrap();
+    let error = Relayer::builder(config, db.namespace().clone()).tls(tls).start().await.unwrap_err();
+    assert!(matches!(error, StartError::Connect(_)), "{error:?}");
+    let text = error.to_string();
+    let port = cluster.tls_config().get_ports()[0];
+    for needle in [
+        "host=localhost",
+        &format!("port={port}"),
+        "user=relayer_tls",
+        "TLS",
+        "invalid peer certificate",
+        "UnknownIssuer",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing from: {text}");
+    }
+}
+
+/// A certificate that does not name the host connected to is refused, naming both.
+#[tokio::test]
+async fn a_certificate_for_another_host_name_is_refused_naming_the_address_and_the_reason() {
+    let (cluster, db, _client) = tls_cluster().await;
+    // The certificate names localhost only.
+    let config: tokio_postgres::Config =
+        cluster.tls_url().replace("host=localhost hostaddr=127.0.0.1", "host=127.0.0.1").parse().unwrap();
+    let database = Connector::with_tls(
+        config,
+        rustls_tls(CertificateCheck::VerifyFull, &[&cluster.ca_file()], false).unwrap(),
+    );
+    let error = Relayer::builder(database, db.namespace().clone()).start().await.unwrap_err();
+    let text = error.to_string();
+    for needle in
+        ["host=127.0.0.1", "invalid peer certificate", "not valid for name \"127.0.0.1\"", "localhost"]
+    {
+        assert!(text.contains(needle), "{needle:?} missing from: {text}");
+    }
+}
