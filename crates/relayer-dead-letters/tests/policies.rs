@@ -379,7 +379,7 @@ async fn one_replica_leads_through_the_advisory_lock_ldr_5() {
         while outcomes.len() < 3 {
             match within(events.recv()).await.unwrap() {
                 WorkerEvent::PassSucceeded { outcome: PassOutcome::Led(DeadLetterReport { .. }), .. } => {
-                    outcomes.push(true)
+                    outcomes.push(true);
                 }
                 WorkerEvent::PassSucceeded { outcome: PassOutcome::NotLeader, .. } => outcomes.push(false),
                 WorkerEvent::PassFailed { .. } => panic!("a pass failed"),
