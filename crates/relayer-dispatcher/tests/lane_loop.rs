@@ -49,7 +49,8 @@ async fn the_lane_loop_stays_quiet_until_the_namespace_has_a_lane_row() {
         async move { dispatcher.run(shutdown).await }
     });
 
-    within(async { while !matches!(events.recv().await.unwrap(), WorkerEvent::PassSucceeded(_)) {} }).await;
+    within(async { while !matches!(events.recv().await.unwrap(), WorkerEvent::PassSucceeded { .. }) {} })
+        .await;
     // The database goes away: one unordered loop fails its passes; the lane loop, which
     // has never seen a lane row, keeps passing empty without reporting a failure.
     proxy.cut();
@@ -58,7 +59,7 @@ async fn the_lane_loop_stays_quiet_until_the_namespace_has_a_lane_row() {
         while failed < 1 || quiet < 2 {
             match events.recv().await.unwrap() {
                 WorkerEvent::PassFailed { .. } => failed += 1,
-                WorkerEvent::PassSucceeded(PassOutcome::Led(report)) if failed > 0 => {
+                WorkerEvent::PassSucceeded { outcome: PassOutcome::Led(report), .. } if failed > 0 => {
                     assert_eq!(
                         report,
                         PassReport::default(),
@@ -82,7 +83,8 @@ async fn the_lane_loop_stays_quiet_until_the_namespace_has_a_lane_row() {
         .unwrap();
     within(async {
         loop {
-            if let WorkerEvent::PassSucceeded(PassOutcome::Led(report)) = events.recv().await.unwrap()
+            if let WorkerEvent::PassSucceeded { outcome: PassOutcome::Led(report), .. } =
+                events.recv().await.unwrap()
                 && report.lanes > 0
                 && report.sent > 0
             {

@@ -159,7 +159,8 @@ impl Electorate<'_> {
                 let config = self.database.config().clone();
                 let lock: Arc<dyn relayer_core::DistributedLock> = match self.database.tls() {
                     None => Arc::new(
-                        relayer_advisory_lock::PgAdvisoryLock::new(config).with_shutdown(self.shutdown.clone()),
+                        relayer_advisory_lock::PgAdvisoryLock::new(config)
+                            .with_shutdown(self.shutdown.clone()),
                     ),
                     Some(tls) => Arc::new(
                         relayer_advisory_lock::PgAdvisoryLock::with_tls(config, tls.clone())

@@ -14,8 +14,8 @@ use relayer::advisory_lock::PgAdvisoryLock;
 use relayer::consumer::{Handler, Outcome, QueueMessage, Subscription};
 use relayer::postgres::{CertificateCheck, Connector, connector_from_url, migrate, rustls_tls};
 use relayer::{
-    CleanupOptions, ConsumerOptions, DispatcherOptions, DistributedLock, LeaderElection, NewMessage, Relayer,
-    StartError, WorkerKind,
+    CleanupOptions, ConsumerOptions, DispatcherOptions, DistributedLock, LeaderElection, Led, NewMessage,
+    Relayer, StartError,
 };
 use relayer_test_support::{OwnedCluster, TestDb, eventually};
 use tokio_postgres::config::SslMode;
@@ -72,8 +72,7 @@ async fn a_host_works_over_verified_tls_pools_listen_and_lock_sessions() {
                 .unwrap(),
             Arc::clone(&bodies),
         )
-        .cleanup(CleanupOptions::default())
-        .leadership(WorkerKind::Cleanup, LeaderElection::AdvisoryLock)
+        .cleanup(Led::new(CleanupOptions::default(), LeaderElection::AdvisoryLock))
         .start()
         .await
         .unwrap();
