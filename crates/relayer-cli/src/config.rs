@@ -167,7 +167,7 @@ impl File {
             return Err(format!("pool_size: {size} is out of range (1..=64)"));
         }
         if let Some(url) = &self.database_url {
-            parse_database_url(url, "database_url")?;
+            parse_database_url(url, "database_url", None)?;
         }
         if self.instance_id.as_deref().is_some_and(|id| id.trim().is_empty()) {
             return Err("instance_id: must not be empty".to_owned());
@@ -212,10 +212,14 @@ impl File {
 /// `url` as a connection configuration, refused in one line naming `name` when it is not
 /// a connection string or names no host to connect to — without connecting. The URL itself
 /// is never echoed: it may carry a password.
-pub(crate) fn parse_database_url(url: &str, name: &str) -> Result<relayer::postgres::Connector, String> {
+pub(crate) fn parse_database_url(
+    url: &str,
+    name: &str,
+    ca_file: Option<&std::path::Path>,
+) -> Result<relayer::postgres::Connector, String> {
     // The TLS settings (sslmode, sslrootcert) are read too: a CA file that cannot be read
     // is a bad configuration as much as a bad host is.
-    let connector = relayer::postgres::connector_from_url(url, None)
+    let connector = relayer::postgres::connector_from_url(url, ca_file)
         .map_err(|e| format!("{name}: {}", single_line(&relayer_core::error_chain(&e))))?;
     if connector.config().get_hosts().is_empty() {
         return Err(format!("{name}: names no host (add host=… or postgres://HOST/…)"));

@@ -7,7 +7,7 @@ use relayer::{Relayer, RelayerBuilder};
 
 use crate::CliResult;
 use crate::args::{Args, DEFAULT_DATABASE_URL, Global, RunArgs};
-use crate::config::Config;
+use crate::config::{Config, parse_database_url};
 use crate::gauges;
 use crate::stop_signals::StopSignals;
 
@@ -33,8 +33,7 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
         })?,
     };
     let args = Args { database_url, ca_file: global.ca_file.clone(), namespace };
-    let database = relayer::postgres::connector_from_url(&args.database_url, args.ca_file.as_deref())
-        .map_err(|e| format!("{from}: {e}"))?;
+    let database = parse_database_url(&args.database_url, from, args.ca_file.as_deref())?;
 
     if let Some(metrics) = config.metrics {
         metrics_exporter_prometheus::PrometheusBuilder::new()

@@ -110,13 +110,14 @@ pub fn rustls_tls(
 /// | `verify-ca` | always | chains to a trusted root |
 /// | `verify-full` | always | chains to a trusted root and names the host |
 ///
-/// Trusted roots are the system's plus `sslrootcert` and `ca_file` (PEM files), if given.
+/// Trusted roots are `sslrootcert` and `ca_file` (PEM files) when either is given, else (for
+/// `verify-full` only) the system's; `verify-ca` without a CA file is refused.
 /// `sslmode=allow` is refused (tokio-postgres cannot try plain first).
 pub fn connector_from_url(url: &str, ca_file: Option<&Path>) -> Result<Connector, TlsSetupError> {
     let TlsUrl { remaining, mode, root_cert } =
-        TlsUrl::split(url).map_err(|e| TlsSetupError(format!("invalid connection string: {e}")))?;
+        TlsUrl::split(url).map_err(|e| TlsSetupError(format!("not a valid connection string: {e}")))?;
     let mut config: tokio_postgres::Config =
-        remaining.parse().map_err(|e| TlsSetupError(format!("invalid connection string: {e}")))?;
+        remaining.parse().map_err(|e| TlsSetupError(format!("not a valid connection string: {e}")))?;
     let mut ca_files: Vec<&Path> = Vec::new();
     let root_cert: Option<PathBuf> = root_cert;
     if let Some(file) = &root_cert {
@@ -140,11 +141,20 @@ pub fn connector_from_url(url: &str, ca_file: Option<&Path>) -> Result<Connector
         LibpqSslMode::Prefer => (SslMode::Prefer, CertificateCheck::Unverified),
         LibpqSslMode::Require if has_ca => (SslMode::Require, CertificateCheck::VerifyCa),
         LibpqSslMode::Require => (SslMode::Require, CertificateCheck::Unverified),
+        // Without a CA of its own, verify-ca would accept any publicly issued certificate
+        // for any name: refused, as libpq refuses it without a root certificate.
+        LibpqSslMode::VerifyCa if !has_ca => {
+            return Err(TlsSetupError(
+                "sslmode=verify-ca needs the CA to check against: set sslrootcert or --ca-file".to_owned(),
+            ));
+        }
         LibpqSslMode::VerifyCa => (SslMode::Require, CertificateCheck::VerifyCa),
         LibpqSslMode::VerifyFull => (SslMode::Require, CertificateCheck::VerifyFull),
     };
     config.ssl_mode(ssl_mode);
-    let system_roots = check != CertificateCheck::Unverified;
+    // A named CA is the only trusted root: adding the system's would let any public
+    // certificate pass a chain check. Only verify-full without one trusts the system's.
+    let system_roots = check == CertificateCheck::VerifyFull && !has_ca;
     let tls = rustls_tls(check, &ca_files, system_roots)?;
     Ok(Connector::with_tls(config, tls))
 }

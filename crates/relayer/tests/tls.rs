@@ -152,6 +152,9 @@ async fn libpq_sslmodes_check_what_libpq_checks() {
     // verify-ca: the right CA, whatever the name.
     connects(url(&by_ip, "verify-ca"), Some(ca.clone())).await.unwrap();
     assert!(connects(url(&base, "verify-ca"), Some(other.clone())).await.is_err());
+    // verify-ca without a CA of its own would accept any public certificate: refused.
+    let refused = connector_from_url(&url(&base, "verify-ca"), None).unwrap_err().to_string();
+    assert!(refused.contains("verify-ca needs the CA"), "{refused}");
     // require: encrypted, unchecked without a CA; as verify-ca with one.
     connects(url(&by_ip, "require"), None).await.unwrap();
     assert!(connects(url(&base, "require"), Some(other)).await.is_err());
