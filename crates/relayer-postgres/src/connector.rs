@@ -49,9 +49,14 @@ impl Connector {
         <T::TlsConnect as TlsConnect<Socket>>::Future: Send + 'static,
     {
         // NoTls tells tokio-postgres it cannot do TLS (so `prefer` skips the TLS request);
-        // behind the type-erasing wrapper it could not, so it stays unwrapped.
-        if (&tls as &dyn std::any::Any).is::<NoTls>() {
+        // behind the type-erasing wrapper it could not, so it stays unwrapped. A `Tls`
+        // (another connector's) is already erased.
+        let any = &tls as &dyn std::any::Any;
+        if any.is::<NoTls>() {
             return Connector::new(config);
+        }
+        if let Some(erased) = any.downcast_ref::<Tls>() {
+            return Connector { config, tls: Some(erased.clone()) };
         }
         Connector { config, tls: Some(Tls::new(tls)) }
     }
