@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::config::ENV_PREFIX;
+use crate::config::{ENV_PREFIX, TOP_LEVEL};
 
 /// A figment error as one line: `path: problem (where it came from)`.
 pub(crate) fn one_line(error: &figment::Error, file: &Path) -> String {
@@ -48,7 +48,10 @@ fn origin(error: &figment::Error, file: &Path) -> String {
     match &error.metadata {
         Some(metadata) if metadata.name.contains("environment") => {
             let name: Vec<String> = error.path.iter().map(|key| key.to_uppercase()).collect();
-            let wildcard = if error.path.len() == 1 { "__*" } else { "" };
+            // A one-key path names a top-level value (`RELAYER_POOL_SIZE`) or a whole
+            // section, set by some `RELAYER_SECTION__…` variable.
+            let section = error.path.len() == 1 && !TOP_LEVEL.contains(&error.path[0].as_str());
+            let wildcard = if section { "__*" } else { "" };
             format!(" (from {ENV_PREFIX}{}{wildcard})", name.join("__"))
         }
         _ => format!(" (in {})", file.display()),

@@ -51,7 +51,7 @@ pub(crate) async fn run(args: &Args, command: LaneCommand) -> CliResult {
         LaneCommand::Release { lane, action } => {
             let who = actor(&action)?;
             let outcome = if action.dry_run {
-                parked_head(&admin, &client, &lane).await?
+                admin.parked_head(&client, &lane).await?
             } else {
                 admin.release(&client, &lane, &who).await?
             };
@@ -67,7 +67,7 @@ pub(crate) async fn run(args: &Args, command: LaneCommand) -> CliResult {
         LaneCommand::Skip { lane, action } => {
             let who = actor(&action)?;
             let outcome = if action.dry_run {
-                parked_head(&admin, &client, &lane).await?
+                admin.parked_head(&client, &lane).await?
             } else {
                 admin.skip(&client, &lane, &who).await?.map(Some)
             };
@@ -82,16 +82,6 @@ pub(crate) async fn run(args: &Args, command: LaneCommand) -> CliResult {
         }
     }
     Ok(())
-}
-
-/// What a dry run would act on: the park's head, when the lane is parked.
-async fn parked_head(
-    admin: &LaneAdmin,
-    client: &tokio_postgres::Client,
-    lane: &str,
-) -> Result<Option<Option<i64>>, relayer_postgres::StorageError> {
-    let lanes = admin.list(client, false, 10_000).await?;
-    Ok(lanes.into_iter().find(|l| l.lane == lane).map(|l| l.head_seq))
 }
 
 fn report(action: &Action, actor: &str, verb: &str, lane: &str, outcome: Option<Option<i64>>, done: &str) {

@@ -192,7 +192,7 @@ pub(crate) fn render(namespace: &str, status: &NamespaceStatus) -> String {
         instances.row(vec![
             i.worker.clone(),
             i.instance.clone(),
-            i.fingerprint.chars().take(10).collect(),
+            i.fingerprint.clone(),
             format!("{} ago", age(i.since_seen)),
         ]);
     }
@@ -215,9 +215,9 @@ pub(crate) fn render(namespace: &str, status: &NamespaceStatus) -> String {
         maybe_age(h.oldest_transaction_age)
     );
     if let Some(pid) = h.oldest_transaction_pid {
-        let application: String =
-            h.oldest_transaction_application.as_deref().unwrap_or("").chars().take(50).collect();
-        let _ = writeln!(text, "  held by pid {pid} {application}");
+        // Whole and quoted: an application name may hold spaces, or be empty.
+        let application = h.oldest_transaction_application.as_deref().unwrap_or("");
+        let _ = writeln!(text, "  held by pid {pid}, application_name {application:?}");
     }
     let dead_tuples: i64 = status.dead_tuples.iter().map(|t| t.dead).sum();
     let _ = writeln!(text, "dead tuples in the namespace's tables: {dead_tuples}");

@@ -45,8 +45,16 @@ impl Table {
     }
 
     pub(crate) fn row(&mut self, cells: Vec<String>) {
-        // One line per cell in the grid: a line break in a cell is a space.
-        self.rows.push(cells.into_iter().map(|cell| cell.replace(['\n', '\r'], " ")).collect());
+        let cells = cells
+            .into_iter()
+            .zip(&self.text)
+            .map(
+                |(cell, &text)| {
+                    if text { cell.replace(['\n', '\r'], " ") } else { quoted_if_ambiguous(cell) }
+                },
+            )
+            .collect();
+        self.rows.push(cells);
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -185,6 +193,16 @@ fn line_width(indent: usize, widths: &[usize]) -> usize {
     indent + widths.iter().sum::<usize>() + GAP.len() * shown.saturating_sub(1)
 }
 
+/// An identifier as it can be copied back into a command: as it is when it is one plain
+/// token, else quoted and escaped (a key with a space, a line break or a quote in it, or an
+/// empty key, would otherwise read as something else). Prose cells are never quoted: a line
+/// break in them is a space.
+fn quoted_if_ambiguous(cell: String) -> String {
+    let plain = !cell.is_empty()
+        && !cell.chars().any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '\\');
+    if plain { cell } else { format!("{cell:?}") }
+}
+
 /// `text` in lines of at most `columns` characters, broken at spaces; a word longer than
 /// a line is split (it is prose, not an identifier). Never empty.
 pub(crate) fn wrap(text: &str, columns: usize) -> Vec<String> {
@@ -230,6 +248,21 @@ mod tests {
         for line in text.lines() {
             assert!(width(line) <= WIDTH, "{line:?} is {} wide", width(line));
         }
+    }
+
+    /// A lane key with a space or a line break in it is quoted, escaped, so it reads as one
+    /// key; prose keeps its words and loses only its line breaks.
+    #[test]
+    fn ambiguous_identifiers_are_quoted_and_prose_is_not() {
+        let mut table = Table::new(&["lane", "waiting", "reason"]).text("reason");
+        table.row(vec!["eu west\n1".to_owned(), "3".to_owned(), "line one\nline two".to_owned()]);
+        table.row(vec![String::new(), "1".to_owned(), "x".to_owned()]);
+        table.row(vec!["plain-key:1".to_owned(), "2".to_owned(), "y".to_owned()]);
+        let text = table.render(0);
+        assert!(text.contains("\"eu west\\n1\""), "{text}");
+        assert!(text.contains("line one line two"), "{text}");
+        assert!(text.contains("\"\""), "an empty key is shown as \"\": {text}");
+        assert!(text.contains("plain-key:1 ") && !text.contains("\"plain-key:1\""), "{text}");
     }
 
     #[test]

@@ -205,6 +205,10 @@ async fn environment_variables_override_the_file_and_are_checked_alike_opt_2() {
     let (ok, _, stderr) = check(&[("RELAYER_SWEEPR__BATCH_SIZE", "5")]);
     assert!(!ok);
     assert_eq!(stderr.trim_end(), "error: sweepr: unknown key (from RELAYER_SWEEPR__*)");
+    // A top-level value is named by its own variable, not as a section.
+    let (ok, _, stderr) = check(&[("RELAYER_POOL_SIZE", "many")]);
+    assert!(!ok);
+    assert!(stderr.contains("(from RELAYER_POOL_SIZE)") && stderr.lines().count() == 1, "{stderr}");
 }
 
 /// LIF-1, LDR-2: `run` stops cleanly on SIGTERM and releases its lease, so a second `run`

@@ -51,6 +51,7 @@ pub struct LaneListing {
 #[derive(Clone, Debug)]
 pub struct LaneAdmin {
     list: String,
+    parked: String,
     release: String,
     lanes: LaneStatements,
 }
@@ -74,6 +75,8 @@ impl LaneAdmin {
                  ORDER BY l.parked_at NULLS LAST, 1 LIMIT $2",
                 parked = micros_since("l.parked_at"),
             ),
+            // Index: lanes_pkey.
+            parked: format!("SELECT parked_seq FROM {lanes} WHERE lane = $1 AND parked_at IS NOT NULL"),
             // Index: lanes_pkey, outbox_pkey. Like LaneStatements' release, but the head
             // starts over with no attempts (LAN-2: released means tried again in full).
             release: format!(
@@ -124,6 +127,21 @@ impl LaneAdmin {
                 owned: r.get(7),
             })
             .collect())
+    }
+
+    /// The parked `lane`'s head `seq`, as [`release`](Self::release) and
+    /// [`skip`](Self::skip) would report it, without changing anything (`None`: the lane is
+    /// not parked). What a dry run shows, however many lanes are parked.
+    pub async fn parked_head(
+        &self,
+        client: &impl Executor,
+        lane: &str,
+    ) -> Result<Option<Option<i64>>, StorageError> {
+        let rows = client
+            .rows(&self.parked, &[(&lane, Type::TEXT)])
+            .await
+            .map_err(|e| StorageError::database(format!("reading the park of lane {lane:?}"), e))?;
+        Ok(rows.first().map(|row| row.get(0)))
     }
 
     /// Releases the parked `lane`: its head is tried again at once with a fresh attempt

@@ -16,8 +16,8 @@
 //! | `relayer_handler_duration_seconds` | histogram | `queue`, `outcome` | wall time of each consumer handler call: `ack`, `requeue`, `reject`, `panicked`, `overran`, `abandoned` |
 //! | `relayer_worker_seconds_since_last_success` | gauge | `worker` | seconds since this instance's last successful pass (led or not), refreshed every few seconds: a stalled worker shows a growing value |
 //! | `relayer_leader` | gauge | `worker` | 1 while this instance led the worker's last pass, else 0 |
-//! | `relayer_lease_term` | gauge | `worker` | the lease term of the last led pass (lease leadership only) |
-//! | `relayer_dead_letters_stuck` | gauge | `type` | dead letters past their redrive window, as of the last policy pass (DLP-5) |
+//! | `relayer_lease_term` | gauge | `worker` | the lease term of the last led pass (lease leadership only); 0 once a pass does not lead |
+//! | `relayer_dead_letters_stuck` | gauge | `type` | dead letters past their redrive window, as of the last policy pass (DLP-5); 0 on an instance that no longer leads |
 
 // With no worker compiled in, there is nothing to observe.
 #![cfg_attr(

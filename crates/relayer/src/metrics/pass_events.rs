@@ -26,7 +26,7 @@ async fn watch<R: Recorded + Clone + Send + 'static>(
     worker: WorkerKind,
     mut events: broadcast::Receiver<WorkerEvent<R>>,
 ) {
-    let mut passes = PassMetrics::new(worker);
+    let mut passes = PassMetrics::<R>::new(worker);
     let mut refresh = tokio::time::interval(REFRESH);
     loop {
         tokio::select! {
@@ -45,19 +45,22 @@ async fn watch<R: Recorded + Clone + Send + 'static>(
 }
 
 /// What the metrics of one worker remember between events.
-pub(crate) struct PassMetrics {
+pub(crate) struct PassMetrics<R> {
     worker: &'static str,
     /// The last successful pass, or when watching began.
     last_success: Instant,
+    /// The report of the last pass that led, while this instance leads: its leader-only
+    /// gauges are zeroed when leadership ends.
+    leading: Option<R>,
 }
 
-impl PassMetrics {
+impl<R: Recorded + Clone> PassMetrics<R> {
     pub(crate) fn new(worker: WorkerKind) -> Self {
-        PassMetrics { worker: worker.name(), last_success: Instant::now() }
+        PassMetrics { worker: worker.name(), last_success: Instant::now(), leading: None }
     }
 
     /// Emits what `event` tells.
-    pub(crate) fn record<R: Recorded>(&mut self, event: &WorkerEvent<R>) {
+    pub(crate) fn record(&mut self, event: &WorkerEvent<R>) {
         let worker = self.worker;
         match event {
             WorkerEvent::PassStarted { .. } => {}
@@ -67,6 +70,7 @@ impl PassMetrics {
                 let result = match outcome {
                     PassOutcome::Led(report) => {
                         report.record(worker);
+                        self.leading = Some(report.clone());
                         "led"
                     }
                     PassOutcome::NotLeader => "not_leader",
@@ -74,6 +78,8 @@ impl PassMetrics {
                 self.pass(result, duration.as_secs_f64());
                 self.leader(result == "led");
             }
+            // A failed pass leads nothing: like `relayer_leader`, the leader-only gauges go to
+            // 0 until a pass leads again.
             WorkerEvent::PassFailed { duration, .. } => {
                 self.pass("failed", duration.as_secs_f64());
                 self.leader(false);
@@ -89,8 +95,11 @@ impl PassMetrics {
             .record(seconds);
     }
 
-    fn leader(&self, led: bool) {
+    fn leader(&mut self, led: bool) {
         metrics::gauge!("relayer_leader", "worker" => self.worker).set(if led { 1.0 } else { 0.0 });
+        if !led && let Some(last) = self.leading.take() {
+            last.step_down(self.worker);
+        }
     }
 
     /// Sets the seconds since the last successful pass.
@@ -165,5 +174,34 @@ mod tests {
         let sent = [worker, "outcome=\"sent\""];
         assert_eq!(sample(&text, "relayer_messages_total", &sent), Some(5.0), "{text}");
         assert_eq!(sample(&text, "relayer_leader", &[worker]), Some(1.0), "the last pass led: {text}");
+    }
+
+    /// OBS-2: a sweeper that led (term 7) and then finds another leader zeroes its
+    /// `relayer_lease_term`, so only the leader reports a term.
+    #[cfg(feature = "sweeper")]
+    #[test]
+    fn an_instance_that_stops_leading_zeroes_its_lease_term_obs_2() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let worker = "worker=\"sweeper\"";
+        metrics::with_local_recorder(&recorder, || {
+            let mut passes = PassMetrics::new(WorkerKind::Sweeper);
+            let mut report = relayer_sweeper::SweepReport::default();
+            report.led = true;
+            report.term = Some(7);
+            passes.record(&WorkerEvent::PassSucceeded {
+                outcome: PassOutcome::Led(report),
+                duration: Duration::from_millis(5),
+            });
+            let text = handle.render();
+            assert_eq!(sample(&text, "relayer_lease_term", &[worker]), Some(7.0), "{text}");
+            passes.record(&WorkerEvent::PassSucceeded {
+                outcome: PassOutcome::NotLeader,
+                duration: Duration::from_millis(1),
+            });
+        });
+        let text = handle.render();
+        assert_eq!(sample(&text, "relayer_lease_term", &[worker]), Some(0.0), "{text}");
+        assert_eq!(sample(&text, "relayer_leader", &[worker]), Some(0.0), "{text}");
     }
 }

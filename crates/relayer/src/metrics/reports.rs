@@ -6,6 +6,11 @@ use super::MESSAGES;
 pub(crate) trait Recorded {
     /// Emits the counters (and gauges) of a led pass of `worker` that reported `self`.
     fn record(&self, worker: &'static str);
+
+    /// Zeroes the leader-only gauges that `self`, the last led pass of `worker`, set: once
+    /// the instance no longer leads, the new leader reports them, and a stale value here
+    /// would be summed with (or mistaken for) the leader's.
+    fn step_down(&self, _worker: &'static str) {}
 }
 
 /// Adds `count` to `worker`'s `outcome` (registering it at 0, so it shows from the start).
@@ -40,6 +45,10 @@ impl Recorded for relayer_sweeper::SweepReport {
         messages(worker, "undecodable", self.undecodable);
         lease_term(worker, self.term);
     }
+
+    fn step_down(&self, worker: &'static str) {
+        lease_term(worker, self.term.map(|_| 0));
+    }
 }
 
 #[cfg(feature = "cleanup")]
@@ -50,6 +59,10 @@ impl Recorded for relayer_cleanup::CleanupReport {
                 .increment(count);
         }
         lease_term(worker, self.term);
+    }
+
+    fn step_down(&self, worker: &'static str) {
+        lease_term(worker, self.term.map(|_| 0));
     }
 }
 
@@ -67,6 +80,13 @@ impl Recorded for relayer_dead_letters::DeadLetterReport {
             }
             #[allow(clippy::cast_precision_loss)] // Counts stay far below 2^52.
             metrics::gauge!("relayer_dead_letters_stuck", "type" => message_type).set(report.stuck as f64);
+        }
+    }
+
+    fn step_down(&self, _worker: &'static str) {
+        for report in &self.types {
+            metrics::gauge!("relayer_dead_letters_stuck", "type" => type_label(&report.message_type))
+                .set(0.0);
         }
     }
 }
