@@ -36,8 +36,16 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
     let database = parse_database_url(&args.database_url, from, args.ca_file.as_deref())?;
 
     if let Some(metrics) = config.metrics {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
+        use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+        // Durations as histograms with buckets (aggregatable across instances, unlike the
+        // exporter's default summaries): from a millisecond up to the minute a slow pass or
+        // handler may reach.
+        const DURATION_BUCKETS: &[f64] =
+            &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+        PrometheusBuilder::new()
             .with_http_listener(metrics.listen)
+            .set_buckets_for_metric(Matcher::Suffix("_duration_seconds".to_owned()), DURATION_BUCKETS)
+            .map_err(|e| format!("metrics: duration buckets: {e}"))?
             .install()
             .map_err(|e| format!("metrics.listen: cannot serve on {}: {e}", metrics.listen))?;
     }

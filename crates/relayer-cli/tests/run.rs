@@ -315,7 +315,8 @@ async fn the_metrics_endpoint_serves_the_counters_after_a_pass_obs_2() {
     for name in [
         "relayer_passes_total{",
         "outcome=\"cleaned\"",
-        "relayer_pass_duration_seconds",
+        // A histogram with buckets, not a summary.
+        "relayer_pass_duration_seconds_bucket{",
         "relayer_worker_seconds_since_last_success{",
         "relayer_outbox_pending",
         "relayer_xmin_horizon_age_xids",
