@@ -75,13 +75,23 @@ impl Sidecar {
         .await;
     }
 
-    /// Sends SIGTERM and waits for the exit; returns whether it succeeded, and its stderr.
-    async fn terminate(&mut self) -> (bool, String) {
-        let mut child = self.child.take().unwrap();
-        let reader = self.reader.take().unwrap();
-        let pid = child.id().to_string();
+    /// Sends SIGTERM, without waiting.
+    fn signal_term(&self) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
         let killed = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
         assert!(killed.success());
+    }
+
+    /// Sends SIGTERM and waits for the exit; returns whether it succeeded, and its stderr.
+    async fn terminate(&mut self) -> (bool, String) {
+        self.signal_term();
+        self.wait().await
+    }
+
+    /// Waits for the exit; returns whether it succeeded, and its stderr.
+    async fn wait(&mut self) -> (bool, String) {
+        let mut child = self.child.take().unwrap();
+        let reader = self.reader.take().unwrap();
         let success = within(tokio::task::spawn_blocking(move || {
             let status = child.wait().unwrap();
             reader.join().unwrap();
@@ -261,17 +271,27 @@ async fn run_stops_on_sigterm_releases_its_lease_and_a_second_run_leads_at_once_
     assert!(second_sidecar.terminate().await.0);
 }
 
-/// LIF-1: SIGTERM as soon as `run` says it is starting — before its host has started —
-/// still stops it cleanly: it exits 0, holds no live lease, and a second `run` leads at once.
+/// LIF-1: SIGTERM while `run` is starting — held in its start-up by a lock on the instances
+/// table, where it records its settings (OPT-4) — still stops it cleanly once start-up can
+/// finish: it says the signal came during start-up, exits 0, holds no live lease, and a
+/// second `run` leads at once.
 #[tokio::test]
 async fn run_stops_cleanly_on_a_sigterm_during_start_up_lif_1() {
-    let (db, client) = setup().await;
+    let (db, mut client) = setup().await;
+    let holder = client.transaction().await.unwrap();
+    let instances = db.namespace().table("instances");
+    holder.batch_execute(&format!("LOCK TABLE {instances} IN ACCESS EXCLUSIVE MODE")).await.unwrap();
     let first = ConfigFile::new(&format!("instance_id = \"early\"\n{SWEEPER}"));
     let mut sidecar = Sidecar::start(&db, &first);
     sidecar.wait_for_stderr("relayer run: starting").await;
-    let (success, stderr) = sidecar.terminate().await;
+    // However late the signal lands, start-up cannot finish while the lock is held.
+    sidecar.signal_term();
+    sidecar.wait_for_stderr("during start-up").await;
+    holder.commit().await.unwrap();
+    let (success, stderr) = sidecar.wait().await;
     assert!(success, "{stderr}");
-    assert!(stderr.contains("SIGTERM") && stderr.trim_end().ends_with("relayer run: stopped"), "{stderr}");
+    assert!(stderr.contains("SIGTERM during start-up"), "{stderr}");
+    assert!(stderr.trim_end().ends_with("relayer run: stopped"), "{stderr}");
     let held = lease_owner(&client, &db).await.is_some_and(|(_, live)| live);
     assert!(!held, "the lease was released (or never taken): {:?}", lease_owner(&client, &db).await);
 
