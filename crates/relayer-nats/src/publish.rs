@@ -74,7 +74,7 @@ mod tests {
         assert_eq!(value(&message, "relayer-trace-context"), Some("00-trace-01"));
         assert_eq!(value(&message, "relayer-lane"), Some("order-7"));
 
-        let mut broken = envelope.clone();
+        let mut broken = envelope;
         broken.headers.insert("x-note".to_owned(), "two\r\nlines".to_owned());
         let error = headers(&broken).unwrap_err();
         assert!(!error.is_transient() && error.to_string().contains("\"x-note\""), "{error}");
