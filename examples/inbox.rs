@@ -206,15 +206,7 @@ async fn main() -> ExampleResult {
     .await;
     received.map_err(|_| "the receiver did not see every order and both redeliveries within 60 s")??;
     // The stream acknowledged each publish before the host deleted its row: wait for that too.
-    let outbox = format!("SELECT count(*) FROM {}", namespace.table("outbox"));
-    let mut pending: i64 = client.query_one(&outbox, &[]).await?.get(0);
-    for _ in 0..300 {
-        if pending == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        pending = client.query_one(&outbox, &[]).await?.get(0);
-    }
+    let pending = database::outbox_left(&client, &namespace).await?;
     host.shutdown().await;
 
     // The proof is in the database: shipments per order, and the inbox's records.
