@@ -140,6 +140,10 @@ enum Reply {
 #[tokio::main]
 async fn main() -> ExampleResult {
     let nats_address = std::env::var("RELAYER_NATS_ADDR").unwrap_or_else(|_| "127.0.0.1:4222".to_owned());
+    // NATS first: without it nothing is created.
+    let nats = relayer::nats::async_nats::connect(nats_address.as_str())
+        .await
+        .map_err(|e| format!("NATS with JetStream is not reachable at {nats_address}: {e}"))?;
     let config = database::config()?;
     let mut client = database::connect(&config).await?;
     let namespace = database::fresh_namespace(&mut client, "inbox").await?;
@@ -152,9 +156,6 @@ async fn main() -> ExampleResult {
         .await?;
 
     // The stream and the receiver's durable consumer (names after the namespace's schema).
-    let nats = relayer::nats::async_nats::connect(nats_address.as_str())
-        .await
-        .map_err(|e| format!("NATS with JetStream is not reachable at {nats_address}: {e}"))?;
     let jetstream = jetstream::new(nats);
     let subject = format!("{schema}.orders.placed");
     let stream = jetstream
