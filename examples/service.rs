@@ -71,15 +71,7 @@ async fn main() -> ExampleResult {
         .await
         .map_err(|_| "the committed orders' messages were not delivered within 30 s")?;
     // The receiver answers before the host deletes the rows it sent: wait for that too.
-    let outbox = format!("SELECT count(*) FROM {}", namespace.table("outbox"));
-    let mut pending: i64 = client.query_one(&outbox, &[]).await?.get(0);
-    for _ in 0..300 {
-        if pending == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        pending = client.query_one(&outbox, &[]).await?.get(0);
-    }
+    let pending = database::outbox_left(&client, &namespace).await?;
     host.shutdown().await;
 
     let orders: Vec<i64> = client

@@ -34,3 +34,18 @@ pub async fn drop_namespace(client: &Client, namespace: &Namespace) -> ExampleRe
     client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", namespace.schema())).await?;
     Ok(())
 }
+
+/// Waits up to 30 s for the namespace's outbox to empty (a host deletes each row once its
+/// transport accepted it, a moment after the receiver saw it); returns the rows left.
+pub async fn outbox_left(client: &Client, namespace: &Namespace) -> ExampleResult<i64> {
+    let outbox = format!("SELECT count(*) FROM {}", namespace.table("outbox"));
+    let mut pending: i64 = client.query_one(&outbox, &[]).await?.get(0);
+    for _ in 0..300 {
+        if pending == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        pending = client.query_one(&outbox, &[]).await?.get(0);
+    }
+    Ok(pending)
+}

@@ -6,7 +6,7 @@
 //!   records what it received and can refuse a message once, to show a retry;
 //! - [`database`]: a throwaway namespace on the local PostgreSQL.
 //!
-//! The examples themselves are `webhook.rs` and `service.rs` beside this crate.
+//! The examples themselves are `webhook.rs`, `service.rs` and `inbox.rs` beside this crate.
 #![deny(missing_docs)]
 
 pub mod database;

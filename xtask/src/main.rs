@@ -5,6 +5,7 @@
 //! workspace root.
 #![allow(clippy::print_stdout)] // a CLI: stdout is its user interface.
 
+mod brokers;
 mod chaos;
 mod postgres;
 mod run;
@@ -30,7 +31,8 @@ Commands:
                           cargo deny (when installed), `test`, then runs the examples and the
                           demo at 300 orders (its RESULT line must say lost=0). Stops
                           at the first failure. Broker tests without their broker are listed
-                          by name in a `broker tests skipped: N` line.
+                          by name in a `broker tests skipped: N` line; the inbox example is
+                          skipped without NATS. The closing `ci:` line names every skip.
   schema [print|apply] [--schema S --prefix P]
                           prints or applies the database schema (through relayer-cli).
   demo                    makes sure PostgreSQL answers locally, then runs the demo (relayer-cli).
@@ -86,11 +88,12 @@ fn test_command(args: &[String]) -> Result<(), String> {
         Some((first, rest)) if first == "--" => rest,
         Some(_) => return Err(format!("`test` takes its extra arguments after `--`, got {args:?}")),
     };
-    test_suite(extra)
+    test_suite(extra).map(drop)
 }
 
 /// Runs the tests and the doctests, and prints the `tests: N passed, M failed` line.
-fn test_suite(extra: &[String]) -> Result<(), String> {
+/// Returns the broker tests that skipped themselves (`SKIPPED <test>: <reason>` lines).
+fn test_suite(extra: &[String]) -> Result<Vec<String>, String> {
     let threads = test_threads()?;
     let skips = skips::SkipLog::new();
     let mut total = summary::Counts::default();
@@ -140,7 +143,7 @@ fn test_suite(extra: &[String]) -> Result<(), String> {
     if total.passed + total.failed == 0 {
         problems.push("no test ran".to_owned());
     }
-    if problems.is_empty() { Ok(()) } else { Err(problems.join("; ")) }
+    if problems.is_empty() { Ok(skips.lines()) } else { Err(problems.join("; ")) }
 }
 
 fn test_threads() -> Result<u32, String> {
@@ -204,21 +207,41 @@ fn ci(args: &[String]) -> Result<(), String> {
             &["run", "-q", "-p", "relayer-examples", "--example", example],
         ));
     }
+    // QUE-3 on the receiving side of a broker: it needs NATS, and is skipped by name without.
+    steps.push(Step::needs(
+        brokers::Broker::Nats,
+        Step::cargo("example inbox", &["run", "-q", "-p", "relayer-examples", "--example", "inbox"]),
+    ));
 
     // The README's first command, small: every step of the demo, nothing lost.
     steps.push(Step::demo(CI_DEMO_MESSAGES));
 
     let count = steps.len();
+    let mut skipped = Vec::new();
     for (index, step) in steps.iter().enumerate() {
         println!("\n==> [{}/{count}] {}", index + 1, step.title());
         let step_started = Instant::now();
         let result = match step {
             Step::Command { command, .. } => run::status(command.build()),
-            Step::Skipped { why, .. } => {
+            Step::Skipped { title, why } => {
                 println!("skipped: {why}");
+                skipped.push(format!("{title}: {why}"));
                 Ok(())
             }
-            Step::Tests => test_suite(&[]),
+            Step::NeedsBroker { title, broker, command } => match broker.check() {
+                Ok(brokers::Verdict::Run) => run::status(command.build()),
+                Ok(brokers::Verdict::Skip(why)) => {
+                    // Loud, by name: on stderr now and in the closing line.
+                    eprintln!("SKIPPED {title}: {why}");
+                    skipped.push(format!("{title}: {why}"));
+                    Ok(())
+                }
+                Err(error) => Err(error),
+            },
+            Step::Tests => test_suite(&[]).map(|tests| {
+                // Each line is `SKIPPED <test>: <reason>`; the closing line adds the prefix.
+                skipped.extend(tests.iter().map(|line| line.trim_start_matches("SKIPPED ").to_owned()));
+            }),
             Step::Demo { messages, .. } => small_demo(*messages),
         };
         let elapsed = step_started.elapsed().as_secs_f64();
@@ -230,7 +253,17 @@ fn ci(args: &[String]) -> Result<(), String> {
             }
         }
     }
-    println!("\nci: all {count} steps passed in {:.1}s", started.elapsed().as_secs_f64());
+    let elapsed = started.elapsed().as_secs_f64();
+    if skipped.is_empty() {
+        println!("\nci: all {count} steps passed in {elapsed:.1}s");
+    } else {
+        // A skipped step, or a broker test without its broker (its suite counts it as
+        // passed), is named here: never a silent pass.
+        println!("\nci: all {count} steps done in {elapsed:.1}s; {} SKIPPED, by name:", skipped.len());
+        for what in &skipped {
+            println!("  SKIPPED {what}");
+        }
+    }
     Ok(())
 }
 

@@ -6,12 +6,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 
+use crate::brokers::Broker;
+
 /// One step of `cargo xtask ci`.
 pub(crate) enum Step {
     /// A cargo command.
     Command { title: String, command: CargoCommand },
     /// A step that cannot run here, and why.
     Skipped { title: String, why: String },
+    /// A cargo command that needs a broker: run when it answers, else skipped by name.
+    NeedsBroker { title: String, broker: Broker, command: CargoCommand },
     /// The test suite (`cargo xtask test`).
     Tests,
     /// The demo at a small size: it must succeed and its `RESULT` line report `lost=0`.
@@ -33,6 +37,14 @@ impl Step {
         Step::Command { title: format!("{title}: {shown_env}cargo {}", args.join(" ")), command }
     }
 
+    /// `step` (a cargo command), run only when `broker` answers (see [`crate::brokers`]).
+    pub(crate) fn needs(broker: Broker, step: Step) -> Step {
+        match step {
+            Step::Command { title, command } => Step::NeedsBroker { title, broker, command },
+            other => other,
+        }
+    }
+
     pub(crate) fn demo(messages: u32) -> Step {
         Step::Demo {
             title: format!("demo: cargo {} (RESULT lost=0)", demo_args(messages).join(" ")),
@@ -46,7 +58,10 @@ impl Step {
 
     pub(crate) fn title(&self) -> &str {
         match self {
-            Step::Command { title, .. } | Step::Skipped { title, .. } | Step::Demo { title, .. } => title,
+            Step::Command { title, .. }
+            | Step::Skipped { title, .. }
+            | Step::NeedsBroker { title, .. }
+            | Step::Demo { title, .. } => title,
             Step::Tests => "tests: cargo xtask test",
         }
     }

@@ -25,9 +25,12 @@
 //! `relayer-trace-context` and `relayer-lane` when present.
 //!
 //! **Errors** are classified by what retrying can do (TRN-2): no stream captures the
-//! subject (the server answers "no responders"), an invalid subject or header, or a
-//! message larger than the server's `max_payload` is **permanent**; a timeout waiting for
-//! the acknowledgement, a lost connection, or too many acks in flight is **transient**.
+//! subject (the server answers "no responders"), an invalid subject or header, a message
+//! larger than the server's `max_payload`, or a refusal by the stream that a retry cannot
+//! change (the message exceeds the stream's `max_msg_size`, the stream is sealed or was
+//! deleted, JetStream is disabled, a `Nats-Expected-*` header is unmet) is **permanent**;
+//! a timeout waiting for the acknowledgement, a lost connection, too many acks in flight,
+//! or any other refusal by the stream (full for now, electing a leader) is **transient**.
 //! Once one publish of a batch fails transiently the rest of the batch is failed with the
 //! same error rather than each waiting out its own timeout.
 //!

@@ -3,7 +3,8 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, context::PublishAckFuture};
+use async_nats::jetstream;
+use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::{Client, ConnectOptions};
 use futures_util::future::join_all;
 use relayer_core::{Capabilities, Envelope, SendOutcome, Transport, TransportError, async_trait};
@@ -129,7 +130,13 @@ impl Transport for NatsTransport {
                     continue;
                 }
             };
-            match self.jetstream.send_publish(subject.to_owned(), message).await {
+            // The client waits without a bound for a free in-flight slot before its own
+            // timeout starts: the ack timeout covers that wait too.
+            let publish = self.jetstream.send_publish(subject.to_owned(), message);
+            let sent = tokio::time::timeout(self.options.ack_timeout(), publish)
+                .await
+                .unwrap_or_else(|_| Err(PublishError::new(PublishErrorKind::TimedOut)));
+            match sent {
                 Ok(ack) => published.push(Published::Awaiting(ack)),
                 Err(error) => {
                     let connection = fails_the_connection(&error);

@@ -6,9 +6,9 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::num::{NonZeroU32, NonZeroUsize};
+use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, stream};
@@ -19,6 +19,9 @@ use relayer::{
     TransportRegistry, async_trait,
 };
 use relayer_nats::{NatsOptions, NatsTransport};
+use relayer_test_support::broker_scenarios::{
+    self, Outbox, Pass, envelope, outage_options, quick_retries, stall_options,
+};
 use relayer_test_support::{Broker, TcpProxy, TestDb, broker_or_skip, eventually};
 use tokio_postgres::Client;
 
@@ -57,6 +60,11 @@ impl Fixture {
         format!("{}.{name}", self.stream)
     }
 
+    /// `count` messages to the subject `name`, with bodies `[0]`, `[1]` …
+    fn messages(&self, name: &str, count: u8) -> Vec<NewMessage> {
+        (0..count).map(|n| NewMessage::new("nats", self.subject(name), vec![n])).collect()
+    }
+
     /// Every message the stream stored, read by a fresh JetStream consumer from the start.
     async fn received(&self) -> Vec<jetstream::Message> {
         let stream = self.jetstream.get_stream(&self.stream).await.unwrap();
@@ -84,15 +92,14 @@ impl Fixture {
         usize::try_from(stream.info().await.unwrap().state.messages).unwrap()
     }
 
-    async fn pending(&self) -> i64 {
-        let sql = format!("SELECT count(*) FROM {}", self.db.namespace().table("outbox"));
-        self.client.query_one(&sql, &[]).await.unwrap().get(0)
+    fn outbox(&self) -> Outbox<'_> {
+        Outbox::new(&self.client, self.db.namespace())
     }
 
-    async fn due(&self) -> i64 {
-        let sql =
-            format!("SELECT count(*) FROM {} WHERE visible_at <= now()", self.db.namespace().table("outbox"));
-        self.client.query_one(&sql, &[]).await.unwrap().get(0)
+    /// One pass of `dispatcher`, as the shared scenarios read it.
+    async fn pass(&self, dispatcher: &Dispatcher) -> Pass {
+        let report = dispatcher.run_once(&self.client).await.unwrap();
+        Pass { claimed: report.claimed, sent: report.sent, failed: report.failed }
     }
 
     async fn dispatcher(&self, transport: Arc<dyn Transport>, options: DispatcherOptions) -> Dispatcher {
@@ -113,11 +120,6 @@ impl Fixture {
 
 fn options(ack_timeout: Duration) -> NatsOptions {
     NatsOptions::default().with_ack_timeout(ack_timeout)
-}
-
-/// Retries come at once, so a test waits on the breaker and the broker, not on backoff.
-fn quick_retries() -> relayer::core::DispatcherOptionsBuilder {
-    DispatcherOptions::builder().retry_base(Duration::from_millis(10)).retry_max(Duration::from_millis(10))
 }
 
 fn header<'a>(message: &'a jetstream::Message, name: &str) -> Option<&'a str> {
@@ -154,7 +156,7 @@ async fn an_enqueued_message_reaches_a_stream_subscriber_with_its_id_body_and_he
     host.writer().enqueue(&tx, &[message]).await.unwrap();
     tx.commit().await.unwrap();
 
-    eventually("the outbox row is deleted", || async { fixture.pending().await == 0 }).await;
+    eventually("the outbox row is deleted", || async { fixture.outbox().pending().await == 0 }).await;
     host.shutdown().await;
     let received = fixture.received().await;
     assert_eq!(received.len(), 1);
@@ -200,18 +202,6 @@ async fn a_batch_is_accepted_per_message_and_a_subject_without_a_stream_is_perma
     fixture.finish().await;
 }
 
-fn envelope(n: u8) -> Envelope {
-    Envelope {
-        id: relayer::MessageId::new(),
-        body: vec![n],
-        headers: relayer::Headers::new(),
-        created_at: relayer::Timestamp::from_micros(0),
-        trace_context: None,
-        lane: None,
-        attempts: 0,
-    }
-}
-
 /// DSP-6, TRN-2: while the server is unreachable the rows stay, failures are transient,
 /// the destination's breaker trips; once the server is back the same transport (it
 /// reconnects by itself) delivers every row, each once.
@@ -227,39 +217,10 @@ async fn an_unreachable_server_keeps_the_rows_trips_the_breaker_and_delivers_onc
     let nats = NatsTransport::connect(&proxy.address().to_string(), options(Duration::from_millis(500)))
         .await
         .unwrap();
-    let options = quick_retries()
-        .breaker_threshold(NonZeroU32::new(2).unwrap())
-        .breaker_cool_down(Duration::from_secs(3))
-        .build()
-        .unwrap();
-    let dispatcher = fixture.dispatcher(Arc::new(nats), options).await;
-    let messages: Vec<_> =
-        (0..5u8).map(|n| NewMessage::new("nats", fixture.subject("outage"), vec![n])).collect();
-    let written = dispatcher.writer().enqueue(&fixture.client, &messages).await.unwrap();
+    let dispatcher = fixture.dispatcher(Arc::new(nats), outage_options()).await;
+    let written = dispatcher.writer().enqueue(&fixture.client, &fixture.messages("outage", 5)).await.unwrap();
 
-    proxy.cut();
-    let failed = AtomicU64::new(0);
-    eventually("two failed sends trip the breaker", || async {
-        // Once the breaker trips, the destination's rows are held back for its cool-down
-        // (DSP-6): none is due, none is claimed, every one is kept.
-        let held_back = fixture.pending().await - fixture.due().await;
-        let report = dispatcher.run_once(&fixture.client).await.unwrap();
-        failed.fetch_add(report.failed, Ordering::SeqCst);
-        assert_eq!(report.sent, 0);
-        failed.load(Ordering::SeqCst) >= 10 && held_back == 5 && report.claimed == 0
-    })
-    .await;
-    assert_eq!(fixture.pending().await, 5, "every row is kept");
-    let attempts = format!("SELECT min(attempts) FROM {}", fixture.db.namespace().table("outbox"));
-    let fewest: i32 = fixture.client.query_one(&attempts, &[]).await.unwrap().get(0);
-    assert!(fewest >= 2, "each row failed twice before the trip, got {fewest}");
-
-    proxy.restore();
-    eventually("every row is delivered after the server is back", || async {
-        dispatcher.run_once(&fixture.client).await.unwrap();
-        fixture.pending().await == 0
-    })
-    .await;
+    broker_scenarios::outage(&fixture.outbox(), &proxy, 5, async || fixture.pass(&dispatcher).await).await;
     let received = fixture.received().await;
     assert_eq!(received.len(), 5, "publishes buffered during the outage were deduplicated");
     assert_eq!(ids(&received), written.iter().map(|w| w.id.to_string()).collect());
@@ -303,16 +264,14 @@ async fn a_send_replayed_after_a_crash_is_dropped_by_jetstream_deduplication_trn
     let nats = NatsTransport::connect(&fixture.nats.to_string(), NatsOptions::default()).await.unwrap();
     let transport = Arc::new(CrashAfterPublish { nats, crashes: AtomicU32::new(1) });
     let dispatcher = fixture.dispatcher(transport.clone(), quick_retries().build().unwrap()).await;
-    let messages: Vec<_> =
-        (0..3u8).map(|n| NewMessage::new("nats", fixture.subject("replay"), vec![n])).collect();
-    let written = dispatcher.writer().enqueue(&fixture.client, &messages).await.unwrap();
+    let written = dispatcher.writer().enqueue(&fixture.client, &fixture.messages("replay", 3)).await.unwrap();
 
     let first = dispatcher.run_once(&fixture.client).await.unwrap();
     assert_eq!((first.claimed, first.failed), (3, 3), "the outcome was lost: the rows stay");
     assert_eq!(fixture.stored().await, 3, "yet the stream stored them");
     eventually("the replay completes the rows", || async {
         dispatcher.run_once(&fixture.client).await.unwrap();
-        fixture.pending().await == 0
+        fixture.outbox().pending().await == 0
     })
     .await;
     assert_eq!(transport.crashes.load(Ordering::SeqCst), 0);
@@ -323,44 +282,34 @@ async fn a_send_replayed_after_a_crash_is_dropped_by_jetstream_deduplication_trn
 }
 
 /// TRN-5: a server that took the connection and never answers fails the send transiently
-/// once the ack timeout passes; the rows are kept and retried, and delivered once it answers.
+/// once the transport's ack timeout passes; the rows are kept and retried, and delivered
+/// once it answers.
 #[tokio::test]
 async fn a_server_that_never_acknowledges_fails_the_send_at_the_ack_timeout_trn_5() {
-    let Some(fixture) =
-        Fixture::new("a_server_that_never_acknowledges_fails_the_send_at_the_ack_timeout_trn_5").await
-    else {
-        return;
-    };
+    let test = "a_server_that_never_acknowledges_fails_the_send_at_the_ack_timeout_trn_5";
+    stalled(test, Duration::from_millis(300), None, "no acknowledgement in time").await;
+}
+
+/// TRN-5: with an ack timeout longer than the dispatcher's `send_timeout`, the dispatcher's
+/// send deadline abandons the send to a silent server; the rows are retried and delivered.
+#[tokio::test]
+async fn a_server_that_never_acknowledges_hits_the_dispatchers_send_deadline_trn_5() {
+    let test = "a_server_that_never_acknowledges_hits_the_dispatchers_send_deadline_trn_5";
+    let deadline = Some(Duration::from_millis(500));
+    stalled(test, Duration::from_secs(60), deadline, "did not answer within the send timeout").await;
+}
+
+async fn stalled(test: &str, ack_timeout: Duration, send_timeout: Option<Duration>, expected_error: &str) {
+    let Some(fixture) = Fixture::new(test).await else { return };
     let proxy = TcpProxy::start(fixture.nats).await;
-    let nats = NatsTransport::connect(&proxy.address().to_string(), options(Duration::from_millis(300)))
-        .await
-        .unwrap();
-    let options = quick_retries().breaker_threshold(NonZeroU32::new(1000).unwrap()).build().unwrap();
-    let dispatcher = fixture.dispatcher(Arc::new(nats), options).await;
-    let messages: Vec<_> =
-        (0..4u8).map(|n| NewMessage::new("nats", fixture.subject("silent"), vec![n])).collect();
-    let written = dispatcher.writer().enqueue(&fixture.client, &messages).await.unwrap();
+    let nats = NatsTransport::connect(&proxy.address().to_string(), options(ack_timeout)).await.unwrap();
+    let dispatcher = fixture.dispatcher(Arc::new(nats), stall_options(send_timeout)).await;
+    let written = dispatcher.writer().enqueue(&fixture.client, &fixture.messages("silent", 4)).await.unwrap();
 
-    proxy.stall();
-    let report = dispatcher.run_once(&fixture.client).await.unwrap();
-    assert_eq!((report.claimed, report.sent, report.failed), (4, 0, 4), "the ack deadline failed the batch");
-    let sql = format!("SELECT attempts, last_error FROM {}", fixture.db.namespace().table("outbox"));
-    let rows = fixture.client.query(&sql, &[]).await.unwrap();
-    assert_eq!(rows.len(), 4, "the rows are kept for a retry");
-    for row in rows {
-        let (attempts, last_error): (i32, String) = (row.get(0), row.get(1));
-        assert_eq!(attempts, 1);
-        assert!(last_error.contains("no acknowledgement in time"), "{last_error}");
-    }
-
-    proxy.restore();
-    eventually("the retried rows are delivered", || async {
-        dispatcher.run_once(&fixture.client).await.unwrap();
-        fixture.pending().await == 0
-    })
-    .await;
+    let pass = async || fixture.pass(&dispatcher).await;
+    broker_scenarios::stall(&fixture.outbox(), &proxy, 4, expected_error, pass).await;
     let received = fixture.received().await;
     assert_eq!(ids(&received), written.iter().map(|w| w.id.to_string()).collect());
-    assert_eq!(received.len(), 4);
+    assert_eq!(received.len(), 4, "publishes the stall held back were deduplicated");
     fixture.finish().await;
 }

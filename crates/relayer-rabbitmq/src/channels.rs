@@ -26,9 +26,12 @@ pub(crate) struct Channels {
     permits: Semaphore,
 }
 
-/// A channel held by one send; back in the pool when dropped, unless discarded.
+/// A channel held by one send. Back in the pool when dropped after [`keep`](Self::keep);
+/// otherwise — the send failed, or was abandoned at a deadline with confirms outstanding —
+/// closed, so the next send never sees a confirm or a return meant for this one.
 pub(crate) struct PooledChannel<'a> {
     channel: Option<Channel>,
+    keep: bool,
     pool: &'a Channels,
     _permit: SemaphorePermit<'a>,
 }
@@ -59,7 +62,7 @@ impl Channels {
             Some(channel) => channel,
             None => self.open(deadline).await?,
         };
-        Ok(PooledChannel { channel: Some(channel), pool: self, _permit: permit })
+        Ok(PooledChannel { channel: Some(channel), keep: false, pool: self, _permit: permit })
     }
 
     async fn open(&self, deadline: Instant) -> Result<Channel, TransportError> {
@@ -121,23 +124,25 @@ impl PooledChannel<'_> {
         self.channel.as_ref().expect("a pooled channel is present until dropped")
     }
 
-    /// Closes the channel instead of reusing it: confirms may still be outstanding on it,
-    /// or it failed.
-    pub(crate) fn discard(&mut self) {
-        if let Some(channel) = self.channel.take() {
-            tokio::spawn(async move {
-                let _ = timeout(CLOSE_TIMEOUT, channel.close(200, "relayer discards this channel")).await;
-            });
-        }
+    /// Returns the channel to the pool when dropped: every confirm of its send arrived.
+    pub(crate) fn keep(&mut self) {
+        self.keep = true;
     }
 }
 
 impl Drop for PooledChannel<'_> {
     fn drop(&mut self) {
-        if let Some(channel) = self.channel.take()
-            && channel.status().connected()
-        {
-            self.pool.lock_idle().push(channel);
+        let Some(channel) = self.channel.take() else { return };
+        if !channel.status().connected() {
+            return;
         }
+        if self.keep {
+            self.pool.lock_idle().push(channel);
+        } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = timeout(CLOSE_TIMEOUT, channel.close(200, "relayer discards this channel")).await;
+            });
+        }
+        // Without a runtime the channel is left to its connection.
     }
 }

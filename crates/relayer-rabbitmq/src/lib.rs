@@ -20,11 +20,12 @@
 //! header AMQP cannot carry. A `basic.nack`, a lost connection or a confirm that does not
 //! come within [`RabbitMqOptions::confirm_timeout`] is **transient**.
 //!
-//! **Deadlines.** Taking a channel (and reconnecting), publishing and awaiting the
-//! confirms all share one deadline of `confirm_timeout` per send, so a broker that
-//! accepts the connection and never answers fails the batch transiently after that long,
-//! whatever deadline the caller adds around the send (TRN-5). A channel whose confirms did
-//! not all arrive is closed rather than reused.
+//! **Deadlines.** Taking a channel (waiting for a free one, reconnecting) is bounded by
+//! [`RabbitMqOptions::confirm_timeout`], and so, from then on, are publishing and awaiting
+//! every confirm: a broker that accepts the connection and never answers fails the batch
+//! transiently after that long, whatever deadline the caller adds around the send (TRN-5;
+//! the dispatcher's `send_timeout` cuts it shorter when it is). A channel whose confirms
+//! did not all arrive is closed rather than reused.
 //!
 //! **Reconnection.** The connection is opened on the first send and again whenever it is
 //! found closed: after the broker restarts, the next send reconnects, without restarting
@@ -32,16 +33,17 @@
 //!
 //! **The channel pool.** Each send holds one channel; at most
 //! [`RabbitMqOptions::with_channels`] sends run at once (others wait for a channel within
-//! their deadline). Size it to the dispatcher's `concurrency` plus one for the ordered
-//! lanes loop, plus one for each sweeper sharing the transport; the default, 3, fits the
-//! default dispatcher.
+//! their deadline). [`RabbitMqOptions::with_channels_for`] sizes it from the dispatcher's
+//! options: its `concurrency` unordered loops, its ordered-lanes loop, and one recovery
+//! sweeper; the default fits the default dispatcher (4).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use relayer_rabbitmq::{RabbitMqOptions, RabbitMqTransport};
 //!
-//! let options = RabbitMqOptions::default().with_exchange("orders");
+//! let dispatcher = relayer_core::DispatcherOptions::builder().concurrency(4).build()?;
+//! let options = RabbitMqOptions::default().with_exchange("orders").with_channels_for(&dispatcher);
 //! let rabbitmq = RabbitMqTransport::new("amqp://guest:guest@127.0.0.1:5672/%2f", options)?;
 //! let registry = relayer_core::TransportRegistry::new().with(Arc::new(rabbitmq))?;
 //! // NewMessage::new("rabbitmq", "order.created", body) is now published to the `orders`

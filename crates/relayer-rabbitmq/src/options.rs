@@ -3,6 +3,8 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
+use relayer_core::DispatcherOptions;
+
 /// The longest confirm deadline accepted.
 const MAX_CONFIRM_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -24,7 +26,7 @@ impl Default for RabbitMqOptions {
             exchange: String::new(),
             batch_limit: NonZeroUsize::new(256).expect("256 is not zero"),
             confirm_timeout: Duration::from_secs(5),
-            channels: NonZeroUsize::new(3).expect("3 is not zero"),
+            channels: channels_for(&DispatcherOptions::default()),
         }
     }
 }
@@ -57,11 +59,21 @@ impl RabbitMqOptions {
         self
     }
 
-    /// Channels in the pool: sends that may run at once. Default 3 (the default
-    /// dispatcher's two unordered loops and its lanes loop).
+    /// Channels in the pool: sends that may run at once. Default: sized for the default
+    /// dispatcher, as [`with_channels_for`](Self::with_channels_for) does (4).
     pub fn with_channels(mut self, channels: NonZeroUsize) -> Self {
         self.channels = channels;
         self
+    }
+
+    /// Sizes the channel pool for a dispatcher running with `dispatcher`: one channel for
+    /// each of its `concurrency` unordered loops, one for its ordered-lanes loop, and one
+    /// for a recovery sweeper sending through the same transport. A pass that claims rows
+    /// for several routing keys sends to them side by side, so a pool this size can still
+    /// make one of those sends wait for a channel; raise it with
+    /// [`with_channels`](Self::with_channels) when messages fan out over many keys.
+    pub fn with_channels_for(self, dispatcher: &DispatcherOptions) -> Self {
+        self.with_channels(channels_for(dispatcher))
     }
 
     /// The transport's name.
@@ -110,6 +122,12 @@ impl RabbitMqOptions {
     }
 }
 
+/// The pool that serves `dispatcher`'s loops and one sweeper at once.
+fn channels_for(dispatcher: &DispatcherOptions) -> NonZeroUsize {
+    let loops = usize::try_from(dispatcher.concurrency()).unwrap_or(usize::MAX);
+    NonZeroUsize::new(loops.saturating_add(2)).expect("loops + 2 is not zero")
+}
+
 /// A [`RabbitMqOptions`] field out of range, or an address that is not an AMQP URI.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("RabbitMQ transport option `{field}` {problem}")]
@@ -135,5 +153,12 @@ mod tests {
             long.to_string(),
             "RabbitMQ transport option `exchange` is 256 bytes long; AMQP allows 255"
         );
+    }
+
+    #[test]
+    fn the_pool_is_sized_for_the_dispatchers_loops_and_a_sweeper() {
+        assert_eq!(RabbitMqOptions::default().channels().get(), 4, "2 loops, lanes, a sweeper");
+        let eight = DispatcherOptions::builder().concurrency(8).build().unwrap();
+        assert_eq!(RabbitMqOptions::default().with_channels_for(&eight).channels().get(), 10);
     }
 }

@@ -40,3 +40,45 @@ pub(crate) fn properties(envelope: &Envelope) -> Result<BasicProperties, Transpo
         .with_timestamp(u64::try_from(seconds).unwrap_or(0))
         .with_headers(headers))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use relayer_core::{Headers, MessageId, Timestamp};
+
+    fn header(properties: &BasicProperties, name: &str) -> Option<String> {
+        match properties.headers().as_ref()?.inner().get(name)? {
+            AMQPValue::LongString(value) => Some(value.to_string()),
+            other => panic!("header {name} is {other:?}"),
+        }
+    }
+
+    #[test]
+    fn id_persistence_timestamp_headers_and_context_travel_in_the_properties_swp_5() {
+        let mut caller = Headers::new();
+        caller.insert("content-type".to_owned(), "application/json".to_owned());
+        caller.insert("relayer-created-at".to_owned(), "forged".to_owned());
+        let envelope = Envelope {
+            id: MessageId::new(),
+            body: b"{}".to_vec(),
+            headers: caller,
+            created_at: Timestamp::from_micros(86_400_000_001),
+            trace_context: Some("00-trace-01".to_owned()),
+            lane: Some("order-7".to_owned()),
+            attempts: 1,
+        };
+        let sent = properties(&envelope).unwrap();
+        assert_eq!(sent.message_id().as_ref().map(ToString::to_string), Some(envelope.id.to_string()));
+        assert_eq!(*sent.delivery_mode(), Some(PERSISTENT));
+        assert_eq!(*sent.timestamp(), Some(86_400));
+        assert_eq!(header(&sent, "content-type").as_deref(), Some("application/json"));
+        assert_eq!(header(&sent, "relayer-created-at").as_deref(), Some("1970-01-02T00:00:00.000001Z"));
+        assert_eq!(header(&sent, "relayer-trace-context").as_deref(), Some("00-trace-01"));
+        assert_eq!(header(&sent, "relayer-lane").as_deref(), Some("order-7"));
+
+        let mut long = envelope;
+        long.headers.insert("x".repeat(256), "v".to_owned());
+        let error = properties(&long).unwrap_err();
+        assert!(!error.is_transient() && error.to_string().contains("256 bytes long"), "{error}");
+    }
+}

@@ -71,9 +71,11 @@ impl Transport for RabbitMqTransport {
     }
 
     async fn send(&self, routing_key: &str, batch: &[Envelope]) -> Result<Vec<SendOutcome>, TransportError> {
-        let deadline = Instant::now() + self.options.confirm_timeout();
         let exchange = self.options.exchange();
-        let mut pooled = self.channels.take(deadline).await?;
+        // Waiting for a free channel (and reconnecting) has its own deadline, so a busy
+        // pool does not eat into the time the broker gets to confirm.
+        let mut pooled = self.channels.take(Instant::now() + self.options.confirm_timeout()).await?;
+        let deadline = Instant::now() + self.options.confirm_timeout();
         let mandatory = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
 
         // Publish the whole batch, then await the confirms together.
@@ -129,11 +131,12 @@ impl Transport for RabbitMqTransport {
             SendOutcome::Failed(error)
         }))
         .await;
-        if broken.is_some()
-            || outcomes.iter().any(|outcome| matches!(outcome, SendOutcome::Failed(e) if e.is_transient()))
+        if broken.is_none()
+            && !outcomes.iter().any(|outcome| matches!(outcome, SendOutcome::Failed(e) if e.is_transient()))
         {
-            // Confirms may still be outstanding, or the channel failed: never reuse it.
-            pooled.discard();
+            // Every confirm arrived: the channel is reusable. Otherwise (and when this send
+            // is abandoned at the caller's deadline) it is closed, confirms outstanding.
+            pooled.keep();
         }
         Ok(outcomes)
     }

@@ -6,9 +6,8 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::num::{NonZeroU32, NonZeroUsize};
+use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
@@ -17,6 +16,7 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use relayer::dispatcher::Dispatcher;
 use relayer::{DispatcherOptions, Envelope, NewMessage, Relayer, SendOutcome, Transport, TransportRegistry};
 use relayer_rabbitmq::{RabbitMqOptions, RabbitMqTransport};
+use relayer_test_support::broker_scenarios::{self, Outbox, Pass, envelope, outage_options, stall_options};
 use relayer_test_support::{Broker, TcpProxy, TestDb, broker_or_skip, eventually};
 use tokio_postgres::Client;
 
@@ -63,15 +63,14 @@ impl Fixture {
         received
     }
 
-    async fn pending(&self) -> i64 {
-        let sql = format!("SELECT count(*) FROM {}", self.db.namespace().table("outbox"));
-        self.client.query_one(&sql, &[]).await.unwrap().get(0)
+    fn outbox(&self) -> Outbox<'_> {
+        Outbox::new(&self.client, self.db.namespace())
     }
 
-    async fn due(&self) -> i64 {
-        let sql =
-            format!("SELECT count(*) FROM {} WHERE visible_at <= now()", self.db.namespace().table("outbox"));
-        self.client.query_one(&sql, &[]).await.unwrap().get(0)
+    /// One pass of `dispatcher`, as the shared scenarios read it.
+    async fn pass(&self, dispatcher: &Dispatcher) -> Pass {
+        let report = dispatcher.run_once(&self.client).await.unwrap();
+        Pass { claimed: report.claimed, sent: report.sent, failed: report.failed }
     }
 
     async fn dispatcher(&self, transport: Arc<dyn Transport>, options: DispatcherOptions) -> Dispatcher {
@@ -103,11 +102,6 @@ fn transport(address: SocketAddr, confirm_timeout: Duration) -> RabbitMqTranspor
         .unwrap()
 }
 
-/// Retries come at once, so a test waits on the breaker and the broker, not on backoff.
-fn quick_retries() -> relayer::core::DispatcherOptionsBuilder {
-    DispatcherOptions::builder().retry_base(Duration::from_millis(10)).retry_max(Duration::from_millis(10))
-}
-
 fn header(received: &Received, name: &str) -> Option<String> {
     match received.properties.headers().as_ref()?.inner().get(name)? {
         AMQPValue::LongString(value) => Some(value.to_string()),
@@ -128,18 +122,6 @@ async fn connect(fixture: &Fixture, rabbitmq: &RabbitMqTransport) {
     })
     .await;
     fixture.received().await;
-}
-
-fn envelope(n: u8) -> Envelope {
-    Envelope {
-        id: relayer::MessageId::new(),
-        body: vec![n],
-        headers: relayer::Headers::new(),
-        created_at: relayer::Timestamp::from_micros(0),
-        trace_context: None,
-        lane: None,
-        attempts: 0,
-    }
 }
 
 #[tokio::test]
@@ -165,7 +147,7 @@ async fn an_enqueued_message_reaches_the_queue_persistent_with_its_id_body_and_h
     host.writer().enqueue(&tx, &[message]).await.unwrap();
     tx.commit().await.unwrap();
 
-    eventually("the outbox row is deleted", || async { fixture.pending().await == 0 }).await;
+    eventually("the outbox row is deleted", || async { fixture.outbox().pending().await == 0 }).await;
     host.shutdown().await;
     let received = fixture.received().await;
     assert_eq!(received.len(), 1);
@@ -260,34 +242,10 @@ async fn a_broker_restart_keeps_the_rows_trips_the_breaker_and_the_transport_rec
     let rabbitmq = Arc::new(transport(proxy.address(), Duration::from_secs(2)));
     // Connected before the outage, so recovering means reconnecting.
     connect(&fixture, &rabbitmq).await;
-    let options = quick_retries()
-        .breaker_threshold(NonZeroU32::new(2).unwrap())
-        .breaker_cool_down(Duration::from_secs(3))
-        .build()
-        .unwrap();
-    let dispatcher = fixture.dispatcher(rabbitmq, options).await;
+    let dispatcher = fixture.dispatcher(rabbitmq, outage_options()).await;
     let written = dispatcher.writer().enqueue(&fixture.client, &fixture.messages(5)).await.unwrap();
 
-    proxy.cut();
-    let failed = AtomicU64::new(0);
-    eventually("two failed sends trip the breaker", || async {
-        // Once the breaker trips, the destination's rows are held back for its cool-down
-        // (DSP-6): none is due, none is claimed, every one is kept.
-        let held_back = fixture.pending().await - fixture.due().await;
-        let report = dispatcher.run_once(&fixture.client).await.unwrap();
-        failed.fetch_add(report.failed, Ordering::SeqCst);
-        assert_eq!(report.sent, 0);
-        failed.load(Ordering::SeqCst) >= 10 && held_back == 5 && report.claimed == 0
-    })
-    .await;
-    assert_eq!(fixture.pending().await, 5, "every row is kept");
-
-    proxy.restore();
-    eventually("every row is delivered after the broker is back", || async {
-        dispatcher.run_once(&fixture.client).await.unwrap();
-        fixture.pending().await == 0
-    })
-    .await;
+    broker_scenarios::outage(&fixture.outbox(), &proxy, 5, async || fixture.pass(&dispatcher).await).await;
     let received = fixture.received().await;
     assert_eq!(ids(&received), written.iter().map(|w| w.id.to_string()).collect());
     assert_eq!(received.len(), 5);
@@ -295,43 +253,39 @@ async fn a_broker_restart_keeps_the_rows_trips_the_breaker_and_the_transport_rec
 }
 
 /// TRN-5: a broker that took the publishes and never confirms fails the send transiently
-/// at the confirm timeout; the rows are kept and retried, and delivered once it answers.
+/// at the transport's confirm timeout; the rows are kept and retried, and delivered once it
+/// answers.
 #[tokio::test]
 async fn a_broker_that_never_confirms_fails_the_send_at_the_confirm_timeout_trn_5() {
-    let Some(fixture) =
-        Fixture::new("a_broker_that_never_confirms_fails_the_send_at_the_confirm_timeout_trn_5").await
-    else {
-        return;
-    };
+    let test = "a_broker_that_never_confirms_fails_the_send_at_the_confirm_timeout_trn_5";
+    stalled(test, Duration::from_millis(500), None, "no publisher confirm within").await;
+}
+
+/// TRN-5: with a confirm timeout longer than the dispatcher's `send_timeout`, the
+/// dispatcher's send deadline abandons the send to a silent broker (its channel is not
+/// reused); the rows are retried and delivered.
+#[tokio::test]
+async fn a_broker_that_never_confirms_hits_the_dispatchers_send_deadline_trn_5() {
+    let test = "a_broker_that_never_confirms_hits_the_dispatchers_send_deadline_trn_5";
+    let deadline = Some(Duration::from_millis(500));
+    stalled(test, Duration::from_secs(60), deadline, "did not answer within the send timeout").await;
+}
+
+async fn stalled(
+    test: &str,
+    confirm_timeout: Duration,
+    send_timeout: Option<Duration>,
+    expected_error: &str,
+) {
+    let Some(fixture) = Fixture::new(test).await else { return };
     let proxy = TcpProxy::start(fixture.broker).await;
-    let rabbitmq = Arc::new(transport(proxy.address(), Duration::from_millis(500)));
+    let rabbitmq = Arc::new(transport(proxy.address(), confirm_timeout));
     connect(&fixture, &rabbitmq).await; // the connection and a channel exist before the stall
-    let options = quick_retries().breaker_threshold(NonZeroU32::new(1000).unwrap()).build().unwrap();
-    let dispatcher = fixture.dispatcher(rabbitmq, options).await;
+    let dispatcher = fixture.dispatcher(rabbitmq, stall_options(send_timeout)).await;
     let written = dispatcher.writer().enqueue(&fixture.client, &fixture.messages(4)).await.unwrap();
 
-    proxy.stall();
-    let report = dispatcher.run_once(&fixture.client).await.unwrap();
-    assert_eq!(
-        (report.claimed, report.sent, report.failed),
-        (4, 0, 4),
-        "the confirm deadline failed the batch"
-    );
-    let sql = format!("SELECT attempts, last_error FROM {}", fixture.db.namespace().table("outbox"));
-    let rows = fixture.client.query(&sql, &[]).await.unwrap();
-    assert_eq!(rows.len(), 4, "the rows are kept for a retry");
-    for row in rows {
-        let (attempts, last_error): (i32, String) = (row.get(0), row.get(1));
-        assert_eq!(attempts, 1);
-        assert!(last_error.contains("no publisher confirm within"), "{last_error}");
-    }
-
-    proxy.restore();
-    eventually("the retried rows are delivered", || async {
-        dispatcher.run_once(&fixture.client).await.unwrap();
-        fixture.pending().await == 0
-    })
-    .await;
+    let pass = async || fixture.pass(&dispatcher).await;
+    broker_scenarios::stall(&fixture.outbox(), &proxy, 4, expected_error, pass).await;
     // RabbitMQ does not deduplicate: the stalled first publishes may arrive too (at least
     // once; the receiver's inbox deduplicates by message id).
     let received = fixture.received().await;

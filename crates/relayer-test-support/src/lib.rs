@@ -1,7 +1,8 @@
 //! Test fixtures for relayer: a real PostgreSQL server, and a fresh random schema per test.
 //! For the broker transports: [`broker_or_skip`] (a test without its broker is skipped by
 //! name, loudly, never passed silently) and [`TcpProxy`] (a loopback forwarder a test can
-//! cut, stall and restore). For crash windows: [`FaultyStore`], which wraps any store
+//! cut, stall and restore), and [`broker_scenarios`], the outage and stall scenarios every
+//! broker transport runs. For crash windows: [`FaultyStore`], which wraps any store
 //! source a worker is given and injects scripted [`Fault`]s at chosen calls — fail a call
 //! before or after it reaches the store, kill the session's connection, delay or hold a
 //! call — usable in your own tests as in relayer's.
@@ -59,6 +60,7 @@
 //! # }
 //! ```
 
+pub mod broker_scenarios;
 mod brokers;
 mod certificates;
 mod cluster;
