@@ -59,7 +59,7 @@ pub use session::{Session, StoreSource};
 pub use store::{
     CheckLease, ClaimOutbox, Claimed, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns,
     CompletionReport, DeleteExpired, HoldBackDestination, HoldLease, LeaderCheck, Lease, LockOutbox,
-    LockedPage, PageRequest, ScanRecovery, Store, StoreError, UndecodableRow, VerifySchema,
+    LockedPage, MoveDeadLetters, PageRequest, ScanRecovery, Store, StoreError, UndecodableRow, VerifySchema,
 };
 pub use time::Timestamp;
 pub use transport::{

@@ -16,11 +16,12 @@ use async_trait::async_trait;
 use relayer_core::session::{Session, StoreSource};
 use relayer_core::store::{
     CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeleteExpired,
-    HoldBackDestination, HoldLease, Lease, LockOutbox, LockedPage, PageRequest, ScanRecovery, Store,
-    UnderLease, VerifySchema,
+    HoldBackDestination, HoldLease, Lease, LockOutbox, LockedPage, MoveDeadLetters, PageRequest,
+    ScanRecovery, Store, UnderLease, VerifySchema,
 };
-use relayer_core::{Namespace, RetentionTable, Uuid};
+use relayer_core::{DeadLetterType, Namespace, RetentionTable, Uuid};
 
+use crate::dead_letter_policy::DeadLetterPolicyStatements;
 use crate::error::StorageError;
 use crate::leases::LeaseStatements;
 use crate::outbox::OutboxStatements;
@@ -37,6 +38,7 @@ struct Statements {
     recovery: RecoveryStatements,
     retention: RetentionStatements,
     leases: LeaseStatements,
+    dead_letters: DeadLetterPolicyStatements,
 }
 
 /// Opens [`PgSession`]s on a [`PgPool`] for one namespace: the store a worker is given.
@@ -57,6 +59,7 @@ impl PgSource {
             recovery: RecoveryStatements::new(namespace),
             retention: RetentionStatements::new(namespace),
             leases: LeaseStatements::new(namespace),
+            dead_letters: DeadLetterPolicyStatements::new(namespace),
         };
         PgSource { pool, statements: Arc::new(statements) }
     }
@@ -78,6 +81,7 @@ impl PgSource {
             recovery: RecoveryStatements::new(namespace).with_transports(names.iter().cloned()),
             retention: RetentionStatements::new(namespace),
             leases: LeaseStatements::new(namespace),
+            dead_letters: DeadLetterPolicyStatements::new(namespace),
         };
         PgSource { pool: self.pool, statements: Arc::new(statements) }
     }
@@ -267,5 +271,39 @@ impl HoldBackDestination for PgSession {
 impl CheckLease for PgSession {
     async fn holds(&self, lease: &Lease) -> Result<bool, StorageError> {
         self.statements.leases.holds(&*self.connection, lease).await
+    }
+}
+
+#[async_trait]
+impl MoveDeadLetters for PgSession {
+    async fn redrive_dead_letters(
+        &self,
+        message_type: &DeadLetterType,
+        after: Duration,
+        give_up_after: Duration,
+        limit: u32,
+    ) -> Result<u64, StorageError> {
+        self.statements
+            .dead_letters
+            .redrive(&*self.connection, message_type, after, give_up_after, limit)
+            .await
+    }
+
+    async fn expire_dead_letters(
+        &self,
+        message_type: &DeadLetterType,
+        after: Duration,
+        limit: u32,
+    ) -> Result<u64, StorageError> {
+        self.statements.dead_letters.expire(&*self.connection, message_type, after, limit).await
+    }
+
+    async fn count_stuck_dead_letters(
+        &self,
+        message_type: &DeadLetterType,
+        after: Duration,
+        give_up_after: Duration,
+    ) -> Result<u64, StorageError> {
+        self.statements.dead_letters.stuck(&*self.connection, message_type, after, give_up_after).await
     }
 }

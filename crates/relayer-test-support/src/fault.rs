@@ -49,11 +49,17 @@ pub enum StoreCall {
     Holds,
     /// `HoldBackDestination::hold_back`.
     HoldBack,
+    /// `MoveDeadLetters::redrive_dead_letters`.
+    RedriveDeadLetters,
+    /// `MoveDeadLetters::expire_dead_letters`.
+    ExpireDeadLetters,
+    /// `MoveDeadLetters::count_stuck_dead_letters`.
+    CountStuckDeadLetters,
 }
 
 impl StoreCall {
     /// Every kind of call, in declaration order.
-    pub const ALL: [StoreCall; 16] = [
+    pub const ALL: [StoreCall; 19] = [
         StoreCall::Open,
         StoreCall::Begin,
         StoreCall::Commit,
@@ -70,6 +76,9 @@ impl StoreCall {
         StoreCall::Release,
         StoreCall::Holds,
         StoreCall::HoldBack,
+        StoreCall::RedriveDeadLetters,
+        StoreCall::ExpireDeadLetters,
+        StoreCall::CountStuckDeadLetters,
     ];
 
     /// The method's name, as the store traits spell it.
@@ -91,6 +100,9 @@ impl StoreCall {
             StoreCall::Release => "release",
             StoreCall::Holds => "holds",
             StoreCall::HoldBack => "hold_back",
+            StoreCall::RedriveDeadLetters => "redrive_dead_letters",
+            StoreCall::ExpireDeadLetters => "expire_dead_letters",
+            StoreCall::CountStuckDeadLetters => "count_stuck_dead_letters",
         }
     }
 

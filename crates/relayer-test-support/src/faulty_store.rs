@@ -38,10 +38,10 @@ use async_trait::async_trait;
 use relayer_core::session::{Session, StoreSource};
 use relayer_core::store::{
     CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeleteExpired,
-    HoldBackDestination, HoldLease, Lease, LockOutbox, LockedPage, PageRequest, ScanRecovery, Store,
-    UnderLease, VerifySchema,
+    HoldBackDestination, HoldLease, Lease, LockOutbox, LockedPage, MoveDeadLetters, PageRequest,
+    ScanRecovery, Store, UnderLease, VerifySchema,
 };
-use relayer_core::{RetentionTable, Uuid};
+use relayer_core::{DeadLetterType, RetentionTable, Uuid};
 
 use crate::fault::{Fault, FaultAction, FaultHandle, FaultScript, StoreCall, Strike};
 use crate::faulty_error::FaultyError;
@@ -346,6 +346,46 @@ impl<T: Session + HoldBackDestination> HoldBackDestination for FaultySession<T> 
     ) -> Result<u64, Self::Error> {
         self.run(StoreCall::HoldBack, |inner| async move {
             inner.hold_back(transport, destination, cool_down).await
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl<T: Session + MoveDeadLetters> MoveDeadLetters for FaultySession<T> {
+    async fn redrive_dead_letters(
+        &self,
+        message_type: &DeadLetterType,
+        after: Duration,
+        give_up_after: Duration,
+        limit: u32,
+    ) -> Result<u64, Self::Error> {
+        self.run(StoreCall::RedriveDeadLetters, |inner| async move {
+            inner.redrive_dead_letters(message_type, after, give_up_after, limit).await
+        })
+        .await
+    }
+
+    async fn expire_dead_letters(
+        &self,
+        message_type: &DeadLetterType,
+        after: Duration,
+        limit: u32,
+    ) -> Result<u64, Self::Error> {
+        self.run(StoreCall::ExpireDeadLetters, |inner| async move {
+            inner.expire_dead_letters(message_type, after, limit).await
+        })
+        .await
+    }
+
+    async fn count_stuck_dead_letters(
+        &self,
+        message_type: &DeadLetterType,
+        after: Duration,
+        give_up_after: Duration,
+    ) -> Result<u64, Self::Error> {
+        self.run(StoreCall::CountStuckDeadLetters, |inner| async move {
+            inner.count_stuck_dead_letters(message_type, after, give_up_after).await
         })
         .await
     }
