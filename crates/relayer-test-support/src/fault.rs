@@ -55,11 +55,23 @@ pub enum StoreCall {
     ExpireDeadLetters,
     /// `MoveDeadLetters::count_stuck_dead_letters`.
     CountStuckDeadLetters,
+    /// `ReceiveQueue::receive`.
+    Receive,
+    /// `SettleQueue::ack`.
+    Ack,
+    /// `SettleQueue::requeue`.
+    Requeue,
+    /// `SettleQueue::dead_letter`.
+    DeadLetter,
+    /// `ExtendVisibility::extend`.
+    Extend,
+    /// `RecordInbox::record`.
+    Record,
 }
 
 impl StoreCall {
     /// Every kind of call, in declaration order.
-    pub const ALL: [StoreCall; 19] = [
+    pub const ALL: [StoreCall; 25] = [
         StoreCall::Open,
         StoreCall::Begin,
         StoreCall::Commit,
@@ -79,6 +91,12 @@ impl StoreCall {
         StoreCall::RedriveDeadLetters,
         StoreCall::ExpireDeadLetters,
         StoreCall::CountStuckDeadLetters,
+        StoreCall::Receive,
+        StoreCall::Ack,
+        StoreCall::Requeue,
+        StoreCall::DeadLetter,
+        StoreCall::Extend,
+        StoreCall::Record,
     ];
 
     /// The method's name, as the store traits spell it.
@@ -103,6 +121,12 @@ impl StoreCall {
             StoreCall::RedriveDeadLetters => "redrive_dead_letters",
             StoreCall::ExpireDeadLetters => "expire_dead_letters",
             StoreCall::CountStuckDeadLetters => "count_stuck_dead_letters",
+            StoreCall::Receive => "receive",
+            StoreCall::Ack => "ack",
+            StoreCall::Requeue => "requeue",
+            StoreCall::DeadLetter => "dead_letter",
+            StoreCall::Extend => "extend",
+            StoreCall::Record => "record",
         }
     }
 
