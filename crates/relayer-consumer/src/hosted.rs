@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use relayer_core::session::StoreSource;
 use relayer_core::store::{ExtendVisibility, ReceiveQueue, RecordInbox, SettleQueue, VerifySchema};
-use relayer_worker::{HostedError, HostedWorker, WorkerKind};
+use relayer_worker::{HostedWorker, WorkerError, WorkerKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::Consumer;
@@ -22,7 +22,7 @@ where
         format!("consumer of queue {:?}", self.subscription().queue())
     }
 
-    async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), HostedError> {
-        Ok(self.run(shutdown).await?)
+    async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        self.run(shutdown).await
     }
 }

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use relayer_core::session::StoreSource;
 use relayer_core::store::{HoldLease, MoveDeadLetters, VerifySchema};
-use relayer_worker::{HostedError, HostedWorker, WorkerKind};
+use relayer_worker::{HostedWorker, WorkerError, WorkerKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::worker::DeadLetterWorker;
@@ -18,7 +18,7 @@ where
         WorkerKind::DeadLetter
     }
 
-    async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), HostedError> {
-        Ok(self.run(shutdown).await?)
+    async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        self.run(shutdown).await
     }
 }
