@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 use relayer_cleanup::{Cleanup, LEASE_JOB};
 use relayer_consumer::{Consumer, Handler, Handling, InboxHandler, Outcome, Subscription};
 use relayer_core::{CleanupOptions, ConsumerOptions, NewMessage};
-use relayer_postgres::{ConsumeStatements, PgSource, QueueMessage, QueueWriter, connect_pool};
+use relayer_postgres::{
+    ConsumeStatements, PgNotifications, PgSession, PgSource, QueueMessage, QueueWriter, connect_pool,
+};
 use relayer_worker::Leadership;
 use tokio_util::sync::CancellationToken;
 
@@ -180,8 +182,13 @@ async fn pump_drain(scratch: &Scratch, total: usize, writers: Option<(usize, Dur
     let options = ConsumerOptions::builder().concurrency(2 * BATCH).batch_size(BATCH).build()?;
     let subscription = Subscription::new(QUEUE, options)?;
     let pool = connect_pool(scratch.config.clone(), 3).await?;
-    let consumer =
-        Consumer::new(scratch.config.clone(), pool, scratch.namespace.clone(), subscription, Arc::new(Noop));
+    let consumer = Consumer::new(
+        PgNotifications::queue(scratch.config.clone(), &scratch.namespace),
+        PgSource::new(pool, &scratch.namespace),
+        scratch.namespace.clone(),
+        subscription,
+        Arc::new(Noop),
+    );
     let stats = consumer.stats();
     let shutdown = CancellationToken::new();
     let mut tasks = Vec::new();
@@ -260,8 +267,8 @@ async fn explain_statements(scratch: &Scratch) -> BenchResult<()> {
 struct InboxNoop;
 
 #[relayer_core::async_trait]
-impl InboxHandler for InboxNoop {
-    async fn handle(&self, _tx: &tokio_postgres::Transaction<'_>, _message: &QueueMessage) -> Outcome {
+impl InboxHandler<PgSession> for InboxNoop {
+    async fn handle(&self, _tx: &PgSession, _message: &QueueMessage) -> Outcome {
         Outcome::Ack
     }
 }
@@ -304,8 +311,8 @@ async fn idle_inbox_cleanup(scratch: &Scratch, rows: i64) -> BenchResult<u64> {
     let pool = connect_pool(scratch.config.clone(), 19).await?;
     let handling = Handling::Inbox(Arc::new(InboxNoop));
     let consumer = Consumer::new(
-        scratch.config.clone(),
-        pool,
+        PgNotifications::queue(scratch.config.clone(), &scratch.namespace),
+        PgSource::new(pool, &scratch.namespace),
         scratch.namespace.clone(),
         Subscription::new(QUEUE, options)?,
         handling,

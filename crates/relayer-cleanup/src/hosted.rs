@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use relayer_core::session::StoreSource;
 use relayer_core::store::{CheckLease, DeleteExpired, HoldLease, VerifySchema};
-use relayer_worker::{HostedError, HostedWorker, WorkerKind};
+use relayer_worker::{HostedWorker, WorkerError, WorkerKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::cleanup::Cleanup;
@@ -20,7 +20,7 @@ where
 
     /// Never fails: a database that is down or lost its schema fails passes, retried with
     /// backoff (RES-1).
-    async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), HostedError> {
+    async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
         self.run(shutdown).await;
         Ok(())
     }

@@ -1,24 +1,21 @@
 //! The public face of a pump: [`Consumer::new`] → [`Consumer::run`] until shutdown.
 
+use relayer_core::notifications::DEFAULT_NOTIFY_INTERVAL;
+use relayer_core::session::StoreSource;
+use relayer_core::store::{ExtendVisibility, ReceiveQueue, RecordInbox, SettleQueue, VerifySchema};
+use relayer_core::{Heard, Namespace, Notifications, PassBackoff, StoreError};
+use relayer_worker::{Leadership, PassLoop, WorkerError, WorkerKind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-use relayer_core::{Namespace, PassBackoff};
-use relayer_postgres::{
-    Connector, ConsumeStatements, DEFAULT_NOTIFY_INTERVAL, Heard, Inbox, PgPool, listen, queue_channel,
-    verify_schema,
-};
-use relayer_worker::{Leadership, PassLoop, WorkerKind};
 use tokio::sync::{Notify, Semaphore, broadcast};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::error::ConsumerError;
 use crate::handler::Handling;
 use crate::handler_call::HandlerCall;
 use crate::heartbeat::HeartbeatPass;
 use crate::in_flight::InFlight;
-use crate::pump::Pump;
+use crate::pump::{ConsumeSession, Pump};
 use crate::receive::ReceivePass;
 use crate::settle::SettlePass;
 use crate::stats::{ConsumerStats, Counter};
@@ -30,14 +27,21 @@ const TARGET: &str = "relayer::consumer";
 const CALL_CAPACITY: usize = 1024;
 
 /// The pump of one subscription (§10). See the [crate docs](crate).
-pub struct Consumer {
-    pump: Arc<Pump>,
-    /// Where the LISTEN connection goes.
-    database: Connector,
+///
+/// It reaches its store only through `S`, a [`StoreSource`] whose sessions receive
+/// ([`ReceiveQueue`]), settle ([`SettleQueue`]), keep messages invisible
+/// ([`ExtendVisibility`]), record them in the inbox ([`RecordInbox`], in a
+/// [`Session`](relayer_core::Session)'s transaction) and check the schema
+/// ([`VerifySchema`]); and it wakes on [`Notifications`]. relayer's are
+/// `relayer_postgres::PgSource` and `relayer_postgres::PgNotifications::queue`.
+pub struct Consumer<S: StoreSource> {
+    pump: Arc<Pump<S>>,
+    /// The queue channel's wake-ups.
+    notifications: Arc<dyn Notifications>,
     namespace: Namespace,
 }
 
-impl std::fmt::Debug for Consumer {
+impl<S: StoreSource> std::fmt::Debug for Consumer<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Consumer")
             .field("namespace", &self.namespace)
@@ -47,24 +51,28 @@ impl std::fmt::Debug for Consumer {
     }
 }
 
-impl Consumer {
+impl<S> Consumer<S>
+where
+    S: StoreSource,
+    S::Session: VerifySchema + ReceiveQueue + SettleQueue + ExtendVisibility + RecordInbox,
+{
     /// A pump of `subscription` in `namespace`, running `handling` (a plain handler or an
-    /// inbox-wrapped one). It borrows connections of `pool` — one per pass, and one per
-    /// handler call in flight for an inbox handler, so size the pool `concurrency + 3` for
-    /// those — and LISTENs on a dedicated connection to `database` (a `Config`, or a
-    /// [`Connector`] with TLS).
+    /// inbox-wrapped one). It opens sessions of `source` — one per pass, and one per
+    /// handler call in flight for an inbox handler, so give relayer's source a pool of
+    /// `concurrency + 3` for those — and wakes on `notifications` of the namespace's queue
+    /// channel (relayer's: `PgNotifications::queue(database, &namespace)`, on a dedicated
+    /// connection).
     pub fn new(
-        database: impl Into<Connector>,
-        pool: PgPool,
+        notifications: impl Notifications,
+        source: S,
         namespace: Namespace,
         subscription: Subscription,
-        handling: impl Into<Handling>,
+        handling: impl Into<Handling<S::Session>>,
     ) -> Self {
         let concurrency = subscription.options().concurrency() as usize;
         let pump = Pump {
-            statements: ConsumeStatements::new(&namespace),
-            inbox: Inbox::new(&namespace),
-            pool,
+            table: namespace.table("queue"),
+            source,
             handling: handling.into(),
             slots: Arc::new(Semaphore::new(concurrency)),
             in_flight: InFlight::default(),
@@ -77,9 +85,11 @@ impl Consumer {
             calls: broadcast::channel(CALL_CAPACITY).0,
             subscription,
         };
-        Consumer { pump: Arc::new(pump), database: database.into(), namespace }
+        Consumer { pump: Arc::new(pump), notifications: Arc::new(notifications), namespace }
     }
+}
 
+impl<S: StoreSource> Consumer<S> {
     /// The subscription this pump serves.
     pub fn subscription(&self) -> &Subscription {
         &self.pump.subscription
@@ -96,7 +106,13 @@ impl Consumer {
     pub fn subscribe(&self) -> broadcast::Receiver<HandlerCall> {
         self.pump.calls.subscribe()
     }
+}
 
+impl<S> Consumer<S>
+where
+    S: StoreSource,
+    S::Session: VerifySchema + ReceiveQueue + SettleQueue + ExtendVisibility + RecordInbox,
+{
     /// Checks the schema, then consumes until `shutdown` is cancelled. A failed receive,
     /// settlement or heartbeat (a lost connection, a restarting database) is logged and
     /// retried with backoff; nothing a handler does ends the pump (RES-1, QUE-5).
@@ -105,7 +121,7 @@ impl Consumer {
     /// `shutdown_grace`, writes their settlements, and abandons the rest: their messages
     /// reappear after the visibility timeout (QUE-5). Returns an error only when it cannot
     /// start.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ConsumerError> {
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
         let pump = self.pump;
         if !wait_for_schema(&pump, &self.namespace, &shutdown).await? {
             return Ok(());
@@ -115,13 +131,11 @@ impl Consumer {
         tracing::info!(target: TARGET, %queue, settings = %options.canonical_settings(), "consumer starting");
 
         let background = CancellationToken::new();
-        let listener = tokio::spawn(listen(
-            self.database,
-            queue_channel(&self.namespace),
-            options.pass_backoff(),
-            background.clone(),
-            waker(queue.clone(), Arc::clone(&pump.receive_wake)),
-        ));
+        let notifications = Arc::clone(&self.notifications);
+        let (backoff, heard) = (options.pass_backoff(), waker(queue.clone(), Arc::clone(&pump.receive_wake)));
+        let until = Box::pin(background.clone().cancelled_owned());
+        let listener =
+            tokio::spawn(async move { notifications.listen(backoff, Box::new(heard), until).await });
         let heartbeat_interval = options.heartbeat_interval();
         let heartbeat_backoff = PassBackoff::new(heartbeat_interval, heartbeat_interval)
             .unwrap_or_else(|_| options.pass_backoff());
@@ -202,18 +216,30 @@ fn waker(queue: String, wake: Arc<Notify>) -> impl Fn(Heard<'_>) + Send + Sync +
 /// a database that cannot be reached yet (down, restarting, no connection) is retried with
 /// the subscription's backoff, so a pump started during an outage runs once it is over
 /// (RES-1). `false`: shut down meanwhile.
-async fn wait_for_schema(
-    pump: &Pump,
+async fn wait_for_schema<S>(
+    pump: &Pump<S>,
     namespace: &Namespace,
     shutdown: &CancellationToken,
-) -> Result<bool, ConsumerError> {
+) -> Result<bool, WorkerError>
+where
+    S: StoreSource,
+    S::Session: ConsumeSession,
+{
     let backoff = pump.subscription.options().pass_backoff();
     let mut failures = 0u32;
     loop {
-        let checked = match pump.pool.get().await {
-            Ok(connection) => match verify_schema(&**connection, namespace).await {
+        let checked = match pump.source.open().await {
+            Ok(session) => match session.verify_schema().await {
                 Ok(_) => return Ok(true),
-                Err(error) if !error.is_transient() => return Err(ConsumerError::Schema(error)),
+                Err(error) if !error.is_transient() => {
+                    return Err(WorkerError::store(
+                        format!(
+                            "the consumer of queue {:?} cannot start: checking the schema of {namespace}",
+                            pump.subscription.queue()
+                        ),
+                        error,
+                    ));
+                }
                 Err(error) => relayer_core::error_chain(&error),
             },
             Err(error) => relayer_core::error_chain(&error),

@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use relayer_postgres::QueueMessage;
-use tokio_postgres::Transaction;
+use relayer_core::QueueMessage;
 
 /// How a handler settles a message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,7 +52,7 @@ impl Outcome {
 ///
 /// ```
 /// use relayer_consumer::{Handler, Outcome};
-/// use relayer_postgres::QueueMessage;
+/// use relayer_core::QueueMessage;
 ///
 /// struct Orders;
 ///
@@ -76,26 +75,37 @@ pub trait Handler: Send + Sync + 'static {
     async fn handle(&self, message: &QueueMessage) -> Outcome;
 }
 
-/// A handler inside the inbox boundary (QUE-3): it gets the transaction that has just
-/// recorded the message in the inbox, and its effects, the inbox row and the ack commit
-/// together. A message already in the inbox is acked without calling it; any outcome other
-/// than [`Outcome::Ack`] rolls its effects back.
+/// A handler inside the inbox boundary (QUE-3): it gets the store session whose
+/// transaction has just recorded the message in the inbox, and its effects, the inbox row
+/// and the ack commit together. A message already in the inbox is acked without calling
+/// it; any outcome other than [`Outcome::Ack`] rolls its effects back.
+///
+/// `T` is the pump's session type: on relayer's PostgreSQL store, `relayer_postgres::PgSession`,
+/// whose `connection()` runs statements inside that transaction.
 #[async_trait]
-pub trait InboxHandler: Send + Sync + 'static {
-    /// Handles `message`, writing its effects on `tx`.
-    async fn handle(&self, tx: &Transaction<'_>, message: &QueueMessage) -> Outcome;
+pub trait InboxHandler<T>: Send + Sync + 'static {
+    /// Handles `message`, writing its effects through `tx`, inside its transaction.
+    async fn handle(&self, tx: &T, message: &QueueMessage) -> Outcome;
 }
 
-/// The handler a pump runs: plain, or inside the inbox boundary.
-#[derive(Clone)]
-pub enum Handling {
+/// The handler a pump runs: plain, or inside the inbox boundary on sessions of type `T`.
+pub enum Handling<T> {
     /// Acks settle after the call.
     Plain(Arc<dyn Handler>),
     /// Record, effects and ack in one transaction.
-    Inbox(Arc<dyn InboxHandler>),
+    Inbox(Arc<dyn InboxHandler<T>>),
 }
 
-impl fmt::Debug for Handling {
+impl<T> Clone for Handling<T> {
+    fn clone(&self) -> Self {
+        match self {
+            Handling::Plain(handler) => Handling::Plain(Arc::clone(handler)),
+            Handling::Inbox(handler) => Handling::Inbox(Arc::clone(handler)),
+        }
+    }
+}
+
+impl<T> fmt::Debug for Handling<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Handling::Plain(_) => "Handling::Plain",
@@ -104,20 +114,20 @@ impl fmt::Debug for Handling {
     }
 }
 
-impl<H: Handler> From<Arc<H>> for Handling {
+impl<T, H: Handler> From<Arc<H>> for Handling<T> {
     fn from(handler: Arc<H>) -> Self {
         Handling::Plain(handler)
     }
 }
 
-impl From<Arc<dyn Handler>> for Handling {
+impl<T> From<Arc<dyn Handler>> for Handling<T> {
     fn from(handler: Arc<dyn Handler>) -> Self {
         Handling::Plain(handler)
     }
 }
 
-impl From<Arc<dyn InboxHandler>> for Handling {
-    fn from(handler: Arc<dyn InboxHandler>) -> Self {
+impl<T> From<Arc<dyn InboxHandler<T>>> for Handling<T> {
+    fn from(handler: Arc<dyn InboxHandler<T>>) -> Self {
         Handling::Inbox(handler)
     }
 }

@@ -8,12 +8,13 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use relayer_worker::{Pass, PassOutcome};
+use relayer_core::session::StoreSource;
+use relayer_core::store::ExtendVisibility;
+use relayer_worker::{Pass, PassOutcome, WorkerError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ConsumerError;
-use crate::pump::Pump;
+use crate::pump::{ConsumeSession, Pump};
 
 /// What one heartbeat did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -28,27 +29,38 @@ impl std::fmt::Display for HeartbeatReport {
     }
 }
 
-pub(crate) struct HeartbeatPass {
-    pub(crate) pump: Arc<Pump>,
+pub(crate) struct HeartbeatPass<S: StoreSource> {
+    pub(crate) pump: Arc<Pump<S>>,
 }
 
 #[async_trait]
-impl Pass for HeartbeatPass {
+impl<S> Pass for HeartbeatPass<S>
+where
+    S: StoreSource,
+    S::Session: ConsumeSession,
+{
     type Report = HeartbeatReport;
-    type Error = ConsumerError;
+    type Error = WorkerError;
 
     async fn run_pass(
         &self,
         _shutdown: &CancellationToken,
-    ) -> Result<PassOutcome<HeartbeatReport>, ConsumerError> {
+    ) -> Result<PassOutcome<HeartbeatReport>, WorkerError> {
         let pump = &self.pump;
         let receipts = pump.in_flight.to_renew(Instant::now());
         if receipts.is_empty() {
             return Ok(PassOutcome::Led(HeartbeatReport::default()));
         }
-        let connection = pump.pool.get().await.map_err(ConsumerError::Pool)?;
+        let session = pump
+            .source
+            .open()
+            .await
+            .map_err(|e| WorkerError::store("opening a session for the heartbeat", e))?;
         let visibility = pump.subscription.options().visibility_timeout();
-        let renewed = pump.statements.extend(&*connection, &receipts, visibility).await?;
+        let renewed = session
+            .extend(&receipts, visibility)
+            .await
+            .map_err(|e| WorkerError::store("extending the visibility of messages in flight", e))?;
         Ok(PassOutcome::Led(HeartbeatReport { held: receipts.len(), renewed }))
     }
 }

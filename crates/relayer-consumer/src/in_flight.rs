@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use relayer_postgres::Receipt;
+use relayer_core::Receipt;
 use tokio::time::Instant;
 
 #[derive(Debug, Default)]

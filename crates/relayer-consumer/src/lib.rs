@@ -29,6 +29,12 @@
 //! invalid-message queue, else to the dead-letter queue as `unacceptable`, its rejection
 //! message naming the table, the row's seq and the column (§15).
 //!
+//! The pump reaches its store only through the core capability traits (receive, settle,
+//! extend visibility, record in the inbox) on sessions of a
+//! [`StoreSource`](relayer_core::StoreSource), and wakes on
+//! [`Notifications`](relayer_core::Notifications): relayer's are `relayer_postgres::PgSource`
+//! and `relayer_postgres::PgNotifications`.
+//!
 //! An [`InboxHandler`] runs inside the inbox boundary (QUE-3): one transaction records the
 //! message in the inbox first (`ON CONFLICT DO NOTHING`), then runs the handler with it,
 //! then acks — fenced by the receipt, so a lapsed reader rolls its effects back — and
@@ -44,7 +50,8 @@
 //! use std::sync::Arc;
 //! use relayer_consumer::{Consumer, Handler, Outcome, Subscription};
 //! use relayer_core::{ConsumerOptions, Namespace};
-//! use relayer_postgres::QueueMessage;
+//! use relayer_core::QueueMessage;
+//! use relayer_postgres::{PgNotifications, PgSource};
 //! use tokio_util::sync::CancellationToken;
 //!
 //! struct Orders;
@@ -57,7 +64,10 @@
 //! }
 //!
 //! let subscription = Subscription::new("orders", ConsumerOptions::default())?;
-//! let consumer = Consumer::new(config, pool, Namespace::default(), subscription, Arc::new(Orders));
+//! let namespace = Namespace::default();
+//! let notifications = PgNotifications::queue(config, &namespace);
+//! let source = PgSource::new(pool, &namespace);
+//! let consumer = Consumer::new(notifications, source, namespace, subscription, Arc::new(Orders));
 //! let shutdown = CancellationToken::new();
 //! let running = tokio::spawn(consumer.run(shutdown.clone()));
 //! // … on host shutdown:
@@ -68,7 +78,6 @@
 #![deny(missing_docs)]
 
 mod consumer;
-mod error;
 mod handler;
 mod handler_call;
 mod heartbeat;
@@ -81,9 +90,8 @@ mod stats;
 mod subscription;
 
 pub use consumer::Consumer;
-pub use error::ConsumerError;
 pub use handler::{Handler, Handling, InboxHandler, Outcome};
 pub use handler_call::{CallOutcome, HandlerCall};
-pub use relayer_postgres::QueueMessage;
+pub use relayer_core::QueueMessage;
 pub use stats::{ConsumerStats, StatsSnapshot};
 pub use subscription::{DEAD_LETTER_SUFFIX, Subscription, SubscriptionError};

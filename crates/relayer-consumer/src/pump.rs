@@ -5,12 +5,12 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use relayer_core::{AfterFailure, RejectionReason};
-use relayer_postgres::{
-    ConsumeStatements, DeadLetter, Inbox, InboxEntry, PgPool, Prepared, QueueMessage, Receipt, Requeue,
-    Undecodable,
+use relayer_core::session::{Session, StoreSource};
+use relayer_core::store::{
+    DeadLetter, ExtendVisibility, InboxEntry, ReceiveQueue, RecordInbox, Requeue, SettleQueue, VerifySchema,
 };
-use relayer_worker::catch_panic;
+use relayer_core::{AfterFailure, QueueMessage, Receipt, RejectionReason, Undecodable};
+use relayer_worker::{WorkerError, catch_panic, roll_back_failed_pass};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -25,14 +25,31 @@ use crate::subscription::Subscription;
 
 const TARGET: &str = "relayer::consumer";
 
+/// The longest an inbox transaction whose handler did not ack waits for its rollback
+/// before it leaves the transaction to its session (dropped inside it, the session
+/// discards its connection and the store rolls back).
+const ROLLBACK_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Everything a pump does to the store, on sessions of its source: the consumer's bounds,
+/// named once.
+pub(crate) trait ConsumeSession:
+    Session + VerifySchema + ReceiveQueue + SettleQueue + ExtendVisibility + RecordInbox
+{
+}
+
+impl<T> ConsumeSession for T where
+    T: Session + VerifySchema + ReceiveQueue + SettleQueue + ExtendVisibility + RecordInbox
+{
+}
+
 /// Everything the receive, settle and heartbeat loops and the handler tasks of one
 /// subscription share.
-pub(crate) struct Pump {
+pub(crate) struct Pump<S: StoreSource> {
     pub(crate) subscription: Subscription,
-    pub(crate) statements: ConsumeStatements,
-    pub(crate) inbox: Inbox,
-    pub(crate) pool: PgPool,
-    pub(crate) handling: Handling,
+    /// The qualified queue table, as dead-letter stamps name a row (§15).
+    pub(crate) table: String,
+    pub(crate) source: S,
+    pub(crate) handling: Handling<S::Session>,
     /// One permit per handler slot; a message holds one from receive to settlement.
     pub(crate) slots: Arc<Semaphore>,
     pub(crate) in_flight: InFlight,
@@ -55,7 +72,11 @@ enum Ran {
     Abandoned,
 }
 
-impl Pump {
+impl<S> Pump<S>
+where
+    S: StoreSource,
+    S::Session: ConsumeSession,
+{
     pub(crate) fn pending(&self) -> MutexGuard<'_, Vec<Settlement>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -175,7 +196,7 @@ impl Pump {
 
     /// A dead-letter of a handled message; its rejection message names the row (§15).
     fn dead_letter(&self, receipt: Receipt, reason: RejectionReason, message: &str) -> SettlementKind {
-        let message = format!("row seq {} of {}: {message}", receipt.seq, self.statements.table());
+        let message = format!("row seq {} of {}: {message}", receipt.seq, self.table);
         tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = receipt.seq, %reason, %message,
             "dead-lettering");
         SettlementKind::DeadLetter(DeadLetter {
@@ -192,7 +213,7 @@ impl Pump {
     /// database error leaves the message to reappear after its visibility timeout.
     async fn handle_in_inbox(
         &self,
-        handler: &dyn InboxHandler,
+        handler: &dyn InboxHandler<S::Session>,
         receipt: Receipt,
         message: &QueueMessage,
         slot: OwnedSemaphorePermit,
@@ -222,26 +243,31 @@ impl Pump {
         self.receive_wake.notify_one();
     }
 
+    /// One session, one transaction: record, effects, ack, commit. On an error the session
+    /// is dropped inside its transaction, which discards its connection: the store rolls
+    /// everything back.
     async fn inbox_transaction(
         &self,
-        handler: &dyn InboxHandler,
+        handler: &dyn InboxHandler<S::Session>,
         receipt: Receipt,
         message: &QueueMessage,
-    ) -> Result<Committed, crate::error::ConsumerError> {
-        use crate::error::ConsumerError;
-        let mut connection = self.pool.get().await.map_err(ConsumerError::Pool)?;
-        let (client, cache) = connection.split();
-        let tx = client.transaction().await.map_err(|e| ConsumerError::Transaction("beginning", e))?;
-        let entry = {
-            let prepared = Prepared::new(&tx, cache);
-            self.inbox.record(&prepared, self.subscription.inbox_consumer(), message.id).await?
-        };
+    ) -> Result<Committed, WorkerError> {
+        let mut session = self
+            .source
+            .open()
+            .await
+            .map_err(|e| WorkerError::store("opening a session for an inbox transaction", e))?;
+        session.begin().await.map_err(|e| WorkerError::store("beginning an inbox transaction", e))?;
+        let entry = session
+            .record(self.subscription.inbox_consumer(), message.id)
+            .await
+            .map_err(|e| WorkerError::store("recording a message in the inbox", e))?;
         let duplicate = entry == InboxEntry::Duplicate;
         if !duplicate {
-            let ran = self.run_guarded(handler.handle(&tx, message)).await;
+            let ran = self.run_guarded(handler.handle(&session, message)).await;
             if !matches!(ran, Ran::Returned(Outcome::Ack)) {
-                // Dropping the transaction rolls the effects and the inbox row back.
-                drop(tx);
+                // Rolls the effects and the inbox row back.
+                roll_back_failed_pass(&mut session, ROLLBACK_PATIENCE).await;
                 return Ok(Committed::RolledBack(ran));
             }
         }
@@ -256,19 +282,23 @@ impl Pump {
                 relayer_core::error_chain(error)
             ))))
         }
-        let acked = match self.statements.ack(&Prepared::new(&tx, cache), &[receipt]).await {
+        let acked = match session.ack(&[receipt]).await {
             Ok(acked) => acked,
             Err(error) if !duplicate => return Ok(failed_handling("ack", &error)),
-            Err(error) => return Err(error.into()),
+            Err(error) => {
+                return Err(WorkerError::store("acknowledging a duplicate in its inbox transaction", error));
+            }
         };
         if acked.is_empty() {
-            tx.rollback().await.map_err(|e| ConsumerError::Transaction("rolling back", e))?;
+            session.rollback().await.map_err(|e| {
+                WorkerError::store("rolling back an inbox transaction whose receipt lapsed", e)
+            })?;
             return Ok(Committed::Lapsed);
         }
-        match tx.commit().await {
+        match session.commit().await {
             Ok(()) => Ok(if duplicate { Committed::Duplicate } else { Committed::Acked }),
             Err(error) if !duplicate => Ok(failed_handling("commit", &error)),
-            Err(error) => Err(ConsumerError::Transaction("committing", error)),
+            Err(error) => Err(WorkerError::store("committing an inbox transaction", error)),
         }
     }
 }

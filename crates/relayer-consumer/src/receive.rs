@@ -9,11 +9,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use relayer_worker::{Pass, PassOutcome};
+use relayer_core::session::StoreSource;
+use relayer_core::store::ReceiveQueue;
+use relayer_worker::{Pass, PassOutcome, WorkerError};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ConsumerError;
-use crate::pump::Pump;
+use crate::pump::{ConsumeSession, Pump};
 use crate::stats::Counter;
 
 /// What one receive pass did.
@@ -29,19 +30,23 @@ impl std::fmt::Display for ReceiveReport {
     }
 }
 
-pub(crate) struct ReceivePass {
-    pub(crate) pump: Arc<Pump>,
+pub(crate) struct ReceivePass<S: StoreSource> {
+    pub(crate) pump: Arc<Pump<S>>,
 }
 
 #[async_trait]
-impl Pass for ReceivePass {
+impl<S> Pass for ReceivePass<S>
+where
+    S: StoreSource,
+    S::Session: ConsumeSession,
+{
     type Report = ReceiveReport;
-    type Error = ConsumerError;
+    type Error = WorkerError;
 
     async fn run_pass(
         &self,
         shutdown: &CancellationToken,
-    ) -> Result<PassOutcome<ReceiveReport>, ConsumerError> {
+    ) -> Result<PassOutcome<ReceiveReport>, WorkerError> {
         let pump = &self.pump;
         let options = pump.subscription.options();
         let free =
@@ -53,10 +58,15 @@ impl Pass for ReceivePass {
             return Ok(PassOutcome::Led(ReceiveReport::default()));
         };
         let received = {
-            let connection = pump.pool.get().await.map_err(ConsumerError::Pool)?;
-            pump.statements
-                .receive(&*connection, pump.subscription.queue(), free, options.visibility_timeout())
-                .await?
+            let session = pump
+                .source
+                .open()
+                .await
+                .map_err(|e| WorkerError::store("opening a session to receive", e))?;
+            session
+                .receive(pump.subscription.queue(), free, options.visibility_timeout())
+                .await
+                .map_err(|e| WorkerError::store("receiving from the queue", e))?
         };
         pump.stats.add(Counter::Received, received.len() as u64);
         let report = ReceiveReport { asked: free, received: received.len() };

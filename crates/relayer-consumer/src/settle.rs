@@ -10,13 +10,14 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use relayer_postgres::{DeadLetter, Receipt, Requeue};
-use relayer_worker::{Pass, PassOutcome};
+use relayer_core::Receipt;
+use relayer_core::session::StoreSource;
+use relayer_core::store::{DeadLetter, Requeue, SettleQueue};
+use relayer_worker::{Pass, PassOutcome, WorkerError};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ConsumerError;
-use crate::pump::Pump;
+use crate::pump::{ConsumeSession, Pump};
 use crate::stats::Counter;
 
 /// What to write for one handled message.
@@ -48,24 +49,32 @@ impl std::fmt::Display for SettleReport {
     }
 }
 
-pub(crate) struct SettlePass {
-    pub(crate) pump: Arc<Pump>,
+pub(crate) struct SettlePass<S: StoreSource> {
+    pub(crate) pump: Arc<Pump<S>>,
 }
 
 #[async_trait]
-impl Pass for SettlePass {
+impl<S> Pass for SettlePass<S>
+where
+    S: StoreSource,
+    S::Session: ConsumeSession,
+{
     type Report = SettleReport;
-    type Error = ConsumerError;
+    type Error = WorkerError;
 
     async fn run_pass(
         &self,
         _shutdown: &CancellationToken,
-    ) -> Result<PassOutcome<SettleReport>, ConsumerError> {
+    ) -> Result<PassOutcome<SettleReport>, WorkerError> {
         self.pump.settle_pending().await.map(PassOutcome::Led)
     }
 }
 
-impl Pump {
+impl<S> Pump<S>
+where
+    S: StoreSource,
+    S::Session: ConsumeSession,
+{
     /// Queues `settlement` for the settle loop.
     pub(crate) fn settle(&self, settlement: Settlement) {
         // Three visibility timeouts for the settle loop to write it, through its backoff.
@@ -77,7 +86,7 @@ impl Pump {
 
     /// Writes every queued settlement: acks, then requeues, then dead-letters. A group whose
     /// statement fails goes back to the queue with the ones not yet tried.
-    pub(crate) async fn settle_pending(&self) -> Result<SettleReport, ConsumerError> {
+    pub(crate) async fn settle_pending(&self) -> Result<SettleReport, WorkerError> {
         let batch = std::mem::take(&mut *self.pending());
         if batch.is_empty() {
             return Ok(SettleReport::default());
@@ -93,12 +102,13 @@ impl Pump {
         let mut report = SettleReport::default();
         let mut groups = [acks, requeues, dead].into_iter();
         let result = async {
-            let connection = self.pool.get().await.map_err(ConsumerError::Pool)?;
+            let session =
+                self.source.open().await.map_err(|e| WorkerError::store("opening a session to settle", e))?;
             for group in groups.by_ref() {
                 if group.is_empty() {
                     continue;
                 }
-                let written = match self.write(&connection, &group).await {
+                let written = match self.write(&session, &group).await {
                     Ok(written) => written,
                     Err(error) => {
                         self.pending().extend(group);
@@ -118,15 +128,11 @@ impl Pump {
         Ok(report)
     }
 
-    async fn write(
-        &self,
-        connection: &relayer_postgres::PgClient,
-        group: &[Settlement],
-    ) -> Result<Vec<i64>, ConsumerError> {
+    async fn write(&self, session: &S::Session, group: &[Settlement]) -> Result<Vec<i64>, WorkerError> {
         let written = match &group[0].kind {
             SettlementKind::Ack => {
                 let receipts: Vec<Receipt> = group.iter().map(|s| s.receipt).collect();
-                self.statements.ack(connection, &receipts).await?
+                session.ack(&receipts).await.map_err(|e| WorkerError::store("acknowledging messages", e))?
             }
             SettlementKind::Requeue(_) => {
                 let requeues: Vec<Requeue> = group
@@ -136,7 +142,7 @@ impl Pump {
                         _ => None,
                     })
                     .collect();
-                self.statements.requeue(connection, &requeues).await?
+                session.requeue(&requeues).await.map_err(|e| WorkerError::store("requeueing messages", e))?
             }
             SettlementKind::DeadLetter(_) => {
                 let dead: Vec<DeadLetter> = group
@@ -146,7 +152,10 @@ impl Pump {
                         _ => None,
                     })
                     .collect();
-                self.statements.dead_letter(connection, &dead).await?
+                session
+                    .dead_letter(&dead)
+                    .await
+                    .map_err(|e| WorkerError::store("dead-lettering messages", e))?
             }
         };
         Ok(written)

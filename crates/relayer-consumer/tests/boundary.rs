@@ -13,11 +13,10 @@ use common::{count, enqueue, enqueue_messages, fast, pool, setup, start};
 use relayer_consumer::{Handling, InboxHandler, Outcome, Subscription};
 use relayer_core::{Delivery, MessageId, MessageProblem, NewMessage};
 use relayer_postgres::{
-    ConsumeStatements, DeadLetter, EnqueueError, Heard, Inbox, InboxEntry, QueueMessage, QueueWriter,
-    Requeue, listen,
+    ConsumeStatements, DeadLetter, EnqueueError, Heard, Inbox, InboxEntry, PgSession, QueueMessage,
+    QueueWriter, Requeue, listen,
 };
 use relayer_test_support::{TestDb, eventually, within};
-use tokio_postgres::Transaction;
 use tokio_util::sync::CancellationToken;
 
 /// QUE-5: once a reader's visibility lapsed and another reader received the message, the
@@ -95,8 +94,8 @@ struct Effects {
 }
 
 #[relayer_core::async_trait]
-impl InboxHandler for Effects {
-    async fn handle(&self, tx: &Transaction<'_>, message: &QueueMessage) -> Outcome {
+impl InboxHandler<PgSession> for Effects {
+    async fn handle(&self, tx: &PgSession, message: &QueueMessage) -> Outcome {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let call = {
             let mut seen = self.seen.lock().unwrap();
@@ -104,7 +103,7 @@ impl InboxHandler for Effects {
             *n += 1;
             *n
         };
-        if let Err(error) = tx.execute(&self.insert, &[message.id.as_uuid()]).await {
+        if let Err(error) = tx.connection().execute(&self.insert, &[message.id.as_uuid()]).await {
             return Outcome::failed(error);
         }
         if self.slow_first.get(&message.id).is_some_and(|n| call <= *n) {
@@ -153,7 +152,7 @@ async fn the_inbox_records_first_and_commits_effects_with_the_ack_que_3() {
         seen: Default::default(),
         slow_first: HashMap::new(),
     });
-    let handling = Handling::Inbox(Arc::clone(&handler) as Arc<dyn InboxHandler>);
+    let handling = Handling::Inbox(Arc::clone(&handler) as Arc<dyn InboxHandler<PgSession>>);
     let running = start(
         &db,
         pool(&db, "p", 5).await.0,
@@ -225,7 +224,7 @@ async fn a_handler_writing_to_the_same_database_has_exactly_one_effect_per_messa
     let subscription = Subscription::new("billing", options).unwrap();
     let mut pumps = Vec::new();
     for name in ["a", "b", "c", "d"] {
-        let handling = Handling::Inbox(Arc::clone(&handler) as Arc<dyn InboxHandler>);
+        let handling = Handling::Inbox(Arc::clone(&handler) as Arc<dyn InboxHandler<PgSession>>);
         pumps.push(start(&db, pool(&db, name, 7).await.0, subscription.clone(), handling).await);
     }
     eventually("every delivery is acked", || async { count(&db, "billing").await == 0 }).await;

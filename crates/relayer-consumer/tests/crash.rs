@@ -18,9 +18,8 @@ use std::time::Duration;
 use common::{count, enqueue, fast, pool, setup, start};
 use relayer_consumer::{Consumer, Handling, InboxHandler, Outcome, Subscription};
 use relayer_core::Namespace;
-use relayer_postgres::{QueueMessage, connect_pool};
+use relayer_postgres::{PgNotifications, PgSession, PgSource, QueueMessage, connect_pool};
 use relayer_test_support::eventually;
-use tokio_postgres::Transaction;
 use tokio_util::sync::CancellationToken;
 
 const CHILD_URL: &str = "RELAYER_CONSUMER_CRASH_CHILD_URL";
@@ -38,11 +37,11 @@ struct Effect {
 }
 
 #[relayer_core::async_trait]
-impl InboxHandler for Effect {
-    async fn handle(&self, tx: &Transaction<'_>, message: &QueueMessage) -> Outcome {
+impl InboxHandler<PgSession> for Effect {
+    async fn handle(&self, tx: &PgSession, message: &QueueMessage) -> Outcome {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let insert = format!("INSERT INTO \"{}\".effects (message_id) VALUES ($1)", self.schema);
-        if let Err(error) = tx.execute(&insert, &[message.id.as_uuid()]).await {
+        if let Err(error) = tx.connection().execute(&insert, &[message.id.as_uuid()]).await {
             return Outcome::failed(error);
         }
         if let Some(marker) = &self.marker {
@@ -75,7 +74,9 @@ fn crash_child() {
         let handling = Handling::Inbox(Arc::new(handler));
         let pool = connect_pool(config.clone(), 4).await.unwrap();
         let subscription = Subscription::new("billing", options()).unwrap();
-        Consumer::new(config, pool, namespace, subscription, handling)
+        let (notifications, source) =
+            (PgNotifications::queue(config, &namespace), PgSource::new(pool, &namespace));
+        Consumer::new(notifications, source, namespace, subscription, handling)
             .run(CancellationToken::new())
             .await
             .unwrap();
@@ -117,7 +118,7 @@ async fn a_consumer_killed_mid_handler_lets_its_message_reappear_and_the_inbox_k
         calls: AtomicU32::new(0),
         marker: None,
     });
-    let handling = Handling::Inbox(Arc::clone(&handler) as Arc<dyn InboxHandler>);
+    let handling = Handling::Inbox(Arc::clone(&handler) as Arc<dyn InboxHandler<PgSession>>);
     let running = start(
         &db,
         pool(&db, "survivor", 4).await.0,

@@ -12,15 +12,14 @@ use common::{count, enqueue, fast, pool, setup, start};
 use relayer_cleanup::Cleanup;
 use relayer_consumer::{Handling, InboxHandler, Outcome, Subscription};
 use relayer_core::{CleanupOptions, Retention, StoreSource};
-use relayer_postgres::{PgSource, QueueMessage};
+use relayer_postgres::{PgSession, PgSource, QueueMessage};
 use relayer_worker::Leadership;
-use tokio_postgres::Transaction;
 
 struct Noop;
 
 #[relayer_core::async_trait]
-impl InboxHandler for Noop {
-    async fn handle(&self, _tx: &Transaction<'_>, _message: &QueueMessage) -> Outcome {
+impl InboxHandler<PgSession> for Noop {
+    async fn handle(&self, _tx: &PgSession, _message: &QueueMessage) -> Outcome {
         Outcome::Ack
     }
 }
@@ -43,7 +42,7 @@ async fn inbox_cleanup_deletes_every_expired_row_under_a_consumers_write_load_re
         .unwrap();
     let messages = 400;
     enqueue(&db, "billing", messages).await;
-    let handling = Handling::Inbox(Arc::new(Noop) as Arc<dyn InboxHandler>);
+    let handling = Handling::Inbox(Arc::new(Noop) as Arc<dyn InboxHandler<PgSession>>);
     let pump = start(
         &db,
         pool(&db, "pump", 8).await.0,

@@ -19,7 +19,9 @@ pub mod eligibility;
 pub mod lock;
 pub mod message;
 pub mod namespace;
+pub mod notifications;
 pub mod options;
+pub mod queue_message;
 pub mod retry;
 pub mod session;
 pub mod store;
@@ -55,11 +57,13 @@ fn one_line(text: &str) -> String {
 pub use lock::{DistributedLock, LockError, LockErrorKind, LockGuard, advisory_lock_key};
 pub use message::{Delivery, Envelope, Headers, MessageError, MessageId, MessageProblem, NewMessage};
 pub use namespace::{IdentifierError, IdentifierKind, Namespace};
+pub use notifications::{Heard, Notifications};
+pub use queue_message::{QueueMessage, Receipt, Received, Undecodable};
 pub use session::{Session, StoreSource};
 pub use store::{
     CheckLease, ClaimOutbox, Claimed, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns,
     CompletionReport, DeleteExpired, HoldBackDestination, HoldLease, LeaderCheck, Lease, LockOutbox,
-    LockedPage, PageRequest, ScanRecovery, Store, StoreError, UndecodableRow, VerifySchema,
+    LockedPage, MoveDeadLetters, PageRequest, ScanRecovery, Store, StoreError, UndecodableRow, VerifySchema,
 };
 pub use time::Timestamp;
 pub use transport::{

@@ -6,7 +6,10 @@
 //! ([`CompleteOutbox`]); the sweeper also scans for rows left behind ([`ScanRecovery`]);
 //! retention cleanup only deletes expired rows ([`DeleteExpired`]); leaders hold leases
 //! ([`HoldLease`], [`CheckLease`]); a tripped destination's rows are held back for its
-//! cool-down ([`HoldBackDestination`]). A worker's bounds are therefore a readable list of what it may do to
+//! cool-down ([`HoldBackDestination`]); the dead-letter policy worker redrives and expires
+//! dead letters ([`MoveDeadLetters`]); the queue consumer receives ([`ReceiveQueue`]),
+//! settles ([`SettleQueue`]) and keeps its messages invisible ([`ExtendVisibility`]), and
+//! records them in its inbox ([`RecordInbox`]). A worker's bounds are therefore a readable list of what it may do to
 //! the store, and a user who implements the traits for another store — or wraps relayer's
 //! PostgreSQL handle to add metrics, faults or logging — implements only what the worker
 //! at hand asks for. One trait per capability, never one trait with every method.
@@ -63,10 +66,20 @@ use crate::message::Envelope;
 use crate::time::Timestamp;
 
 mod check_lease;
+mod extend_visibility;
 mod hold_back;
+mod move_dead_letters;
+mod receive_queue;
+mod record_inbox;
+mod settle_queue;
 
 pub use check_lease::CheckLease;
+pub use extend_visibility::ExtendVisibility;
 pub use hold_back::HoldBackDestination;
+pub use move_dead_letters::MoveDeadLetters;
+pub use receive_queue::ReceiveQueue;
+pub use record_inbox::{InboxEntry, RecordInbox};
+pub use settle_queue::{DeadLetter, Requeue, SettleQueue};
 
 /// A store's error: an error that says whether retrying later may succeed.
 pub trait StoreError: std::error::Error + Send + Sync + 'static {

@@ -11,8 +11,10 @@
 //! **expire** — delete them `after` dead-lettering. Types without a policy keep theirs.
 //!
 //! One replica at a time runs the pass for a namespace, led by a session advisory lock on
-//! [`lock_resource`] by default (LDR-5), every `interval` (default 15 min, DLP-1). A pass
-//! borrows one pooled connection (LIF-2) and, per type, runs one statement per batch of at
+//! [`lock_resource`] by default (LDR-5), every `interval` (default 15 min, DLP-1). The
+//! worker reaches its store only through the core capability traits
+//! ([`MoveDeadLetters`](relayer_core::store::MoveDeadLetters) and a lease); a pass opens
+//! one session of its [`StoreSource`](relayer_core::StoreSource) (LIF-2) and, per type, runs one statement per batch of at
 //! most `batch_size` until a batch comes back short. Each move is one statement that picks
 //! its rows with `FOR UPDATE SKIP LOCKED` and changes them (DLP-3): a redrive restores the
 //! original topic, resets the handled count, strips the rejection stamps and makes the
@@ -31,7 +33,7 @@
 //! `relayer_postgres::dead_letters` (DLP-7).
 //!
 //! ```no_run
-//! # async fn example(pool: relayer_postgres::PgPool, lock: std::sync::Arc<dyn relayer_core::DistributedLock>)
+//! # async fn example(source: relayer_postgres::PgSource, lock: std::sync::Arc<dyn relayer_core::DistributedLock>)
 //! # -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use relayer_core::{DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule, Namespace};
@@ -46,17 +48,15 @@
 //! ])?;
 //! let namespace = Namespace::default();
 //! let leadership = Leadership::Advisory(lock, lock_resource(&namespace));
-//! let worker = DeadLetterWorker::new(pool, namespace, policies, DeadLetterOptions::default(), leadership);
+//! let worker = DeadLetterWorker::new(source, namespace, policies, DeadLetterOptions::default(), leadership);
 //! worker.run(CancellationToken::new()).await?; // returns once the token is cancelled
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
 
-mod error;
 mod hosted;
 mod report;
 mod worker;
 
-pub use error::DeadLetterError;
 pub use report::{DeadLetterReport, TypeReport};
 pub use worker::{DeadLetterWorker, LEASE_JOB, lock_resource};

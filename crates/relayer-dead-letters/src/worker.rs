@@ -1,20 +1,19 @@
 //! The policy worker: options → [`DeadLetterWorker::new`] → [`DeadLetterWorker::run`] → one
-//! pass per interval, each [`DeadLetterWorker::run_once`] on one pooled connection.
+//! pass per interval, each [`DeadLetterWorker::run_once`] on one store session.
 
 use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use relayer_core::store::{HoldLease, Lease};
+use relayer_core::session::{Session, StoreSource};
+use relayer_core::store::{HoldLease, Lease, MoveDeadLetters, VerifySchema};
 use relayer_core::{DeadLetterAction, DeadLetterOptions, DeadLetterPolicies, DeadLetterRule, Namespace};
-use relayer_postgres::{
-    DeadLetterPolicyStatements, LeaseStatements, PgClient, PgPool, PgStore, StorageError, verify_schema,
+use relayer_worker::{
+    Leadership, Pass, PassLoop, PassOutcome, WorkerError, WorkerEvent, WorkerKind, release_lease_at_shutdown,
 };
-use relayer_worker::{Leadership, Pass, PassLoop, PassOutcome, WorkerEvent, WorkerKind};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::DeadLetterError;
 use crate::report::{DeadLetterReport, TypeReport};
 
 /// The lease job of the policy pass, when it is led by a lease instead of an advisory lock.
@@ -31,40 +30,52 @@ pub fn lock_resource(namespace: &Namespace) -> String {
     format!("{LEASE_JOB}:{}.{}", namespace.schema(), namespace.prefix())
 }
 
+/// Everything a policy pass does to the store: the worker's bounds, named once.
+pub(crate) trait PolicySession: Session + VerifySchema + MoveDeadLetters + HoldLease {}
+
+impl<T> PolicySession for T where T: Session + VerifySchema + MoveDeadLetters + HoldLease {}
+
 /// The dead-letter policy worker of one namespace and one policy set (§11).
-pub struct DeadLetterWorker {
-    pass: Arc<PolicyPass>,
+///
+/// It reaches its store only through `S`, a [`StoreSource`] whose sessions redrive,
+/// expire and count dead letters ([`MoveDeadLetters`]), take and renew a lease
+/// ([`HoldLease`]) and check the schema ([`VerifySchema`]). relayer's is
+/// `relayer_postgres::PgSource`.
+pub struct DeadLetterWorker<S> {
+    pass: Arc<PolicyPass<S>>,
     events: broadcast::Sender<WorkerEvent<DeadLetterReport>>,
 }
 
-impl DeadLetterWorker {
-    /// A worker applying `policies` to `namespace`, borrowing one connection of `pool` per
-    /// pass. Lead it with [`Leadership::Advisory`] on [`lock_resource`] (the default, LDR-5),
-    /// or a lease on [`LEASE_JOB`] for `options.lease_duration()`. Every statement is safe
-    /// for replicas running side by side (DLP-3); leadership only spares them the work.
+impl<S> DeadLetterWorker<S>
+where
+    S: StoreSource,
+    S::Session: VerifySchema + MoveDeadLetters + HoldLease,
+{
+    /// A worker applying `policies` to `namespace`, opening one session of `source` per
+    /// pass (`source` must work on `namespace`, which the worker's logs name). Lead it with
+    /// [`Leadership::Advisory`] on [`lock_resource`] (the default, LDR-5), or a lease on
+    /// [`LEASE_JOB`] for `options.lease_duration()`. Every statement is safe for replicas
+    /// running side by side (DLP-3); leadership only spares them the work.
     pub fn new(
-        pool: PgPool,
+        source: S,
         namespace: Namespace,
         policies: DeadLetterPolicies,
         options: DeadLetterOptions,
         leadership: Leadership,
     ) -> Self {
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
-        let pass = PolicyPass {
-            statements: DeadLetterPolicyStatements::new(&namespace),
-            leases: LeaseStatements::new(&namespace),
-            pool,
-            namespace,
-            policies,
-            options,
-            leadership,
-        };
+        let pass = PolicyPass { source, namespace, policies, options, leadership };
         DeadLetterWorker { pass: Arc::new(pass), events }
     }
 
     /// The options this worker runs with (immutable, OPT-4).
     pub fn options(&self) -> &DeadLetterOptions {
         &self.pass.options
+    }
+
+    /// The source the worker opens its sessions from (for [`run_once`](Self::run_once)).
+    pub fn source(&self) -> &S {
+        &self.pass.source
     }
 
     /// The policies this worker applies.
@@ -83,12 +94,18 @@ impl DeadLetterWorker {
     /// RES-2). On shutdown the lease or lock is released.
     ///
     /// Returns an error only when it cannot start: the schema is missing or too old, or no
-    /// connection can be had to check it.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), DeadLetterError> {
+    /// session can be opened to check it.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
         let pass = self.pass;
         {
-            let conn = pass.pool.get().await.map_err(DeadLetterError::Pool)?;
-            verify_schema(&**conn, &pass.namespace).await.map_err(DeadLetterError::Schema)?;
+            let session = pass
+                .source
+                .open()
+                .await
+                .map_err(|e| WorkerError::store("opening a store session to check the schema", e))?;
+            session.verify_schema().await.map_err(|e| {
+                WorkerError::store("dead-letter policies cannot start: checking the schema", e)
+            })?;
         }
         let backoff = pass.options.pass_backoff();
         let leadership = pass.leadership.clone();
@@ -99,16 +116,16 @@ impl DeadLetterWorker {
         Ok(())
     }
 
-    /// Runs one pass on `client`: takes or renews the lease (lease leadership), applies
-    /// every policy until its type's due dead letters are moved, counts the stuck ones, and
-    /// renews the lease. With [`Leadership::Advisory`] the caller must hold the lock (as
-    /// [`run`](Self::run) does).
-    pub async fn run_once(&self, client: &mut PgClient) -> Result<DeadLetterReport, DeadLetterError> {
-        self.pass.apply(client, &CancellationToken::new()).await
+    /// Runs one pass on `session`: takes or renews the lease in a short transaction of its
+    /// own (lease leadership), applies every policy until its type's due dead letters are
+    /// moved, counts the stuck ones, and renews the lease. With [`Leadership::Advisory`] the
+    /// caller must hold the lock (as [`run`](Self::run) does).
+    pub async fn run_once(&self, session: &mut S::Session) -> Result<DeadLetterReport, WorkerError> {
+        self.pass.apply(session, &CancellationToken::new()).await
     }
 }
 
-impl fmt::Debug for DeadLetterWorker {
+impl<S> fmt::Debug for DeadLetterWorker<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeadLetterWorker")
             .field("namespace", &self.pass.namespace)
@@ -119,26 +136,28 @@ impl fmt::Debug for DeadLetterWorker {
     }
 }
 
-struct PolicyPass {
-    pool: PgPool,
+struct PolicyPass<S> {
+    source: S,
     namespace: Namespace,
     policies: DeadLetterPolicies,
     options: DeadLetterOptions,
     leadership: Leadership,
-    statements: DeadLetterPolicyStatements,
-    leases: LeaseStatements,
 }
 
-impl PolicyPass {
+impl<S> PolicyPass<S>
+where
+    S: StoreSource,
+    S::Session: PolicySession,
+{
     async fn apply(
         &self,
-        client: &mut PgClient,
+        session: &mut S::Session,
         shutdown: &CancellationToken,
-    ) -> Result<DeadLetterReport, DeadLetterError> {
+    ) -> Result<DeadLetterReport, WorkerError> {
         let mut report = DeadLetterReport::default();
         let lease = match &self.leadership {
             Leadership::Lease { job, owner, lease_duration } => {
-                match self.leases.acquire_committed(client, job, owner, *lease_duration).await? {
+                match self.acquire(session, job, owner, *lease_duration).await? {
                     Some(lease) => Some(lease),
                     None => return Ok(report),
                 }
@@ -154,7 +173,7 @@ impl PolicyPass {
                 report.stopped_early = true;
                 break;
             }
-            let applied = self.apply_rule(&*client, rule, shutdown, &mut report.batches).await?;
+            let applied = self.apply_rule(&*session, rule, shutdown, &mut report.batches).await?;
             if applied.stuck > 0 {
                 tracing::error!(target: TARGET, namespace = %self.namespace, message_type = %applied.message_type,
                     stuck = applied.stuck, policy = %rule.policy(),
@@ -164,7 +183,7 @@ impl PolicyPass {
             report.add(applied);
         }
         if let Some(lease) = &lease {
-            self.renew(client, lease).await?;
+            self.renew(&*session, lease).await?;
         }
         if report.redriven > 0 || report.expired > 0 {
             tracing::info!(target: TARGET, namespace = %self.namespace, redriven = report.redriven,
@@ -173,27 +192,49 @@ impl PolicyPass {
         Ok(report)
     }
 
+    /// Takes or renews the lease in a short transaction of its own, committed before the
+    /// moves: each move is its own transaction, made safe by being one statement (DLP-3)
+    /// rather than by the lease row's lock. `None`: another owner leads; skip this turn.
+    /// A failure leaves the session inside the transaction, and a session dropped there
+    /// discards its connection.
+    async fn acquire(
+        &self,
+        session: &mut S::Session,
+        job: &str,
+        owner: &str,
+        lease_duration: std::time::Duration,
+    ) -> Result<Option<Lease>, WorkerError> {
+        session.begin().await.map_err(|e| WorkerError::store("beginning the lease transaction", e))?;
+        let lease = session
+            .acquire(job, owner, lease_duration)
+            .await
+            .map_err(|e| WorkerError::store("taking the dead-letter lease", e))?;
+        session.commit().await.map_err(|e| WorkerError::store("committing the lease transaction", e))?;
+        Ok(lease)
+    }
+
     /// Moves or deletes `rule`'s due dead letters a batch at a time until a batch comes back
     /// short, then counts the stuck ones.
     async fn apply_rule(
         &self,
-        client: &PgClient,
+        store: &S::Session,
         rule: &DeadLetterRule,
         shutdown: &CancellationToken,
         batches: &mut u32,
-    ) -> Result<TypeReport, StorageError> {
+    ) -> Result<TypeReport, WorkerError> {
         let mut report = TypeReport::new(rule.message_type().clone());
         let limit = self.options.batch_size();
-        let statements = &self.statements;
         let message_type = rule.message_type();
         loop {
             let moved = match rule.policy().action() {
-                DeadLetterAction::Redrive { after, give_up_after } => {
-                    statements.redrive(client, message_type, after, give_up_after, limit).await?
-                }
-                DeadLetterAction::Expire { after } => {
-                    statements.expire(client, message_type, after, limit).await?
-                }
+                DeadLetterAction::Redrive { after, give_up_after } => store
+                    .redrive_dead_letters(message_type, after, give_up_after, limit)
+                    .await
+                    .map_err(|e| WorkerError::store("redriving dead letters", e))?,
+                DeadLetterAction::Expire { after } => store
+                    .expire_dead_letters(message_type, after, limit)
+                    .await
+                    .map_err(|e| WorkerError::store("expiring dead letters", e))?,
             };
             *batches = batches.saturating_add(1);
             match rule.policy().action() {
@@ -205,16 +246,23 @@ impl PolicyPass {
             }
         }
         if let DeadLetterAction::Redrive { after, give_up_after } = rule.policy().action() {
-            report.stuck = statements.stuck(client, message_type, after, give_up_after).await?;
+            report.stuck = store
+                .count_stuck_dead_letters(message_type, after, give_up_after)
+                .await
+                .map_err(|e| WorkerError::store("counting stuck dead letters", e))?;
         }
         Ok(report)
     }
 
     /// Expiry restarts when the pass completes (LDR-2). A renewal that finds the lease
     /// taken only means another instance leads from now on: the moves made are sound.
-    async fn renew(&self, client: &PgClient, lease: &Lease) -> Result<(), DeadLetterError> {
+    async fn renew(&self, store: &S::Session, lease: &Lease) -> Result<(), WorkerError> {
         let duration = self.options.lease_duration();
-        if PgStore::new(client, &self.leases).renew(lease, duration).await?.is_none() {
+        let renewed = store
+            .renew(lease, duration)
+            .await
+            .map_err(|e| WorkerError::store("renewing the dead-letter lease", e))?;
+        if renewed.is_none() {
             tracing::debug!(target: TARGET, namespace = %self.namespace, job = %lease.job,
                 "the lease was not renewed (busy or taken over); the next pass settles it");
         }
@@ -223,22 +271,30 @@ impl PolicyPass {
 }
 
 #[async_trait]
-impl Pass for PolicyPass {
+impl<S> Pass for PolicyPass<S>
+where
+    S: StoreSource,
+    S::Session: PolicySession,
+{
     type Report = DeadLetterReport;
-    type Error = DeadLetterError;
+    type Error = WorkerError;
 
     async fn run_pass(
         &self,
         shutdown: &CancellationToken,
-    ) -> Result<PassOutcome<DeadLetterReport>, DeadLetterError> {
-        // One connection for the whole pass, and no second one while holding it (LIF-2).
-        let mut conn = self.pool.get().await.map_err(DeadLetterError::Pool)?;
-        let report = self.apply(&mut conn, shutdown).await?;
+    ) -> Result<PassOutcome<DeadLetterReport>, WorkerError> {
+        // One session for the whole pass, and no second one while holding it (LIF-2).
+        let mut session = self
+            .source
+            .open()
+            .await
+            .map_err(|e| WorkerError::store("opening the pass's store session", e))?;
+        let report = self.apply(&mut session, shutdown).await?;
         Ok(if report.led { PassOutcome::Led(report) } else { PassOutcome::NotLeader })
     }
 
     async fn stopped(&self) {
         let Leadership::Lease { job, owner, .. } = &self.leadership else { return };
-        self.leases.release_at_shutdown(&self.pool, job, owner).await;
+        release_lease_at_shutdown(&self.source, &self.namespace, job, owner).await;
     }
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{DAY, count, db_now, dead_letter, dead_lettered_ago, failing_dispatcher, in_queue, send, setup};
-use relayer_core::{MessageId, NewMessage};
+use relayer_core::{MessageId, NewMessage, StoreSource};
 use relayer_postgres::{
     DeadLetterApi, DeadLetterApiError, Mode, OutboxDeadFilter, OutboxWriter, QueueDeadLetterFilter, Touched,
 };
@@ -291,7 +291,7 @@ async fn outbox_dead_rows_are_listed_redriven_by_id_delivered_and_purged_with_au
 #[tokio::test]
 async fn a_skipped_lane_head_is_left_by_policies_and_redriven_by_hand_into_its_lane_dlp_7() {
     use relayer_core::{DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule};
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     let (dispatcher, transport) = failing_dispatcher(&db).await;
     let writer = OutboxWriter::new(db.namespace(), ["switch"]);
     let head = NewMessage::new("switch", "orders", b"head".to_vec()).lane("customer-7");
@@ -304,13 +304,20 @@ async fn a_skipped_lane_head_is_left_by_policies_and_redriven_by_hand_into_its_l
 
     let policy = DeadLetterPolicy::redrive(Duration::ZERO, DAY).unwrap();
     let worker = relayer_dead_letters::DeadLetterWorker::new(
-        relayer_postgres::connect_pool(db.config(), 1).await.unwrap(),
+        relayer_postgres::PgSource::new(
+            relayer_postgres::connect_pool(db.config(), 1).await.unwrap(),
+            db.namespace(),
+        ),
         db.namespace().clone(),
         DeadLetterPolicies::new([DeadLetterRule::outbox("switch", "orders", policy)]).unwrap(),
         DeadLetterOptions::default(),
         relayer_worker::Leadership::EveryInstance,
     );
-    assert_eq!(worker.run_once(&mut client).await.unwrap().redriven, 0, "policies leave lane rows alone");
+    assert_eq!(
+        worker.run_once(&mut worker.source().open().await.unwrap()).await.unwrap().redriven,
+        0,
+        "policies leave lane rows alone"
+    );
     assert_eq!(count(&client, &db, "dead").await, 1);
 
     let api = DeadLetterApi::new(db.namespace());

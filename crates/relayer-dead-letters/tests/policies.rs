@@ -11,13 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    DAY, HOUR, count, db_now, dead_letter, dead_lettered_ago, failing_dispatcher, in_queue, pool, send,
-    setup, worker,
+    DAY, HOUR, count, db_now, dead_letter, dead_lettered_ago, failing_dispatcher, in_queue, send, setup,
+    source, worker,
 };
 use relayer_core::dead_letter::UNACCEPTABLE;
-use relayer_core::{DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule, NewMessage};
+use relayer_core::{
+    DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule, NewMessage, StoreSource,
+};
 use relayer_dead_letters::{DeadLetterReport, DeadLetterWorker, lock_resource};
-use relayer_postgres::{OutboxWriter, PgClient};
+use relayer_postgres::{OutboxWriter, PgSource};
 use relayer_test_support::within;
 use relayer_worker::{Leadership, PassOutcome, WorkerEvent};
 use tokio_util::sync::CancellationToken;
@@ -31,7 +33,7 @@ fn redrive(after: Duration, give_up_after: Duration) -> DeadLetterPolicy {
 #[tokio::test]
 async fn only_types_with_a_policy_are_moved_and_others_keep_their_dead_letters_dlp_1() {
     assert_eq!(DeadLetterOptions::default().interval(), Duration::from_secs(15 * 60));
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     let now = db_now(&client).await;
     send(&db, "orders", 3, now).await;
     send(&db, "invoices", 2, now).await;
@@ -40,7 +42,7 @@ async fn only_types_with_a_policy_are_moved_and_others_keep_their_dead_letters_d
 
     let worker =
         worker(&db, vec![DeadLetterRule::queue("orders", "dead", redrive(Duration::ZERO, DAY))], 10).await;
-    let report = worker.run_once(&mut client).await.unwrap();
+    let report = worker.run_once(&mut worker.source().open().await.unwrap()).await.unwrap();
     assert_eq!((report.redriven, report.expired, report.stuck), (3, 0, 0));
     assert_eq!(in_queue(&client, &db, "orders").await, 3);
     assert_eq!(in_queue(&client, &db, "dead").await, 2, "invoices has no policy: its dead letters stay");
@@ -50,7 +52,7 @@ async fn only_types_with_a_policy_are_moved_and_others_keep_their_dead_letters_d
 /// database clock; a redrive due too late gives up; expiry deletes once `after` passed.
 #[tokio::test]
 async fn windows_count_after_from_dead_lettering_and_give_up_after_from_creation_dlp_2() {
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     let now = db_now(&client).await;
     // Created now (young), two days ago (past give_up_after = 1d), for each of three ages
     // since dead-lettering.
@@ -73,7 +75,7 @@ async fn windows_count_after_from_dead_lettering_and_give_up_after_from_creation
         10,
     )
     .await;
-    let report = worker.run_once(&mut client).await.unwrap();
+    let report = worker.run_once(&mut worker.source().open().await.unwrap()).await.unwrap();
     let per_type: Vec<(u64, u64)> = report.types.iter().map(|t| (t.redriven, t.stuck)).collect();
     assert_eq!(per_type, [(0, 0), (2, 0), (0, 0), (0, 2)], "wait, redrive, wait, gave up");
     assert_eq!(in_queue(&client, &db, "young").await, 2);
@@ -82,16 +84,20 @@ async fn windows_count_after_from_dead_lettering_and_give_up_after_from_creation
     // Expiry: `after` since dead-lettering, whatever the age since creation.
     let expire =
         worker_with(&db, DeadLetterRule::queue("old", "dead.due", DeadLetterPolicy::expire(3 * HOUR))).await;
-    assert_eq!(expire.run_once(&mut client).await.unwrap().expired, 0, "dead-lettered 2h ago: kept");
+    assert_eq!(
+        expire.run_once(&mut expire.source().open().await.unwrap()).await.unwrap().expired,
+        0,
+        "dead-lettered 2h ago: kept"
+    );
     dead_lettered_ago(&client, &db, "dead.due", "old", 3 * HOUR).await;
-    assert_eq!(expire.run_once(&mut client).await.unwrap().expired, 2);
+    assert_eq!(expire.run_once(&mut expire.source().open().await.unwrap()).await.unwrap().expired, 2);
     assert_eq!(in_queue(&client, &db, "dead.due").await, 0);
 
     let refused = DeadLetterPolicy::redrive(DAY, DAY).unwrap_err();
     assert_eq!(refused.to_string(), "give_up_after: 1d must be greater than after (1d)");
 }
 
-async fn worker_with(db: &relayer_test_support::TestDb, rule: DeadLetterRule) -> DeadLetterWorker {
+async fn worker_with(db: &relayer_test_support::TestDb, rule: DeadLetterRule) -> DeadLetterWorker<PgSource> {
     worker(db, vec![rule], 10).await
 }
 
@@ -99,12 +105,12 @@ async fn worker_with(db: &relayer_test_support::TestDb, rule: DeadLetterRule) ->
 /// rejection stamps and makes the message visible now, keeping id, body and headers.
 #[tokio::test]
 async fn a_redrive_restores_the_topic_resets_the_count_and_strips_the_stamps_dlp_3() {
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     let ids = send(&db, "orders", 2, db_now(&client).await).await;
     dead_letter(&client, &db, "orders", "orders.dead", "handler", 2).await;
     let worker =
         worker_with(&db, DeadLetterRule::queue("orders", "orders.dead", redrive(Duration::ZERO, DAY))).await;
-    assert_eq!(worker.run_once(&mut client).await.unwrap().redriven, 2);
+    assert_eq!(worker.run_once(&mut worker.source().open().await.unwrap()).await.unwrap().redriven, 2);
     let rows = client
         .query(
             &format!(
@@ -141,12 +147,11 @@ async fn four_replicas_redrive_10000_dead_letters_each_exactly_once_dlp_3() {
     let mut replicas = Vec::new();
     for _ in 0..4 {
         let worker = worker(&db, vec![rule.clone()], 250).await;
-        let mut connection = PgClient::new(db.connect().await);
         replicas.push(tokio::spawn(async move {
             let mut moved = 0;
             // Each replica keeps passing until it finds nothing left (others may drain it).
             loop {
-                let report = worker.run_once(&mut connection).await.unwrap();
+                let report = worker.run_once(&mut worker.source().open().await.unwrap()).await.unwrap();
                 moved += report.redriven;
                 if report.redriven == 0 {
                     return moved;
@@ -181,7 +186,7 @@ async fn four_replicas_redrive_10000_dead_letters_each_exactly_once_dlp_3() {
 /// original topic, so a policy moves its own type's dead letters only.
 #[tokio::test]
 async fn types_sharing_a_dead_letter_queue_are_moved_by_their_own_policy_only_dlp_4() {
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     let now = db_now(&client).await;
     send(&db, "orders", 4, now).await;
     send(&db, "invoices", 3, now).await;
@@ -196,7 +201,7 @@ async fn types_sharing_a_dead_letter_queue_are_moved_by_their_own_policy_only_dl
         2,
     )
     .await;
-    let report = worker.run_once(&mut client).await.unwrap();
+    let report = worker.run_once(&mut worker.source().open().await.unwrap()).await.unwrap();
     assert_eq!((report.redriven, report.expired), (4, 3));
     assert_eq!(report.batches, 3 + 2, "orders: 2, 2, 0; invoices: 2, 1");
     assert_eq!(in_queue(&client, &db, "orders").await, 4);
@@ -210,7 +215,7 @@ async fn types_sharing_a_dead_letter_queue_are_moved_by_their_own_policy_only_dl
 /// invalid-message queue, nor an undecodable (`unacceptable`) dead letter by a redrive.
 #[tokio::test]
 async fn rows_without_original_topic_and_the_invalid_message_queue_are_never_touched_dlp_4() {
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     let now = db_now(&client).await;
     // Sent straight into the dead-letter queue by some other producer: no original topic.
     send(&db, "dead", 2, now).await;
@@ -224,7 +229,7 @@ async fn rows_without_original_topic_and_the_invalid_message_queue_are_never_tou
     let worker =
         worker_with(&db, DeadLetterRule::queue("orders", "dead", redrive(Duration::ZERO, 365 * DAY))).await;
     for _ in 0..2 {
-        let report = worker.run_once(&mut client).await.unwrap();
+        let report = worker.run_once(&mut worker.source().open().await.unwrap()).await.unwrap();
         assert_eq!((report.redriven, report.stuck), (1, 0), "only the decodable dead letter moves");
         dead_letter(&client, &db, "orders", "dead", "handler", 1).await;
     }
@@ -236,7 +241,7 @@ async fn rows_without_original_topic_and_the_invalid_message_queue_are_never_tou
     let expire =
         worker_with(&db, DeadLetterRule::queue("orders", "dead", DeadLetterPolicy::expire(Duration::ZERO)))
             .await;
-    assert_eq!(expire.run_once(&mut client).await.unwrap().expired, 2);
+    assert_eq!(expire.run_once(&mut expire.source().open().await.unwrap()).await.unwrap().expired, 2);
     assert_eq!(in_queue(&client, &db, "dead").await, 2);
     assert_eq!(in_queue(&client, &db, "orders.invalid").await, 1);
 }
@@ -277,14 +282,14 @@ async fn stuck_dead_letters_are_left_and_counted_by_every_pass_dlp_5() {
         .finish();
     // The test runs on one thread: the subscriber sees the worker's passes.
     let _logging = tracing::subscriber::set_default(subscriber);
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     let now = db_now(&client).await;
     send(&db, "orders", 3, now.saturating_sub(10 * DAY)).await;
     dead_letter(&client, &db, "orders", "dead", "handler", 3).await;
     let worker =
         worker_with(&db, DeadLetterRule::queue("orders", "dead", redrive(Duration::ZERO, DAY))).await;
     for _ in 0..3 {
-        let report = worker.run_once(&mut client).await.unwrap();
+        let report = worker.run_once(&mut worker.source().open().await.unwrap()).await.unwrap();
         assert_eq!((report.redriven, report.stuck), (0, 3));
         assert_eq!(report.types[0].stuck, 3);
     }
@@ -321,7 +326,7 @@ fn a_policy_needs_exactly_one_subscription_with_its_dead_letter_queue_dlp_6() {
 /// redriven back into the outbox, and the dispatcher then delivers them, identity intact.
 #[tokio::test]
 async fn outbox_dead_rows_are_redriven_by_policy_and_the_dispatcher_delivers_them_dlp_1() {
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     let (dispatcher, transport) = failing_dispatcher(&db).await;
     let writer = OutboxWriter::new(db.namespace(), ["switch"]);
     let messages: Vec<NewMessage> = (0..5u8)
@@ -336,7 +341,7 @@ async fn outbox_dead_rows_are_redriven_by_policy_and_the_dispatcher_delivers_the
 
     let worker =
         worker(&db, vec![DeadLetterRule::outbox("switch", "orders", redrive(Duration::ZERO, DAY))], 10).await;
-    let report = worker.run_once(&mut client).await.unwrap();
+    let report = worker.run_once(&mut worker.source().open().await.unwrap()).await.unwrap();
     assert_eq!(report.redriven, 3);
     assert_eq!(count(&client, &db, "dead").await, 2, "invoices has no policy");
     assert_eq!(dispatcher.run_once(&*client).await.unwrap().sent, 3);
@@ -363,7 +368,7 @@ async fn one_replica_leads_through_the_advisory_lock_ldr_5() {
     for _ in 0..2 {
         let lock = relayer_advisory_lock::PgAdvisoryLock::new(db.config()).with_shutdown(shutdown.clone());
         let worker = DeadLetterWorker::new(
-            pool(&db, 1).await,
+            source(&db, 1).await,
             db.namespace().clone(),
             DeadLetterPolicies::new([rule.clone()]).unwrap(),
             options.clone(),
@@ -400,7 +405,7 @@ async fn one_replica_leads_through_the_advisory_lock_ldr_5() {
 /// LDR-5: a lease may lead the pass instead: while one owner holds it, another skips.
 #[tokio::test]
 async fn a_lease_can_lead_the_pass_instead_ldr_5() {
-    let (db, mut client) = setup().await;
+    let (db, client) = setup().await;
     send(&db, "orders", 2, db_now(&client).await).await;
     dead_letter(&client, &db, "orders", "dead", "handler", 2).await;
     let rule = DeadLetterRule::queue("orders", "dead", redrive(Duration::ZERO, DAY));
@@ -409,7 +414,7 @@ async fn a_lease_can_lead_the_pass_instead_ldr_5() {
         let rule = rule.clone();
         async move {
             DeadLetterWorker::new(
-                pool(db, 1).await,
+                source(db, 1).await,
                 db.namespace().clone(),
                 DeadLetterPolicies::new([rule]).unwrap(),
                 DeadLetterOptions::default(),
@@ -418,10 +423,13 @@ async fn a_lease_can_lead_the_pass_instead_ldr_5() {
         }
     };
     let (a, b) = (leased("a").await, leased("b").await);
-    let first = a.run_once(&mut client).await.unwrap();
+    let first = a.run_once(&mut a.source().open().await.unwrap()).await.unwrap();
     assert!(first.led);
     assert_eq!(first.redriven, 2);
-    let second = b.run_once(&mut client).await.unwrap();
+    let second = b.run_once(&mut b.source().open().await.unwrap()).await.unwrap();
     assert!(!second.led && second.redriven == 0, "{second:?}");
-    assert!(a.run_once(&mut client).await.unwrap().led, "the holder renews its lease");
+    assert!(
+        a.run_once(&mut a.source().open().await.unwrap()).await.unwrap().led,
+        "the holder renews its lease"
+    );
 }

@@ -35,26 +35,7 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::error::{StorageError, StorageErrorKind};
 use crate::exec::Executor;
 
-/// Whether a message was new to a consumer's inbox.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InboxEntry {
-    /// Recorded now: run the effects.
-    First,
-    /// Recorded before (committed by an earlier delivery): skip the effects, ack.
-    Duplicate,
-}
-
-impl InboxEntry {
-    /// Whether the effects should run.
-    pub fn is_first(self) -> bool {
-        self == InboxEntry::First
-    }
-
-    /// The entry of a record statement that inserted `rows` rows.
-    pub fn from_inserted(rows: u64) -> Self {
-        if rows == 1 { InboxEntry::First } else { InboxEntry::Duplicate }
-    }
-}
+pub use relayer_core::store::InboxEntry;
 
 /// The inbox statement rendered for one namespace.
 #[derive(Clone, Debug)]

@@ -23,6 +23,7 @@ pub mod leases;
 mod libpq_url;
 pub mod listen;
 mod migrate;
+mod notifications;
 pub mod outbox;
 mod pool;
 pub mod queue;
@@ -52,6 +53,7 @@ pub use lanes_admin::{LaneAdmin, LaneListing};
 pub use leases::{Lease, LeaseStatements};
 pub use listen::{Heard, listen};
 pub use migrate::{MigrationReport, current_version, migrate, migration_lock_resource, verify_schema};
+pub use notifications::PgNotifications;
 pub use outbox::{
     Claimed, ClaimedMessage, Completion, CompletionReport, DEFAULT_MAX_BODY_BYTES, EnqueueBatch,
     EnqueueError, EnqueueParam, Enqueued, OutboxStatements, OutboxWriter, UndecodableRow, notify_channel,

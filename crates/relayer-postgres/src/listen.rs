@@ -20,14 +20,7 @@ const TARGET: &str = "relayer::listen";
 /// How long opening the LISTEN connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What a listener heard.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Heard<'a> {
-    /// The listener (re)connected: anything may have been missed meanwhile.
-    Connected,
-    /// A notification with this payload.
-    Notification(&'a str),
-}
+pub use relayer_core::notifications::Heard;
 
 /// Listens on `channel` until `shutdown` is cancelled, calling `heard` for every notification
 /// and after every (re)connect; reconnects after `backoff.wait_after(failures)`. The

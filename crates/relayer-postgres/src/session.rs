@@ -15,16 +15,20 @@ use std::time::Duration;
 use async_trait::async_trait;
 use relayer_core::session::{Session, StoreSource};
 use relayer_core::store::{
-    CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeleteExpired,
-    HoldBackDestination, HoldLease, Lease, LockOutbox, LockedPage, PageRequest, ScanRecovery, Store,
-    UnderLease, VerifySchema,
+    CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeadLetter,
+    DeleteExpired, ExtendVisibility, HoldBackDestination, HoldLease, InboxEntry, Lease, LockOutbox,
+    LockedPage, MoveDeadLetters, PageRequest, ReceiveQueue, RecordInbox, Requeue, ScanRecovery, SettleQueue,
+    Store, UnderLease, VerifySchema,
 };
-use relayer_core::{Namespace, RetentionTable, Uuid};
+use relayer_core::{DeadLetterType, MessageId, Namespace, Receipt, Received, RetentionTable, Uuid};
 
+use crate::dead_letter_policy::DeadLetterPolicyStatements;
 use crate::error::StorageError;
+use crate::inbox::Inbox;
 use crate::leases::LeaseStatements;
 use crate::outbox::OutboxStatements;
 use crate::pool::{PgConnectionManager, PgPool};
+use crate::queue::ConsumeStatements;
 use crate::recovery::RecoveryStatements;
 use crate::retention::RetentionStatements;
 use crate::store::PgStore;
@@ -37,6 +41,9 @@ struct Statements {
     recovery: RecoveryStatements,
     retention: RetentionStatements,
     leases: LeaseStatements,
+    dead_letters: DeadLetterPolicyStatements,
+    consume: ConsumeStatements,
+    inbox: Inbox,
 }
 
 /// Opens [`PgSession`]s on a [`PgPool`] for one namespace: the store a worker is given.
@@ -57,6 +64,9 @@ impl PgSource {
             recovery: RecoveryStatements::new(namespace),
             retention: RetentionStatements::new(namespace),
             leases: LeaseStatements::new(namespace),
+            dead_letters: DeadLetterPolicyStatements::new(namespace),
+            consume: ConsumeStatements::new(namespace),
+            inbox: Inbox::new(namespace),
         };
         PgSource { pool, statements: Arc::new(statements) }
     }
@@ -78,6 +88,9 @@ impl PgSource {
             recovery: RecoveryStatements::new(namespace).with_transports(names.iter().cloned()),
             retention: RetentionStatements::new(namespace),
             leases: LeaseStatements::new(namespace),
+            dead_letters: DeadLetterPolicyStatements::new(namespace),
+            consume: ConsumeStatements::new(namespace),
+            inbox: Inbox::new(namespace),
         };
         PgSource { pool: self.pool, statements: Arc::new(statements) }
     }
@@ -267,5 +280,80 @@ impl HoldBackDestination for PgSession {
 impl CheckLease for PgSession {
     async fn holds(&self, lease: &Lease) -> Result<bool, StorageError> {
         self.statements.leases.holds(&*self.connection, lease).await
+    }
+}
+
+#[async_trait]
+impl MoveDeadLetters for PgSession {
+    async fn redrive_dead_letters(
+        &self,
+        message_type: &DeadLetterType,
+        after: Duration,
+        give_up_after: Duration,
+        limit: u32,
+    ) -> Result<u64, StorageError> {
+        self.statements
+            .dead_letters
+            .redrive(&*self.connection, message_type, after, give_up_after, limit)
+            .await
+    }
+
+    async fn expire_dead_letters(
+        &self,
+        message_type: &DeadLetterType,
+        after: Duration,
+        limit: u32,
+    ) -> Result<u64, StorageError> {
+        self.statements.dead_letters.expire(&*self.connection, message_type, after, limit).await
+    }
+
+    async fn count_stuck_dead_letters(
+        &self,
+        message_type: &DeadLetterType,
+        after: Duration,
+        give_up_after: Duration,
+    ) -> Result<u64, StorageError> {
+        self.statements.dead_letters.stuck(&*self.connection, message_type, after, give_up_after).await
+    }
+}
+
+#[async_trait]
+impl ReceiveQueue for PgSession {
+    async fn receive(
+        &self,
+        queue: &str,
+        limit: u32,
+        visibility: Duration,
+    ) -> Result<Vec<Received>, StorageError> {
+        self.statements.consume.receive(&*self.connection, queue, limit, visibility).await
+    }
+}
+
+#[async_trait]
+impl SettleQueue for PgSession {
+    async fn ack(&self, receipts: &[Receipt]) -> Result<Vec<i64>, StorageError> {
+        self.statements.consume.ack(&*self.connection, receipts).await
+    }
+
+    async fn requeue(&self, requeues: &[Requeue]) -> Result<Vec<i64>, StorageError> {
+        self.statements.consume.requeue(&*self.connection, requeues).await
+    }
+
+    async fn dead_letter(&self, dead_letters: &[DeadLetter]) -> Result<Vec<i64>, StorageError> {
+        self.statements.consume.dead_letter(&*self.connection, dead_letters).await
+    }
+}
+
+#[async_trait]
+impl ExtendVisibility for PgSession {
+    async fn extend(&self, receipts: &[Receipt], visibility: Duration) -> Result<u64, StorageError> {
+        self.statements.consume.extend(&*self.connection, receipts, visibility).await
+    }
+}
+
+#[async_trait]
+impl RecordInbox for PgSession {
+    async fn record(&self, consumer: &str, message_id: MessageId) -> Result<InboxEntry, StorageError> {
+        self.statements.inbox.record(&*self.connection, consumer, message_id).await
     }
 }

@@ -49,11 +49,29 @@ pub enum StoreCall {
     Holds,
     /// `HoldBackDestination::hold_back`.
     HoldBack,
+    /// `MoveDeadLetters::redrive_dead_letters`.
+    RedriveDeadLetters,
+    /// `MoveDeadLetters::expire_dead_letters`.
+    ExpireDeadLetters,
+    /// `MoveDeadLetters::count_stuck_dead_letters`.
+    CountStuckDeadLetters,
+    /// `ReceiveQueue::receive`.
+    Receive,
+    /// `SettleQueue::ack`.
+    Ack,
+    /// `SettleQueue::requeue`.
+    Requeue,
+    /// `SettleQueue::dead_letter`.
+    DeadLetter,
+    /// `ExtendVisibility::extend`.
+    Extend,
+    /// `RecordInbox::record`.
+    Record,
 }
 
 impl StoreCall {
     /// Every kind of call, in declaration order.
-    pub const ALL: [StoreCall; 16] = [
+    pub const ALL: [StoreCall; 25] = [
         StoreCall::Open,
         StoreCall::Begin,
         StoreCall::Commit,
@@ -70,6 +88,15 @@ impl StoreCall {
         StoreCall::Release,
         StoreCall::Holds,
         StoreCall::HoldBack,
+        StoreCall::RedriveDeadLetters,
+        StoreCall::ExpireDeadLetters,
+        StoreCall::CountStuckDeadLetters,
+        StoreCall::Receive,
+        StoreCall::Ack,
+        StoreCall::Requeue,
+        StoreCall::DeadLetter,
+        StoreCall::Extend,
+        StoreCall::Record,
     ];
 
     /// The method's name, as the store traits spell it.
@@ -91,6 +118,15 @@ impl StoreCall {
             StoreCall::Release => "release",
             StoreCall::Holds => "holds",
             StoreCall::HoldBack => "hold_back",
+            StoreCall::RedriveDeadLetters => "redrive_dead_letters",
+            StoreCall::ExpireDeadLetters => "expire_dead_letters",
+            StoreCall::CountStuckDeadLetters => "count_stuck_dead_letters",
+            StoreCall::Receive => "receive",
+            StoreCall::Ack => "ack",
+            StoreCall::Requeue => "requeue",
+            StoreCall::DeadLetter => "dead_letter",
+            StoreCall::Extend => "extend",
+            StoreCall::Record => "record",
         }
     }
 

@@ -37,11 +37,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use relayer_core::session::{Session, StoreSource};
 use relayer_core::store::{
-    CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeleteExpired,
-    HoldBackDestination, HoldLease, Lease, LockOutbox, LockedPage, PageRequest, ScanRecovery, Store,
-    UnderLease, VerifySchema,
+    CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeadLetter,
+    DeleteExpired, ExtendVisibility, HoldBackDestination, HoldLease, InboxEntry, Lease, LockOutbox,
+    LockedPage, MoveDeadLetters, PageRequest, ReceiveQueue, RecordInbox, Requeue, ScanRecovery, SettleQueue,
+    Store, UnderLease, VerifySchema,
 };
-use relayer_core::{RetentionTable, Uuid};
+use relayer_core::{DeadLetterType, MessageId, Receipt, Received, RetentionTable, Uuid};
 
 use crate::fault::{Fault, FaultAction, FaultHandle, FaultScript, StoreCall, Strike};
 use crate::faulty_error::FaultyError;
@@ -121,6 +122,13 @@ impl<T> FaultySession<T> {
     /// Whether an injected fault killed this session's connection.
     pub fn is_killed(&self) -> bool {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner).is_none()
+    }
+
+    /// The wrapped session, unless an injected fault killed it: for statements no
+    /// capability covers (an inbox handler's effects), inside this session's transaction.
+    /// Let go of it before the next transaction step (`commit`, `rollback`).
+    pub fn inner_session(&self) -> Option<Arc<T>> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(Arc::clone)
     }
 
     /// Drops this session's hold on the wrapped session (see the module docs).
@@ -348,5 +356,87 @@ impl<T: Session + HoldBackDestination> HoldBackDestination for FaultySession<T> 
             inner.hold_back(transport, destination, cool_down).await
         })
         .await
+    }
+}
+
+#[async_trait]
+impl<T: Session + MoveDeadLetters> MoveDeadLetters for FaultySession<T> {
+    async fn redrive_dead_letters(
+        &self,
+        message_type: &DeadLetterType,
+        after: Duration,
+        give_up_after: Duration,
+        limit: u32,
+    ) -> Result<u64, Self::Error> {
+        self.run(StoreCall::RedriveDeadLetters, |inner| async move {
+            inner.redrive_dead_letters(message_type, after, give_up_after, limit).await
+        })
+        .await
+    }
+
+    async fn expire_dead_letters(
+        &self,
+        message_type: &DeadLetterType,
+        after: Duration,
+        limit: u32,
+    ) -> Result<u64, Self::Error> {
+        self.run(StoreCall::ExpireDeadLetters, |inner| async move {
+            inner.expire_dead_letters(message_type, after, limit).await
+        })
+        .await
+    }
+
+    async fn count_stuck_dead_letters(
+        &self,
+        message_type: &DeadLetterType,
+        after: Duration,
+        give_up_after: Duration,
+    ) -> Result<u64, Self::Error> {
+        self.run(StoreCall::CountStuckDeadLetters, |inner| async move {
+            inner.count_stuck_dead_letters(message_type, after, give_up_after).await
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl<T: Session + ReceiveQueue> ReceiveQueue for FaultySession<T> {
+    async fn receive(
+        &self,
+        queue: &str,
+        limit: u32,
+        visibility: Duration,
+    ) -> Result<Vec<Received>, Self::Error> {
+        self.run(StoreCall::Receive, |inner| async move { inner.receive(queue, limit, visibility).await })
+            .await
+    }
+}
+
+#[async_trait]
+impl<T: Session + SettleQueue> SettleQueue for FaultySession<T> {
+    async fn ack(&self, receipts: &[Receipt]) -> Result<Vec<i64>, Self::Error> {
+        self.run(StoreCall::Ack, |inner| async move { inner.ack(receipts).await }).await
+    }
+
+    async fn requeue(&self, requeues: &[Requeue]) -> Result<Vec<i64>, Self::Error> {
+        self.run(StoreCall::Requeue, |inner| async move { inner.requeue(requeues).await }).await
+    }
+
+    async fn dead_letter(&self, dead_letters: &[DeadLetter]) -> Result<Vec<i64>, Self::Error> {
+        self.run(StoreCall::DeadLetter, |inner| async move { inner.dead_letter(dead_letters).await }).await
+    }
+}
+
+#[async_trait]
+impl<T: Session + ExtendVisibility> ExtendVisibility for FaultySession<T> {
+    async fn extend(&self, receipts: &[Receipt], visibility: Duration) -> Result<u64, Self::Error> {
+        self.run(StoreCall::Extend, |inner| async move { inner.extend(receipts, visibility).await }).await
+    }
+}
+
+#[async_trait]
+impl<T: Session + RecordInbox> RecordInbox for FaultySession<T> {
+    async fn record(&self, consumer: &str, message_id: MessageId) -> Result<InboxEntry, Self::Error> {
+        self.run(StoreCall::Record, |inner| async move { inner.record(consumer, message_id).await }).await
     }
 }

@@ -4,26 +4,23 @@
 //! and none may depend on the facade: each implements it once, in its own `hosted.rs`, and
 //! a host holds a list of `Box<dyn HostedWorker>` whatever workers it was built with.
 
-use std::error::Error;
-
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::WorkerError;
 use crate::kind::WorkerKind;
-
-/// Why a hosted worker could not start (a missing schema, say): its own error, boxed so a
-/// host can hold workers of every kind in one list. Its `source()` chain is kept.
-pub type HostedError = Box<dyn Error + Send + Sync + 'static>;
 
 /// A background worker a host runs on a task of its own until shutdown.
 ///
 /// [`run_hosted`](Self::run_hosted) runs until `shutdown` is cancelled, then lets its
 /// passes in flight finish, releases its leadership (lease, lock) and returns — so a host
 /// that cancels every worker and awaits each task has stopped them all gracefully. Failed
-/// passes are retried inside it (RES-1); it returns an error only when it cannot start.
+/// passes are retried inside it (RES-1); it returns an error only when it cannot start, in
+/// the one error shape of every worker ([`WorkerError`]: what it was doing,
+/// [`is_transient`](WorkerError::is_transient), the cause as its source).
 ///
 /// ```
-/// use relayer_worker::{HostedError, HostedWorker, WorkerKind};
+/// use relayer_worker::{HostedWorker, WorkerError, WorkerKind};
 /// use tokio_util::sync::CancellationToken;
 ///
 /// struct Sleeper;
@@ -34,7 +31,7 @@ pub type HostedError = Box<dyn Error + Send + Sync + 'static>;
 ///         WorkerKind::Cleanup
 ///     }
 ///
-///     async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), HostedError> {
+///     async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
 ///         shutdown.cancelled().await;
 ///         Ok(())
 ///     }
@@ -62,5 +59,5 @@ pub trait HostedWorker: Send + 'static {
     }
 
     /// Runs until `shutdown` is cancelled and the work in flight has finished.
-    async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), HostedError>;
+    async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), WorkerError>;
 }

@@ -51,7 +51,7 @@ mod roll_back;
 
 pub use error::WorkerError;
 pub use events::WorkerEvent;
-pub use hosted::{HostedError, HostedWorker};
+pub use hosted::HostedWorker;
 pub use kind::WorkerKind;
 pub use leadership::Leadership;
 pub use panic::catch_panic;

@@ -130,7 +130,7 @@ impl RelayerBuilder {
     pub fn consumer(
         mut self,
         subscription: relayer_consumer::Subscription,
-        handler: impl Into<relayer_consumer::Handling>,
+        handler: impl Into<relayer_consumer::Handling<relayer_postgres::PgSession>>,
     ) -> Self {
         self.consumers.push(crate::consumers::ConsumerSpec { subscription, handling: handler.into() });
         self

@@ -12,7 +12,7 @@ use crate::pool_sizes::ConsumerDemand;
 /// A subscription and its handler, as the builder received them.
 pub(crate) struct ConsumerSpec {
     pub(crate) subscription: Subscription,
-    pub(crate) handling: Handling,
+    pub(crate) handling: Handling<relayer_postgres::PgSession>,
 }
 
 /// Whole-setup checks that need no database (OPT-5): one subscription per queue per host.

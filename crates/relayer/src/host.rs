@@ -88,7 +88,7 @@ impl RelayerHost {
             // passes are retried inside it (RES-1).
             let task = tokio::spawn(async move {
                 if let Err(error) = worker.run_hosted(token).await {
-                    tracing::error!(target: TARGET, worker = %described, error = %error_chain(&*error),
+                    tracing::error!(target: TARGET, worker = %described, error = %error_chain(&error),
                         "a worker stopped");
                 }
             });

@@ -13,8 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use relayer::async_trait;
 use relayer::consumer::{InboxHandler, Outcome};
 use relayer::core::Uuid;
-use relayer::postgres::QueueMessage;
-use relayer::tokio_postgres::Transaction;
+use relayer::postgres::{PgSession, QueueMessage};
 
 /// What marks an order for review in its body.
 pub(crate) const REVIEW_MARK: &str = "\"review\":true";
@@ -48,8 +47,8 @@ impl Billing {
 }
 
 #[async_trait]
-impl InboxHandler for Billing {
-    async fn handle(&self, _tx: &Transaction<'_>, message: &QueueMessage) -> Outcome {
+impl InboxHandler<PgSession> for Billing {
+    async fn handle(&self, _tx: &PgSession, message: &QueueMessage) -> Outcome {
         let id = *message.id.as_uuid();
         let marked = String::from_utf8_lossy(&message.body).contains(REVIEW_MARK);
         // A poisoned lock only means another call panicked: the set itself is intact.
@@ -58,7 +57,7 @@ impl InboxHandler for Billing {
         if first {
             return Outcome::reject("needs a review (the demo rejects it on its first delivery)");
         }
-        // … a service would write its effects through `_tx` here: they commit with the
+        // … a service would write its effects through `_tx.connection()` here: they commit with the
         // inbox row and the ack (QUE-3) …
         if marked {
             self.redriven.fetch_add(1, Ordering::Relaxed);

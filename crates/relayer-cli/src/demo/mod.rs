@@ -381,7 +381,7 @@ async fn consume(
         let subscription = Subscription::new(queue, options.clone())?.with_inbox_consumer(CONSUMER)?;
         rules.push(DeadLetterRule::queue(queue, subscription.dead_letter_queue(), redrive));
         dead_letter_queues.push(subscription.dead_letter_queue().to_owned());
-        let handler: Arc<dyn InboxHandler> = Arc::<Billing>::clone(&billing);
+        let handler: Arc<dyn InboxHandler<relayer::postgres::PgSession>> = Arc::<Billing>::clone(&billing);
         builder = builder.consumer(subscription, Handling::Inbox(handler));
     }
     let host = builder

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use relayer_consumer::{Consumer, Handler, Handling, Outcome, Subscription};
 use relayer_core::{ConsumerOptions, MessageId, NewMessage};
-use relayer_postgres::{PgPool, QueueMessage, QueueWriter, connect_pool, migrate};
+use relayer_postgres::{
+    PgNotifications, PgPool, PgSession, PgSource, QueueMessage, QueueWriter, connect_pool, migrate,
+};
 use relayer_test_support::TestDb;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -61,7 +63,7 @@ pub async fn enqueue_messages(db: &TestDb, messages: &[NewMessage]) {
 pub struct Running {
     pub stats: Arc<relayer_consumer::ConsumerStats>,
     shutdown: CancellationToken,
-    task: Option<JoinHandle<Result<(), relayer_consumer::ConsumerError>>>,
+    task: Option<JoinHandle<Result<(), relayer_worker::WorkerError>>>,
 }
 
 impl Running {
@@ -77,9 +79,15 @@ pub async fn start(
     db: &TestDb,
     pool: PgPool,
     subscription: Subscription,
-    handling: impl Into<Handling>,
+    handling: impl Into<Handling<PgSession>>,
 ) -> Running {
-    let consumer = Consumer::new(db.config(), pool, db.namespace().clone(), subscription, handling);
+    let consumer = Consumer::new(
+        PgNotifications::queue(db.config(), db.namespace()),
+        PgSource::new(pool, db.namespace()),
+        db.namespace().clone(),
+        subscription,
+        handling,
+    );
     let stats = consumer.stats();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(consumer.run(shutdown.clone()));

@@ -14,7 +14,7 @@ use relayer_core::{
     Transport, TransportError, async_trait,
 };
 use relayer_dead_letters::DeadLetterWorker;
-use relayer_postgres::{PgClient, PgPool, connect_pool, migrate};
+use relayer_postgres::{PgClient, PgPool, PgSource, connect_pool, migrate};
 use relayer_queue::PgQueueTransport;
 use relayer_test_support::TestDb;
 use relayer_worker::Leadership;
@@ -35,9 +35,18 @@ pub(crate) async fn pool(db: &TestDb, size: u32) -> PgPool {
     connect_pool(db.config(), size).await.unwrap()
 }
 
+/// relayer's PostgreSQL source on a pool of `size` connections of its own.
+pub(crate) async fn source(db: &TestDb, size: u32) -> PgSource {
+    PgSource::new(pool(db, size).await, db.namespace())
+}
+
 /// A worker applying `rules` in batches of `batch_size`, with no leader (the statements
 /// alone keep replicas apart).
-pub(crate) async fn worker(db: &TestDb, rules: Vec<DeadLetterRule>, batch_size: u32) -> DeadLetterWorker {
+pub(crate) async fn worker(
+    db: &TestDb,
+    rules: Vec<DeadLetterRule>,
+    batch_size: u32,
+) -> DeadLetterWorker<PgSource> {
     let options = DeadLetterOptions::builder()
         .batch_size(batch_size)
         .interval(Duration::from_millis(100))
@@ -45,7 +54,7 @@ pub(crate) async fn worker(db: &TestDb, rules: Vec<DeadLetterRule>, batch_size: 
         .build()
         .unwrap();
     DeadLetterWorker::new(
-        pool(db, 1).await,
+        source(db, 1).await,
         db.namespace().clone(),
         DeadLetterPolicies::new(rules).unwrap(),
         options,

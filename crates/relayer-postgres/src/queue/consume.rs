@@ -11,7 +11,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use relayer_core::{Headers, MessageId, Namespace, RejectionReason, Timestamp, Uuid};
+use relayer_core::{Headers, MessageId, Namespace, Timestamp, Uuid};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -20,83 +20,8 @@ use crate::exec::Executor;
 use crate::recovery::micros;
 use crate::row_codec::json_kind;
 
-/// What fences a received message: its row and the token of the receive that took it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Receipt {
-    /// The queue row's `seq`.
-    pub seq: i64,
-    /// The receive's token; ack, requeue, dead-letter and heartbeat match it.
-    pub token: Uuid,
-}
-
-/// A message received from relayer's queue, decoded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QueueMessage {
-    /// The queue row's `seq`.
-    pub seq: i64,
-    /// The message id (the inbox deduplicates on it).
-    pub id: MessageId,
-    /// The queue it was received from.
-    pub queue: String,
-    /// The body, as written.
-    pub body: Vec<u8>,
-    /// The headers, as written.
-    pub headers: Headers,
-    /// The creation context recorded at enqueue, if any.
-    pub trace_context: Option<String>,
-    /// When the message was written, on the database clock.
-    pub created_at: Timestamp,
-    /// How many times a handler failed, requeued or overran on it before this delivery.
-    pub handled_count: u32,
-}
-
-/// A row that could not be decoded: it names the table, the row and the column (§15).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("row seq {seq} of {table}, column {column}: {problem}")]
-pub struct Undecodable {
-    /// The queue table, qualified.
-    pub table: String,
-    /// The row's `seq`.
-    pub seq: i64,
-    /// The column that could not be decoded.
-    pub column: &'static str,
-    /// What is wrong with it.
-    pub problem: String,
-}
-
-/// One message a receive took: its receipt, and the message or why it cannot be decoded.
-#[derive(Clone, Debug)]
-pub struct Received {
-    /// What fences every later statement about it.
-    pub receipt: Receipt,
-    /// The decoded message, or why its row could not be decoded.
-    pub message: Result<QueueMessage, Undecodable>,
-}
-
-/// A received message to move to a dead-letter queue (QUE-2).
-#[derive(Clone, Debug)]
-pub struct DeadLetter {
-    /// The message, fenced by its receive.
-    pub receipt: Receipt,
-    /// The dead-letter (or invalid-message) queue it moves to.
-    pub queue: String,
-    /// The `rejection_reason` stamp.
-    pub reason: RejectionReason,
-    /// The `rejection_message` stamp: the handler's reason, its last error, or what could
-    /// not be decoded.
-    pub message: String,
-    /// Whether this delivery counts as handled (a handler ran): raises `handled_count`.
-    pub handled: bool,
-}
-
-/// A received message to make visible again later (QUE-2).
-#[derive(Clone, Copy, Debug)]
-pub struct Requeue {
-    /// The message, fenced by its receive.
-    pub receipt: Receipt,
-    /// How long it stays invisible, from the statement's `now()`.
-    pub delay: Duration,
-}
+pub use relayer_core::queue_message::{QueueMessage, Receipt, Received, Undecodable};
+pub use relayer_core::store::{DeadLetter, Requeue};
 
 /// The consumer statements rendered for one namespace.
 #[derive(Clone, Debug)]

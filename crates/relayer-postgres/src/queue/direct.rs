@@ -32,7 +32,7 @@ use crate::exec::Executor;
 use crate::outbox::{DEFAULT_MAX_BODY_BYTES, EnqueueError, EnqueueParam, Enqueued, WrittenColumns};
 
 /// How often, at most, a [`QueueWriter`] notifies one queue unless told otherwise.
-pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(50);
+pub use relayer_core::notifications::DEFAULT_NOTIFY_INTERVAL;
 
 /// Writes messages straight into relayer's queue table, inside the caller's transaction
 /// (QUE-4). A message's destination is its queue.

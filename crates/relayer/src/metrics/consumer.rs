@@ -16,7 +16,7 @@ use super::{MESSAGES, REFRESH};
 
 /// Records `consumer`'s metrics on a task of its own until it has stopped. Call it before
 /// the consumer runs, so no call goes unseen.
-pub(crate) fn observe(consumer: &Consumer) {
+pub(crate) fn observe<S: relayer_core::StoreSource>(consumer: &Consumer<S>) {
     let queue = consumer.subscription().queue().to_owned();
     tokio::spawn(watch(queue, consumer.subscribe(), consumer.stats()));
 }

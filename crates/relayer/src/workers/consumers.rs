@@ -2,6 +2,7 @@
 //! and its own LISTEN session; every instance runs them.
 
 use relayer_consumer::Consumer;
+use relayer_postgres::{PgNotifications, PgSource};
 
 use crate::workers::context::WorkerContext;
 use crate::workers::hosted::HostedWorkers;
@@ -12,8 +13,8 @@ pub(crate) fn build(context: &WorkerContext<'_>, hosted: &mut HostedWorkers) {
     // The connect step opened one pool per subscription, in the same order.
     for (spec, (_, pool)) in setup.consumers.iter().zip(&context.connected.consumers) {
         let consumer = Consumer::new(
-            setup.database.clone(),
-            pool.clone(),
+            PgNotifications::queue(setup.database.clone(), &setup.namespace),
+            PgSource::new(pool.clone(), &setup.namespace),
             setup.namespace.clone(),
             spec.subscription.clone(),
             spec.handling.clone(),

@@ -2,6 +2,7 @@
 //! builder call says (an advisory lock by default, LDR-5).
 
 use relayer_dead_letters::{DeadLetterWorker, LEASE_JOB};
+use relayer_postgres::PgSource;
 
 use crate::fingerprints::WorkerSettings;
 use crate::workers::context::WorkerContext;
@@ -16,13 +17,9 @@ pub(crate) fn build(context: &WorkerContext<'_>, hosted: &mut HostedWorkers) {
     let options = led.options();
     let leadership =
         context.electorate.leadership(led.election().clone(), LEASE_JOB, options.lease_duration());
-    let worker = DeadLetterWorker::new(
-        context.connected.maintenance.clone(),
-        setup.namespace.clone(),
-        policies.clone(),
-        options.clone(),
-        leadership,
-    );
+    let store = PgSource::new(context.connected.maintenance.clone(), &setup.namespace);
+    let worker =
+        DeadLetterWorker::new(store, setup.namespace.clone(), policies.clone(), options.clone(), leadership);
     #[cfg(feature = "metrics")]
     crate::metrics::observe(relayer_worker::WorkerKind::DeadLetter, worker.subscribe());
     // The policies are part of the worker's settings: replicas must agree on them too.
