@@ -17,8 +17,8 @@ use crate::tls::Tls;
 /// A TLS connector given to [`with_tls`](Self::with_tls) means TLS, always: the `Config`'s
 /// `sslmode=prefer` (tokio-postgres's default, which would go on in plaintext when the
 /// server, or a man in the middle, answers that it has no TLS) is raised to `require`, and
-/// `sslmode=disable` is refused with a [`TlsModeConflict`]. Only
-/// [`connector_from_url`](crate::connector_from_url) makes a connector that prefers TLS
+/// `sslmode=disable` is refused with a [`TlsModeConflict`]. Only `connector_from_url`
+/// (feature `tls-rustls`) makes a connector that prefers TLS
 /// without requiring it: libpq's default `sslmode=prefer` with no certificate to verify
 /// against.
 ///
@@ -57,7 +57,7 @@ impl Connector {
 
     /// Connections to `config` through `tls`, any tokio-postgres TLS connector (e.g.
     /// `tokio_postgres_rustls::MakeRustlsConnect`, `postgres_native_tls::MakeTlsConnector`,
-    /// or [`rustls_tls`](crate::rustls_tls)'s), always encrypted: `sslmode=prefer` (the
+    /// or `rustls_tls`'s), always encrypted: `sslmode=prefer` (the
     /// default) is raised to `require`, so no connection falls back to plaintext, and
     /// `sslmode=disable` is refused, naming both. Passing `NoTls` gives the plain connector
     /// of [`new`](Self::new).
@@ -95,8 +95,7 @@ impl Connector {
     }
 
     /// `config` (whose `sslmode` is `prefer`) through `tls` when the server offers TLS, in
-    /// plaintext otherwise: libpq's default, for [`connector_from_url`](crate::connector_from_url)
-    /// only.
+    /// plaintext otherwise: libpq's default, for `connector_from_url` only.
     #[cfg_attr(not(feature = "tls-rustls"), allow(dead_code))]
     pub(crate) fn preferring(config: Config, tls: Tls) -> Self {
         Connector { config, tls: Some(tls) }
