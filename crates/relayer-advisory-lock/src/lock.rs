@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use relayer_core::{DistributedLock, LockError, LockErrorKind, LockGuard, advisory_lock_key};
+use tokio_postgres::config::SslMode;
 use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
 use tokio_postgres::{Config, NoTls, Socket};
 use tokio_util::sync::CancellationToken;
@@ -50,8 +51,16 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct PgAdvisoryLock<T = NoTls> {
     config: Config,
     tls: T,
+    /// Whether `with_tls` raised the config's `sslmode=prefer` to `require`.
+    raised_to_require: bool,
+    /// Why no session may be opened: `sslmode=disable` with a TLS connector.
+    refused: Option<&'static str>,
     shared: Arc<Shared>,
 }
+
+/// Why a lock given a TLS connector and `sslmode=disable` takes no lock.
+const DISABLE_WITH_TLS: &str = "the config's sslmode=disable forbids TLS, but a TLS connector was given: \
+     drop sslmode=disable (TLS is then required) or use PgAdvisoryLock::new";
 
 /// State shared between a lock and its guards.
 #[derive(Debug)]
@@ -71,9 +80,15 @@ impl PgAdvisoryLock<NoTls> {
     }
 }
 
-impl<T> PgAdvisoryLock<T> {
+impl<T: 'static> PgAdvisoryLock<T> {
     /// A lock whose sessions connect with `config` through `tls` (any tokio-postgres TLS
     /// connector, e.g. from `postgres-native-tls` or `tokio-postgres-rustls`).
+    ///
+    /// A TLS connector given here means TLS on every session: `config`'s `sslmode=prefer`
+    /// (the default, which would go on in plaintext when the server, or a man in the
+    /// middle, declines TLS) is raised to `require`, and with `sslmode=disable` every
+    /// [`try_lock`](DistributedLock::try_lock) is refused with an error naming both.
+    /// `NoTls` keeps the `sslmode` as given.
     pub fn with_tls(mut config: Config, tls: T) -> Self {
         if config.get_application_name().is_none() {
             config.application_name(DEFAULT_APPLICATION_NAME);
@@ -81,8 +96,40 @@ impl<T> PgAdvisoryLock<T> {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
         }
+        let given_tls = !(&tls as &dyn std::any::Any).is::<NoTls>();
+        let (mut raised_to_require, mut refused) = (false, None);
+        match config.get_ssl_mode() {
+            SslMode::Prefer if given_tls => {
+                config.ssl_mode(SslMode::Require);
+                raised_to_require = true;
+            }
+            SslMode::Disable if given_tls => refused = Some(DISABLE_WITH_TLS),
+            _ => {}
+        }
         let shared = Arc::new(Shared { shutdown: CancellationToken::new(), idle: IdleSessions::default() });
-        PgAdvisoryLock { config, tls, shared }
+        PgAdvisoryLock { config, tls, raised_to_require, refused, shared }
+    }
+}
+
+impl<T> PgAdvisoryLock<T> {
+    /// Lets sessions fall back to plaintext when the server does not offer TLS, as libpq's
+    /// `sslmode=prefer` does: undoes [`with_tls`](Self::with_tls)'s raise to `require`.
+    /// Only for a connector that verifies nothing anyway (an unverified TLS session is open
+    /// to the same man in the middle): relayer's host uses it for a libpq URL without
+    /// `sslmode` and without a CA file, where its pools do the same.
+    #[must_use]
+    pub fn allow_plaintext_fallback(mut self) -> Self {
+        if self.raised_to_require {
+            self.config.ssl_mode(SslMode::Prefer);
+            self.raised_to_require = false;
+        }
+        self
+    }
+
+    /// The settings sessions connect with (`sslmode` as [`with_tls`](Self::with_tls) left
+    /// it).
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     /// Follows the host's shutdown `token`: once it is cancelled, locks are refused (LDR-4),
@@ -119,6 +166,9 @@ where
 {
     /// Opens a new session, giving up if shutdown begins meanwhile.
     async fn open_session(&self, resource: &str) -> Result<Session, LockError> {
+        if let Some(why) = self.refused {
+            return Err(LockError::new(resource, LockErrorKind::Database).with_source(why));
+        }
         tokio::select! {
             biased;
             () = self.shared.shutdown.cancelled() => Err(LockError::new(resource, LockErrorKind::ShuttingDown)),

@@ -23,11 +23,13 @@ pub(crate) struct Cli {
 #[derive(Debug, ClapArgs)]
 pub(crate) struct Global {
     /// postgres://… URL or key=value string [default: host=127.0.0.1 user=postgres dbname=test];
-    /// libpq's sslmode (disable, prefer, require, verify-ca, verify-full) and sslrootcert apply
+    /// libpq's sslmode (disable, prefer, require, verify-ca, verify-full) and sslrootcert apply,
+    /// and ~/.postgresql/root.crt is the CA when neither sslrootcert nor --ca-file is given
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub(crate) database_url: Option<String>,
-    /// A PEM file of CA certificates to trust besides the system's, for sslmode=verify-ca or
-    /// verify-full (or require, which then checks the chain)
+    /// A PEM file of CA certificates to verify the server against (the only trusted roots):
+    /// TLS is then required (sslmode=prefer becomes require, which checks the chain as
+    /// verify-ca; sslmode=disable is refused)
     #[arg(long, env = "RELAYER_CA_FILE", global = true)]
     pub(crate) ca_file: Option<PathBuf>,
     /// Namespace schema [default: public; demo: relayer_demo; run: the config file's]

@@ -50,7 +50,8 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
             .map_err(|e| format!("metrics.listen: cannot serve on {}: {e}", metrics.listen))?;
     }
     let workers = config.workers().join(", ");
-    eprintln!("relayer run: starting {workers} on namespace {}", args.namespace);
+    // Where, and how securely: `(TLS, chain and host name verified against …)`, `(plaintext)`.
+    eprintln!("relayer run: starting {workers} on namespace {} at {}", args.namespace, database.target());
     let start = builder(&config, database, &args.namespace).start();
     tokio::pin!(start);
     let host = tokio::select! {

@@ -243,6 +243,12 @@ async fn run_stops_on_sigterm_releases_its_lease_and_a_second_run_leads_at_once_
     let (success, stderr) = sidecar.terminate().await;
     assert!(success, "{stderr}");
     assert!(stderr.contains("SIGTERM: stopping") && stderr.contains("stopped"), "{stderr}");
+    // The start line names the database and how its connections are secured (`(TLS if the
+    // server offers it (not verified), else plaintext)` for a URL without sslmode).
+    let user = db.config().get_user().unwrap().to_owned();
+    let start = stderr.lines().find(|line| line.starts_with("relayer run: starting")).unwrap();
+    assert!(start.contains(" at host=") && start.contains(&format!("user={user} (")), "{start}");
+    assert!(start.contains("plaintext") || start.contains("(TLS, "), "{start}");
     assert_eq!(lease_owner(&client, &db).await, Some(("first".to_owned(), false)), "released at shutdown");
     let instances = format!("SELECT count(*) FROM {}", db.namespace().table("instances"));
     assert_eq!(client.query_one(&instances, &[]).await.unwrap().get::<_, i64>(0), 0);

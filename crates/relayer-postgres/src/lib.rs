@@ -38,7 +38,7 @@ pub mod status;
 mod store;
 pub mod tls;
 
-pub use connector::Connector;
+pub use connector::{Connector, TlsModeConflict};
 pub use dead_letter_policy::DeadLetterPolicyStatements;
 pub use dead_letters::{
     DeadLetterApi, DeadLetterApiError, Mode, OutboxDeadFilter, OutboxDeadRow, QueueDeadLetter,

@@ -1,6 +1,7 @@
 //! TLS through rustls (feature `tls-rustls`): [`rustls_tls`] builds a connector from CA
 //! files and the system's roots, [`connector_from_url`] reads a libpq-style URL
-//! (`sslmode`, `sslrootcert`) into a [`Connector`].
+//! (`sslmode`, `sslrootcert`, libpq's default `~/.postgresql/root.crt`) into a
+//! [`Connector`].
 //!
 //! rustls runs on the `ring` provider (no cmake or assembler needed to build it).
 
@@ -20,6 +21,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::connector::Connector;
 use crate::libpq_url::{LibpqSslMode, TlsUrl};
+use crate::tls::Tls;
 
 /// How a TLS connection checks the server's certificate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,12 +43,14 @@ pub enum CertificateCheck {
 pub struct TlsSetupError(String);
 
 /// A rustls connector checking certificates as `check` says, trusting the certificates of
-/// `ca_files` (PEM) and, with `system_roots`, the system's trusted roots.
+/// `ca_files` (PEM) and, with `system_roots`, the system's trusted roots. It knows what it
+/// checks ([`Tls::checks`]), so messages about its connections say, e.g. `TLS, chain and
+/// host name verified against /etc/ssl/db-ca.pem`.
 pub fn rustls_tls(
     check: CertificateCheck,
     ca_files: &[&Path],
     system_roots: bool,
-) -> Result<MakeRustlsConnect, TlsSetupError> {
+) -> Result<Tls, TlsSetupError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     for file in ca_files {
@@ -96,41 +100,122 @@ pub fn rustls_tls(
                 .with_no_client_auth()
         }
     };
-    Ok(MakeRustlsConnect::new(config))
+    Ok(Tls::described(MakeRustlsConnect::new(config), checks(check, ca_files, system_roots)))
+}
+
+/// What a connector of [`rustls_tls`] checks, in words: `chain and host name verified
+/// against /a.pem and the system's trusted roots`.
+fn checks(check: CertificateCheck, ca_files: &[&Path], system_roots: bool) -> String {
+    let mut roots: Vec<String> = ca_files.iter().map(|file| file.display().to_string()).collect();
+    if system_roots {
+        roots.push("the system's trusted roots".to_owned());
+    }
+    let roots = roots.join(" and ");
+    match check {
+        CertificateCheck::VerifyFull => format!("chain and host name verified against {roots}"),
+        CertificateCheck::VerifyCa => format!("chain verified against {roots}, host name not checked"),
+        CertificateCheck::Unverified => "not verified".to_owned(),
+    }
 }
 
 /// Reads a libpq-style connection string (a `postgres://` URL or `key=value` pairs) into a
 /// [`Connector`], with libpq's TLS settings that tokio-postgres does not parse:
 ///
-/// | `sslmode` | TLS | certificate |
+/// | `sslmode` | TLS | the server's certificate |
 /// |---|---|---|
 /// | `disable` | never | — |
-/// | `prefer` (the default) | when the server offers it | not checked |
-/// | `require` | always | not checked; with a CA (`sslrootcert` or `ca_file`): as `verify-ca` |
-/// | `verify-ca` | always | chains to a trusted root |
-/// | `verify-full` | always | chains to a trusted root and names the host |
+/// | `prefer` (the default) | when the server offers it | not checked; with a CA file: TLS required, as `require` |
+/// | `require` | always | not checked; with a CA file: chains to it (as `verify-ca`) |
+/// | `verify-ca` | always | chains to the CA file |
+/// | `verify-full` | always | chains to the CA file (else the system's roots) and names the host |
 ///
-/// Trusted roots are `sslrootcert` and `ca_file` (PEM files) when either is given, else (for
-/// `verify-full` only) the system's; `verify-ca` without a CA file is refused.
+/// The CA file is `sslrootcert` and `ca_file` (the CLI's `--ca-file`) when either is given,
+/// else libpq's default `~/.postgresql/root.crt` (`%APPDATA%\postgresql\root.crt` on
+/// Windows) when it exists. A CA named here (`sslrootcert`, `ca_file`) means TLS: `prefer`
+/// is raised to `require` and `disable` is refused, naming both. libpq's default file does
+/// as in libpq: with `prefer`, TLS is still optional, but verified when used. Without any CA
+/// file, `verify-ca` is refused and `verify-full` trusts the system's roots.
 /// `sslmode=allow` is refused (tokio-postgres cannot try plain first).
 pub fn connector_from_url(url: &str, ca_file: Option<&Path>) -> Result<Connector, TlsSetupError> {
+    connector_from_url_with_default_root(url, ca_file, default_root_cert().as_deref())
+}
+
+/// libpq's default CA file, `~/.postgresql/root.crt` (`%APPDATA%\postgresql\root.crt` on
+/// Windows), if it exists.
+fn default_root_cert() -> Option<PathBuf> {
+    #[cfg(windows)]
+    let file = std::env::var_os("APPDATA").map(|dir| PathBuf::from(dir).join("postgresql").join("root.crt"));
+    #[cfg(not(windows))]
+    let file = std::env::var_os("HOME").map(|dir| PathBuf::from(dir).join(".postgresql").join("root.crt"));
+    file.filter(|file| file.is_file())
+}
+
+/// [`connector_from_url`] with `default_root` as libpq's default CA file (`None`: there is
+/// none).
+fn connector_from_url_with_default_root(
+    url: &str,
+    ca_file: Option<&Path>,
+    default_root: Option<&Path>,
+) -> Result<Connector, TlsSetupError> {
     let TlsUrl { remaining, mode, root_cert } =
         TlsUrl::split(url).map_err(|e| TlsSetupError(format!("not a valid connection string: {e}")))?;
     let mut config: tokio_postgres::Config =
         remaining.parse().map_err(|e| TlsSetupError(format!("not a valid connection string: {e}")))?;
-    let mut ca_files: Vec<&Path> = Vec::new();
-    let root_cert: Option<PathBuf> = root_cert;
-    if let Some(file) = &root_cert {
-        ca_files.push(file);
+    let plan = plan(mode.unwrap_or(LibpqSslMode::Prefer), root_cert.as_deref(), ca_file, default_root)?;
+    let Some(check) = plan.check else {
+        config.ssl_mode(SslMode::Disable);
+        return Ok(Connector::new(config));
+    };
+    let tls = rustls_tls(check, &plan.ca_files, plan.system_roots)?;
+    config.ssl_mode(plan.ssl_mode);
+    if plan.ssl_mode == SslMode::Prefer {
+        return Ok(Connector::preferring(config, tls));
     }
-    if let Some(file) = ca_file {
-        ca_files.push(file);
-    }
+    Connector::requiring(config, tls).map_err(|e| TlsSetupError(e.to_string()))
+}
+
+/// What a libpq `sslmode` and the CA files at hand make: when TLS is used, what is checked,
+/// against which roots.
+#[derive(Debug, PartialEq, Eq)]
+struct Plan<'a> {
+    /// `Prefer` or `Require`; irrelevant without `check`.
+    ssl_mode: SslMode,
+    /// `None`: plaintext.
+    check: Option<CertificateCheck>,
+    ca_files: Vec<&'a Path>,
+    system_roots: bool,
+}
+
+/// The decision table of [`connector_from_url`].
+fn plan<'a>(
+    mode: LibpqSslMode,
+    root_cert: Option<&'a Path>,
+    ca_file: Option<&'a Path>,
+    default_root: Option<&'a Path>,
+) -> Result<Plan<'a>, TlsSetupError> {
+    let named: Vec<&Path> = root_cert.into_iter().chain(ca_file).collect();
+    let named_any = !named.is_empty();
+    let ca_files: Vec<&Path> = if named_any { named } else { default_root.into_iter().collect() };
     let has_ca = !ca_files.is_empty();
-    let (ssl_mode, check) = match mode.unwrap_or(LibpqSslMode::Prefer) {
+    let tls = |ssl_mode, check| Plan {
+        ssl_mode,
+        check: Some(check),
+        ca_files: ca_files.clone(),
+        system_roots: false,
+    };
+    Ok(match mode {
+        LibpqSslMode::Disable if named_any => {
+            let mut given: Vec<String> = Vec::new();
+            given.extend(root_cert.map(|root| format!("sslrootcert={}", root.display())));
+            given.extend(ca_file.map(|file| format!("--ca-file {}", file.display())));
+            let given = given.join(" and ");
+            return Err(TlsSetupError(format!(
+                "sslmode=disable forbids TLS, but a CA file asks for verified TLS ({given}): drop \
+                 sslmode=disable (TLS is then required and verified) or drop the CA file"
+            )));
+        }
         LibpqSslMode::Disable => {
-            config.ssl_mode(SslMode::Disable);
-            return Ok(Connector::new(config));
+            Plan { ssl_mode: SslMode::Disable, check: None, ca_files: Vec::new(), system_roots: false }
         }
         LibpqSslMode::Allow => {
             return Err(TlsSetupError(
@@ -138,25 +223,29 @@ pub fn connector_from_url(url: &str, ca_file: Option<&Path>) -> Result<Connector
                     .to_owned(),
             ));
         }
-        LibpqSslMode::Prefer => (SslMode::Prefer, CertificateCheck::Unverified),
-        LibpqSslMode::Require if has_ca => (SslMode::Require, CertificateCheck::VerifyCa),
-        LibpqSslMode::Require => (SslMode::Require, CertificateCheck::Unverified),
+        // A CA named for this connection means TLS: never the plaintext fallback of prefer.
+        LibpqSslMode::Prefer if named_any => tls(SslMode::Require, CertificateCheck::VerifyCa),
+        // libpq's default CA file verifies the chain whenever TLS is used, as in libpq.
+        LibpqSslMode::Prefer if has_ca => tls(SslMode::Prefer, CertificateCheck::VerifyCa),
+        LibpqSslMode::Prefer => tls(SslMode::Prefer, CertificateCheck::Unverified),
+        LibpqSslMode::Require if has_ca => tls(SslMode::Require, CertificateCheck::VerifyCa),
+        LibpqSslMode::Require => tls(SslMode::Require, CertificateCheck::Unverified),
         // Without a CA of its own, verify-ca would accept any publicly issued certificate
         // for any name: refused, as libpq refuses it without a root certificate.
         LibpqSslMode::VerifyCa if !has_ca => {
             return Err(TlsSetupError(
-                "sslmode=verify-ca needs the CA to check against: set sslrootcert or --ca-file".to_owned(),
+                "sslmode=verify-ca needs the CA to check against: set sslrootcert or --ca-file, or put it \
+                 in ~/.postgresql/root.crt"
+                    .to_owned(),
             ));
         }
-        LibpqSslMode::VerifyCa => (SslMode::Require, CertificateCheck::VerifyCa),
-        LibpqSslMode::VerifyFull => (SslMode::Require, CertificateCheck::VerifyFull),
-    };
-    config.ssl_mode(ssl_mode);
-    // A named CA is the only trusted root: adding the system's would let any public
-    // certificate pass a chain check. Only verify-full without one trusts the system's.
-    let system_roots = check == CertificateCheck::VerifyFull && !has_ca;
-    let tls = rustls_tls(check, &ca_files, system_roots)?;
-    Ok(Connector::with_tls(config, tls))
+        LibpqSslMode::VerifyCa => tls(SslMode::Require, CertificateCheck::VerifyCa),
+        // A CA file is the only trusted root: adding the system's would let any public
+        // certificate pass. Only verify-full without one trusts the system's.
+        LibpqSslMode::VerifyFull => {
+            Plan { system_roots: !has_ca, ..tls(SslMode::Require, CertificateCheck::VerifyFull) }
+        }
+    })
 }
 
 /// `verify-ca` (the chain, not the name) or no check at all; either way the handshake's
@@ -221,5 +310,120 @@ impl ServerCertVerifier for LaxVerifier {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NAMED: &str = "/etc/ssl/named.pem";
+    const FLAG: &str = "/etc/ssl/flag.pem";
+    const HOME: &str = "/home/me/.postgresql/root.crt";
+
+    fn plan_of(mode: LibpqSslMode, root: bool, flag: bool, home: bool) -> Result<Plan<'static>, String> {
+        plan(
+            mode,
+            root.then_some(Path::new(NAMED)),
+            flag.then_some(Path::new(FLAG)),
+            home.then_some(Path::new(HOME)),
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    fn tls(ssl_mode: SslMode, check: CertificateCheck, ca_files: &[&'static str]) -> Plan<'static> {
+        Plan {
+            ssl_mode,
+            check: Some(check),
+            ca_files: ca_files.iter().map(|file| Path::new(*file)).collect(),
+            system_roots: false,
+        }
+    }
+
+    /// A CA named for the connection (sslrootcert, --ca-file) means TLS: prefer is raised
+    /// to require, disable is refused naming both.
+    #[test]
+    fn a_named_ca_never_lets_a_connection_fall_back_to_plaintext() {
+        for (root, flag) in [(true, false), (false, true), (true, true)] {
+            let plan = plan_of(LibpqSslMode::Prefer, root, flag, true).unwrap();
+            assert_eq!((plan.ssl_mode, plan.check), (SslMode::Require, Some(CertificateCheck::VerifyCa)));
+            assert!(!plan.ca_files.contains(&Path::new(HOME)), "{plan:?}");
+            let refused = plan_of(LibpqSslMode::Disable, root, flag, false).unwrap_err();
+            assert!(refused.contains("sslmode=disable forbids TLS"), "{refused}");
+            if root {
+                assert!(refused.contains(&format!("sslrootcert={NAMED}")), "{refused}");
+            }
+            if flag {
+                assert!(refused.contains(&format!("--ca-file {FLAG}")), "{refused}");
+            }
+        }
+    }
+
+    /// libpq: without sslrootcert, ~/.postgresql/root.crt is the CA when it exists —
+    /// require then checks the chain as verify-ca does, and verify-ca/verify-full check
+    /// against it (not the system's roots); prefer stays optional but verified when used.
+    #[test]
+    fn the_default_root_certificate_is_used_when_no_ca_is_named() {
+        let with_home = |mode| plan_of(mode, false, false, true).unwrap();
+        assert_eq!(
+            with_home(LibpqSslMode::Require),
+            tls(SslMode::Require, CertificateCheck::VerifyCa, &[HOME])
+        );
+        assert_eq!(
+            with_home(LibpqSslMode::VerifyCa),
+            tls(SslMode::Require, CertificateCheck::VerifyCa, &[HOME])
+        );
+        assert_eq!(
+            with_home(LibpqSslMode::VerifyFull),
+            tls(SslMode::Require, CertificateCheck::VerifyFull, &[HOME])
+        );
+        assert_eq!(
+            with_home(LibpqSslMode::Prefer),
+            tls(SslMode::Prefer, CertificateCheck::VerifyCa, &[HOME])
+        );
+        assert_eq!(with_home(LibpqSslMode::Disable).check, None);
+        // Named CAs replace the default file.
+        assert_eq!(
+            plan_of(LibpqSslMode::Require, true, true, true).unwrap(),
+            tls(SslMode::Require, CertificateCheck::VerifyCa, &[NAMED, FLAG])
+        );
+    }
+
+    /// Without any CA file: prefer and require encrypt unverified, verify-ca is refused
+    /// (naming where a CA can come from), verify-full trusts the system's roots.
+    #[test]
+    fn without_any_ca_file_only_verify_full_verifies() {
+        let bare = |mode| plan_of(mode, false, false, false);
+        assert_eq!(
+            bare(LibpqSslMode::Prefer).unwrap(),
+            tls(SslMode::Prefer, CertificateCheck::Unverified, &[])
+        );
+        assert_eq!(
+            bare(LibpqSslMode::Require).unwrap(),
+            tls(SslMode::Require, CertificateCheck::Unverified, &[])
+        );
+        let refused = bare(LibpqSslMode::VerifyCa).unwrap_err();
+        assert!(refused.contains("sslrootcert") && refused.contains("~/.postgresql/root.crt"), "{refused}");
+        let full = bare(LibpqSslMode::VerifyFull).unwrap();
+        assert_eq!((full.check, full.system_roots), (Some(CertificateCheck::VerifyFull), true));
+    }
+
+    /// What a connector says it checks, as messages show it.
+    #[test]
+    fn connectors_name_what_they_check() {
+        let ca = [Path::new(NAMED)];
+        assert_eq!(
+            checks(CertificateCheck::VerifyFull, &ca, false),
+            format!("chain and host name verified against {NAMED}")
+        );
+        assert_eq!(
+            checks(CertificateCheck::VerifyFull, &[], true),
+            "chain and host name verified against the system's trusted roots"
+        );
+        assert_eq!(
+            checks(CertificateCheck::VerifyCa, &ca, false),
+            format!("chain verified against {NAMED}, host name not checked")
+        );
+        assert_eq!(checks(CertificateCheck::Unverified, &[], false), "not verified");
     }
 }

@@ -28,11 +28,13 @@ type TlsError = Box<dyn Error + Send + Sync>;
 #[derive(Clone)]
 pub struct Tls {
     make: Arc<dyn MakeAnyTls>,
+    /// What the connector checks of the server's certificate, when relayer built it.
+    checks: Option<Arc<str>>,
 }
 
 impl fmt::Debug for Tls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tls").finish_non_exhaustive()
+        f.debug_struct("Tls").field("checks", &self.checks).finish_non_exhaustive()
     }
 }
 
@@ -47,7 +49,29 @@ impl Tls {
         T::TlsConnect: Send + 'static,
         <T::TlsConnect as TlsConnect<Socket>>::Future: Send + 'static,
     {
-        Tls { make: Arc::new(tls) }
+        Tls { make: Arc::new(tls), checks: None }
+    }
+
+    /// Wraps `tls`, which checks what `checks` says (e.g. `chain and host name verified
+    /// against /etc/ssl/db-ca.pem`, `not verified`).
+    #[cfg_attr(not(feature = "tls-rustls"), allow(dead_code))]
+    pub(crate) fn described<T>(tls: T, checks: String) -> Self
+    where
+        T: MakeTlsConnect<Socket> + Clone + Send + Sync + 'static,
+        T::Stream: Send + 'static,
+        T::TlsConnect: Send + 'static,
+        <T::TlsConnect as TlsConnect<Socket>>::Future: Send + 'static,
+    {
+        Tls { make: Arc::new(tls), checks: Some(checks.into()) }
+    }
+
+    /// What this connector checks of the server's certificate, for messages, when relayer
+    /// built it (`postgres::rustls_tls`, `postgres::connector_from_url`): e.g. `chain and
+    /// host name verified against /etc/ssl/db-ca.pem`, `chain verified against
+    /// /etc/ssl/db-ca.pem, host name not checked`, `not verified`. `None` for the
+    /// application's own connector, whose checks relayer cannot see.
+    pub fn checks(&self) -> Option<&str> {
+        self.checks.as_deref()
     }
 }
 

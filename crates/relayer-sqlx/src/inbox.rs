@@ -1,8 +1,10 @@
 //! [`SqlxInbox`]: the inbox boundary (QUE-3) inside an sqlx transaction — record first,
 //! then the effects, then commit.
 
+use std::fmt;
+
 use relayer_core::{MessageId, Namespace};
-use relayer_postgres::{Inbox, InboxEntry, StorageError};
+use relayer_postgres::{Inbox, InboxEntry, StatementMode, StorageError};
 use sqlx::{Acquire, Postgres};
 
 use crate::wire::PgUuid;
@@ -33,6 +35,8 @@ use crate::wire::PgUuid;
 #[derive(Clone, Debug)]
 pub struct SqlxInbox {
     inbox: Inbox,
+    /// Whether sqlx prepares the record statement and caches it per connection.
+    persistent: bool,
 }
 
 /// What [`SqlxInbox::handle`] did.
@@ -62,7 +66,11 @@ pub enum SqlxInboxError {
         source: sqlx::Error,
     },
     /// The effects failed; their transaction was rolled back, the message is not recorded.
-    #[error("the effects of message {message_id} for {consumer:?} failed: {source}")]
+    ///
+    /// The effects' error is the [`source`](std::error::Error::source). If the rollback
+    /// failed too, `rollback` holds why and the message says so: the transaction still
+    /// ends uncommitted (PostgreSQL rolls back a transaction whose session is lost).
+    #[error("the effects of message {message_id} for {consumer:?} failed: {source}{}", RollbackFailure(rollback.as_ref()))]
     Effects {
         /// The message.
         message_id: MessageId,
@@ -71,13 +79,38 @@ pub enum SqlxInboxError {
         /// What the effects returned.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+        /// Why the rollback that followed failed, if it did.
+        rollback: Option<sqlx::Error>,
     },
+}
+
+/// The tail of an [`SqlxInboxError::Effects`] message: nothing, or the rollback's failure.
+struct RollbackFailure<'a>(Option<&'a sqlx::Error>);
+
+impl fmt::Display for RollbackFailure<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            None => Ok(()),
+            Some(error) => write!(f, " (and rolling back then failed too: {error})"),
+        }
+    }
 }
 
 impl SqlxInbox {
     /// The inbox of `namespace`.
     pub fn new(namespace: &Namespace) -> Self {
-        SqlxInbox { inbox: Inbox::new(namespace) }
+        SqlxInbox { inbox: Inbox::new(namespace), persistent: true }
+    }
+
+    /// How the record statement is sent: [`StatementMode::Prepared`] (the default) lets
+    /// sqlx prepare it once per connection and cache it; [`StatementMode::Unnamed`] sends
+    /// it unnamed every time, as behind a transaction-mode pooler that does not track
+    /// prepared statements (PgBouncer before 1.21). The transaction's `BEGIN`, `COMMIT`
+    /// and `ROLLBACK` are simple queries either way; the effects' statements are yours.
+    #[must_use]
+    pub fn with_statement_mode(mut self, mode: StatementMode) -> Self {
+        self.persistent = mode == StatementMode::Prepared;
+        self
     }
 
     /// Records `message_id` for `consumer` on `executor` — the transaction that will carry
@@ -95,6 +128,7 @@ impl SqlxInbox {
     {
         let statement = self.inbox.record_statement(consumer, message_id).map_err(SqlxInboxError::Refused)?;
         let done = sqlx::query(statement)
+            .persistent(self.persistent)
             .bind(consumer)
             .bind(PgUuid(*message_id.as_uuid()))
             .execute(executor)
@@ -133,12 +167,14 @@ impl SqlxInbox {
         let output = match effects(&mut *tx).await {
             Ok(output) => output,
             Err(error) => {
-                // Dropping the transaction rolls it back too; rolling back here reports it.
-                tx.rollback().await.map_err(database("rolling back the failed effects"))?;
+                // The effects' error is the one to return; a failed rollback (the session is
+                // likely gone, which ends the transaction uncommitted anyway) rides along.
+                let rollback = tx.rollback().await.err();
                 return Err(SqlxInboxError::Effects {
                     message_id,
                     consumer: consumer.to_owned(),
                     source: error.into(),
+                    rollback,
                 });
             }
         };

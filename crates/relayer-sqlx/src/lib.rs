@@ -32,8 +32,9 @@
 //! (TLS, macros, a runtime) unify with these: a pool you built with `tls-rustls` works here.
 //!
 //! Behind a transaction-mode pooler that does not track prepared statements (PgBouncer
-//! before 1.21), use [`SqlxWriter::with_statement_mode`] with
-//! [`StatementMode::Unnamed`](relayer_postgres::StatementMode::Unnamed).
+//! before 1.21), give [`SqlxWriter`], [`SqlxQueueWriter`] and [`SqlxInbox`]
+//! [`StatementMode::Unnamed`](relayer_postgres::StatementMode::Unnamed) through their
+//! `with_statement_mode`.
 //!
 //! Also here, each running the tokio-postgres side's statement from the same source:
 //! [`SqlxQueueWriter`], direct enqueue to relayer's PostgreSQL queue (QUE-4, the sqlx side

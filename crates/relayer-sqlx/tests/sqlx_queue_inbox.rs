@@ -4,15 +4,16 @@
 //! apply its effects once.
 #![allow(clippy::unwrap_used)] // In tests, a failed unwrap is a failed test.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use relayer::consumer::{Handler, Outcome, QueueMessage, Subscription};
 use relayer::core::MessageProblem;
-use relayer::postgres::{Inbox, InboxEntry, QueueWriter, migrate};
+use relayer::postgres::{Inbox, InboxEntry, QueueWriter, StatementMode, migrate};
 use relayer::{ConsumerOptions, Delivery, MessageId, NewMessage, Relayer, Timestamp};
 use relayer_sqlx::{Handled, SqlxEnqueueError, SqlxInbox, SqlxInboxError, SqlxQueueWriter};
-use relayer_test_support::{TestDb, eventually};
+use relayer_test_support::{PoolMode, TestDb, eventually, pgbouncer};
 use sqlx::PgConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
@@ -173,51 +174,150 @@ async fn both_drivers_share_one_inbox_drv_1_que_3() {
     assert!(error.to_string().contains("consumer name \"\""), "{error}");
 }
 
-/// QUE-3: many deliveries of one message at once, each in its own sqlx transaction, apply
-/// its effects exactly once; every other delivery is told it is a duplicate.
+/// QUE-3: many deliveries of each of several messages at once, each in its own sqlx
+/// transaction, run the effects exactly once per message id; every other delivery is told
+/// it is a duplicate, and only the applied delivery's effect is in the database.
 #[tokio::test]
-async fn concurrent_deliveries_apply_the_effects_once_que_3() {
-    const DELIVERIES: u32 = 8;
-    let (db, client, pool) = migrated(DELIVERIES).await;
+async fn concurrent_deliveries_run_the_effects_once_per_message_que_3() {
+    const MESSAGES: usize = 3;
+    const DELIVERIES: usize = 8;
+    let (db, client, pool) = migrated(u32::try_from(DELIVERIES).unwrap()).await;
     let effects = db.namespace().table("effects");
-    client.batch_execute(&format!("CREATE TABLE {effects} (delivery int NOT NULL)")).await.unwrap();
+    client
+        .batch_execute(&format!("CREATE TABLE {effects} (message_id text NOT NULL, delivery int NOT NULL)"))
+        .await
+        .unwrap();
     let inbox = SqlxInbox::new(db.namespace());
-    let message = MessageId::new();
-    let start = Arc::new(tokio::sync::Barrier::new(DELIVERIES as usize));
+    let messages: Vec<MessageId> = (0..MESSAGES).map(|_| MessageId::new()).collect();
+    // How many times the effects closure ran, per message id.
+    let runs: Arc<Mutex<HashMap<MessageId, usize>>> = Arc::default();
+    let start = Arc::new(tokio::sync::Barrier::new(MESSAGES * DELIVERIES));
     let mut deliveries = Vec::new();
-    for delivery in 0..DELIVERIES {
-        let (inbox, pool, start, effects) =
-            (inbox.clone(), pool.clone(), Arc::clone(&start), effects.clone());
-        deliveries.push(tokio::spawn(async move {
-            start.wait().await;
-            let insert = format!("INSERT INTO {effects} (delivery) VALUES ($1)");
-            inbox
-                .handle(&pool, "billing", message, async |tx: &mut PgConnection| {
-                    let delivery = i32::try_from(delivery).unwrap();
-                    sqlx::query(&insert).bind(delivery).execute(&mut *tx).await?;
-                    // Held open a moment, so the other deliveries meet the uncommitted record.
-                    sqlx::query("SELECT pg_sleep(0.05)").execute(&mut *tx).await?;
-                    Ok::<_, sqlx::Error>(delivery)
-                })
-                .await
-                .unwrap()
-        }));
-    }
-    let mut applied = Vec::new();
-    for delivery in deliveries {
-        if let Handled::Applied(which) = delivery.await.unwrap() {
-            applied.push(which);
+    for &message in &messages {
+        for delivery in 0..DELIVERIES {
+            let (inbox, pool, start, runs) =
+                (inbox.clone(), pool.clone(), Arc::clone(&start), Arc::clone(&runs));
+            let insert = format!("INSERT INTO {effects} (message_id, delivery) VALUES ($1, $2)");
+            deliveries.push(tokio::spawn(async move {
+                start.wait().await;
+                let handled = inbox
+                    .handle(&pool, "billing", message, async |tx: &mut PgConnection| {
+                        *runs.lock().unwrap().entry(message).or_default() += 1;
+                        let delivery = i32::try_from(delivery).unwrap();
+                        sqlx::query(&insert)
+                            .bind(message.to_string())
+                            .bind(delivery)
+                            .execute(&mut *tx)
+                            .await?;
+                        // Held open a moment, so the other deliveries meet the uncommitted record.
+                        sqlx::query("SELECT pg_sleep(0.05)").execute(&mut *tx).await?;
+                        Ok::<_, sqlx::Error>(delivery)
+                    })
+                    .await
+                    .unwrap();
+                (message, handled)
+            }));
         }
     }
-    assert_eq!(applied.len(), 1, "{applied:?}");
-    let rows: Vec<i32> = client
-        .query(&format!("SELECT delivery FROM {effects}"), &[])
+    let mut applied: HashMap<MessageId, Vec<i32>> = HashMap::new();
+    for delivery in deliveries {
+        let (message, handled) = delivery.await.unwrap();
+        let entry = applied.entry(message).or_default();
+        if let Handled::Applied(which) = handled {
+            entry.push(which);
+        }
+    }
+    let runs = runs.lock().unwrap().clone();
+    for message in &messages {
+        assert_eq!(runs.get(message), Some(&1), "effects runs per message: {runs:?}");
+        assert_eq!(applied[message].len(), 1, "{applied:?}");
+        let rows: Vec<i32> = client
+            .query(&format!("SELECT delivery FROM {effects} WHERE message_id = $1"), &[&message.to_string()])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert_eq!(rows, applied[message]);
+    }
+    assert_eq!(runs.len(), MESSAGES);
+}
+
+/// QUE-3: when the effects fail and the rollback then fails too (the session was killed
+/// under them), the effects' error is the one returned, with the rollback's failure
+/// attached; nothing was recorded, so the next delivery applies.
+#[tokio::test]
+async fn a_failed_rollback_keeps_the_effects_error_and_attaches_its_own_que_3() {
+    let (db, client, pool) = migrated(2).await;
+    let inbox = SqlxInbox::new(db.namespace());
+    let message = MessageId::new();
+    let client = &client;
+    let error = inbox
+        .handle(&pool, "billing", message, async |tx: &mut PgConnection| {
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut *tx).await?;
+            client.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap();
+            Err::<(), Box<dyn std::error::Error + Send + Sync>>("the ledger is closed".into())
+        })
         .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    assert_eq!(rows, applied);
+        .unwrap_err();
+    let SqlxInboxError::Effects { rollback, .. } = &error else { panic!("{error:?}") };
+    assert!(rollback.is_some(), "{error:?}");
+    let source = std::error::Error::source(&error).map(ToString::to_string);
+    assert_eq!(source.as_deref(), Some("the ledger is closed"));
+    let text = error.to_string();
+    assert!(text.contains("the ledger is closed") && text.contains("rolling back then failed too"), "{text}");
+    let handled = inbox
+        .handle(&pool, "billing", message, async |_: &mut PgConnection| Ok::<_, sqlx::Error>("applied"))
+        .await;
+    assert_eq!(handled.unwrap(), Handled::Applied("applied"));
+}
+
+/// DRV-1b, QUE-3: behind a transaction-mode pooler that does not track prepared
+/// statements, an inbox with unnamed statements records, deduplicates and rolls back over
+/// a pool whose connections the pooler hands to many server sessions.
+#[tokio::test]
+async fn unnamed_inbox_statements_work_behind_a_transaction_mode_pooler_drv_1b() {
+    let (db, client, _) = migrated(1).await;
+    let test = "unnamed_inbox_statements_work_behind_a_transaction_mode_pooler_drv_1b";
+    let Some(config) = pgbouncer(&db, PoolMode::Transaction, test).await else {
+        return;
+    };
+    let url = format!(
+        "postgres://{}@127.0.0.1:{}/{}?application_name={}",
+        config.get_user().unwrap(),
+        config.get_ports()[0],
+        config.get_dbname().unwrap(),
+        db.schema()
+    );
+    let pool = PgPoolOptions::new().max_connections(4).connect(&url).await.unwrap();
+    let inbox = SqlxInbox::new(db.namespace()).with_statement_mode(StatementMode::Unnamed);
+    let messages: Vec<MessageId> = (0..20).map(|_| MessageId::new()).collect();
+    let mut tasks = Vec::new();
+    for (n, &message) in messages.iter().enumerate() {
+        let (inbox, pool) = (inbox.clone(), pool.clone());
+        tasks.push(tokio::spawn(async move {
+            let first = inbox.handle(&pool, "billing", message, async |_: &mut PgConnection| {
+                // Every third message fails once: rolled back, recorded by its redelivery.
+                if n % 3 == 0 { Err("not yet") } else { Ok(n) }
+            });
+            let first = first.await;
+            let again =
+                inbox.handle(&pool, "billing", message, async |_: &mut PgConnection| Ok::<_, &str>(n));
+            (first, again.await.unwrap())
+        }));
+    }
+    for (n, task) in tasks.into_iter().enumerate() {
+        let (first, again) = task.await.unwrap();
+        if n % 3 == 0 {
+            assert!(matches!(first, Err(SqlxInboxError::Effects { rollback: None, .. })), "{first:?}");
+            assert_eq!(again, Handled::Applied(n));
+        } else {
+            assert_eq!(first.unwrap(), Handled::Applied(n));
+            assert_eq!(again, Handled::Duplicate);
+        }
+    }
+    let sql = format!("SELECT count(*) FROM {}", db.namespace().table("inbox"));
+    assert_eq!(client.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0), 20);
 }
 
 /// QUE-3: effects that fail roll back with the inbox record, so the next delivery runs

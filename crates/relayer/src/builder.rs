@@ -35,6 +35,7 @@ impl Relayer {
             #[cfg(feature = "consumer")]
             consumers: Vec::new(),
             pool: None,
+            tls_conflict: false,
         }
     }
 }
@@ -60,6 +61,8 @@ pub struct RelayerBuilder {
     pub(crate) consumers: Vec<crate::consumers::ConsumerSpec>,
     /// The application's pool, when it lends one (see [`RelayerBuilder::pool`]).
     pub(crate) pool: Option<relayer_postgres::PgPool>,
+    /// `.tls(…)` on a config with `sslmode=disable`: `start` refuses it.
+    pub(crate) tls_conflict: bool,
 }
 
 impl std::fmt::Debug for RelayerBuilder {
@@ -214,10 +217,11 @@ impl RelayerBuilder {
 
     /// Connects through `tls`, any tokio-postgres TLS connector, everywhere the host
     /// connects: its pools, the dispatcher's LISTEN session, queue consumers and
-    /// advisory-lock sessions. The config's `sslmode` decides when TLS is used (`prefer`,
-    /// the default: when the server offers it; `require`: always). With the `tls-rustls`
-    /// feature, `postgres::rustls_tls` builds one, and
-    /// `postgres::connector_from_url` reads a libpq
+    /// advisory-lock sessions. TLS given here is required on every connection: the config's
+    /// `sslmode=prefer` (the default, which would go on in plaintext when the server, or a
+    /// man in the middle, declines TLS) is raised to `require`, and `sslmode=disable` makes
+    /// [`start`](Self::start) refuse the setup, naming both. With the `tls-rustls` feature,
+    /// `postgres::rustls_tls` builds one, and `postgres::connector_from_url` reads a libpq
     /// URL (`sslmode=verify-full`, `sslrootcert`) into a connector to give to
     /// [`Relayer::builder`] instead.
     pub fn tls<T>(mut self, tls: T) -> Self
@@ -227,7 +231,13 @@ impl RelayerBuilder {
         T::TlsConnect: Send + 'static,
         <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send + 'static,
     {
-        self.database = relayer_postgres::Connector::with_tls(self.database.config().clone(), tls);
+        match relayer_postgres::Connector::with_tls(self.database.config().clone(), tls) {
+            Ok(database) => {
+                self.database = database;
+                self.tls_conflict = false;
+            }
+            Err(_conflict) => self.tls_conflict = true,
+        }
         self
     }
 }

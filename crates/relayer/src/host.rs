@@ -56,6 +56,8 @@ impl std::fmt::Debug for RelayerHost {
 
 /// What a host is started with, once its workers are built and its settings recorded.
 pub(crate) struct Started {
+    /// Where and how the host connects (`Connector::target`: never the password).
+    pub(crate) database: String,
     pub(crate) namespace: Namespace,
     pub(crate) instance_id: String,
     pub(crate) options: RelayerOptions,
@@ -70,7 +72,8 @@ impl RelayerHost {
     /// Spawns each hosted worker on a task of its own, in order, then the fingerprint
     /// refresh when this instance records any.
     pub(crate) fn run(started: Started) -> RelayerHost {
-        let Started { namespace, instance_id, options, transports, hosted, record, shutdown } = started;
+        let Started { database, namespace, instance_id, options, transports, hosted, record, shutdown } =
+            started;
         let HostedWorkers {
             workers,
             settings: _,
@@ -95,7 +98,9 @@ impl RelayerHost {
             tasks.push((name, task));
         }
         let recorded = record.is_recorded();
-        tracing::info!(target: TARGET, %namespace, instance = %instance_id, transports = ?transports,
+        // The database with how its connections are secured (`TLS, chain and host name
+        // verified against …`, `plaintext`), so an operator sees it in the first line.
+        tracing::info!(target: TARGET, %namespace, instance = %instance_id, %database, transports = ?transports,
             workers = ?tasks.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(), "relayer host started");
         if recorded {
             tasks.push((

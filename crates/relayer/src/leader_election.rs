@@ -162,10 +162,15 @@ impl Electorate<'_> {
                         relayer_advisory_lock::PgAdvisoryLock::new(config)
                             .with_shutdown(self.shutdown.clone()),
                     ),
-                    Some(tls) => Arc::new(
-                        relayer_advisory_lock::PgAdvisoryLock::with_tls(config, tls.clone())
-                            .with_shutdown(self.shutdown.clone()),
-                    ),
+                    Some(tls) => {
+                        // The connector's sslmode is `prefer` with TLS only for libpq's
+                        // default (no sslmode, no CA file): its pools may fall back, so may
+                        // its lock sessions. Otherwise TLS stays required.
+                        let prefer = config.get_ssl_mode() == tokio_postgres::config::SslMode::Prefer;
+                        let lock = relayer_advisory_lock::PgAdvisoryLock::with_tls(config, tls.clone());
+                        let lock = if prefer { lock.allow_plaintext_fallback() } else { lock };
+                        Arc::new(lock.with_shutdown(self.shutdown.clone()))
+                    }
                 };
                 Leadership::Advisory(lock, resource())
             }

@@ -52,6 +52,7 @@ impl RelayerBuilder {
         .await?;
         let options = setup.options();
         Ok(RelayerHost::run(Started {
+            database: setup.database.target(),
             namespace: setup.namespace,
             instance_id: setup.instance_id,
             options,

@@ -64,12 +64,21 @@ pub(crate) fn validate(builder: RelayerBuilder, instance_id: String) -> Result<S
         #[cfg(feature = "consumer")]
         consumers,
         pool,
+        tls_conflict,
     } = builder;
     #[cfg(not(feature = "queue"))]
     let queue_transport = false;
 
     if instance_id.trim().is_empty() {
         return Err(StartError::EmptyInstanceId);
+    }
+    if tls_conflict {
+        return Err(StartError::Setting {
+            setting: "tls",
+            reason: "the config's sslmode=disable forbids TLS, but .tls(…) gives a TLS connector: drop \
+                     sslmode=disable (TLS is then required on every connection) or drop .tls(…)"
+                .to_owned(),
+        });
     }
 
     let transports = registry(transports, queue_transport)?;

@@ -58,8 +58,8 @@ async fn encrypted_sessions(client: &tokio_postgres::Client, application_name: &
 #[tokio::test]
 async fn a_host_works_over_verified_tls_pools_listen_and_lock_sessions() {
     let (cluster, db, mut client) = tls_cluster().await;
-    let mut config = cluster.tls_config();
-    config.ssl_mode(SslMode::Require);
+    // sslmode left at prefer: a TLS connector given to the builder requires TLS anyway.
+    let config = cluster.tls_config();
     let tls = rustls_tls(CertificateCheck::VerifyFull, &[&cluster.ca_file()], false).unwrap();
     let bodies = Arc::new(Bodies::default());
     let fast = Duration::from_millis(100);
@@ -164,6 +164,136 @@ async fn libpq_sslmodes_check_what_libpq_checks() {
     assert!(refused.contains("no encryption"), "{refused}");
 }
 
+/// Each connector names how it secures its connections, as logs and errors show it: what
+/// is verified, against which CA, or that nothing is.
+#[tokio::test]
+async fn connectors_name_their_security_precisely() {
+    let (cluster, _db, _client) = tls_cluster().await;
+    let (ca, base) = (cluster.ca_file(), cluster.tls_url());
+    let security = |url: String, ca_file: Option<&std::path::Path>| {
+        connector_from_url(&url, ca_file).unwrap().security()
+    };
+    assert_eq!(security(format!("{base} sslmode=disable"), None), "plaintext");
+    assert_eq!(security(base.clone(), None), "TLS if the server offers it (not verified), else plaintext");
+    assert_eq!(security(format!("{base} sslmode=require"), None), "TLS, not verified");
+    assert_eq!(
+        security(format!("{base} sslmode=require"), Some(&ca)),
+        format!("TLS, chain verified against {}, host name not checked", ca.display())
+    );
+    assert_eq!(
+        security(format!("{base} sslmode=verify-full sslrootcert='{}'", ca.display()), None),
+        format!("TLS, chain and host name verified against {}", ca.display())
+    );
+    let given = rustls_tls(CertificateCheck::VerifyFull, &[&ca], false).unwrap();
+    let connector = Connector::with_tls(cluster.tls_config(), given).unwrap();
+    assert_eq!(connector.security(), format!("TLS, chain and host name verified against {}", ca.display()));
+    assert!(connector.target().ends_with(&format!("({})", connector.security())), "{}", connector.target());
+    assert_eq!(Connector::new(cluster.tls_config()).security(), "plaintext");
+}
+
+/// A TLS connector given explicitly (to the builder, to `Connector::with_tls`, to an
+/// advisory lock, or a CA file to `connector_from_url`) never lets a connection fall back
+/// to plaintext: against a server without TLS, with the default `sslmode=prefer`, each is
+/// refused instead. Only libpq's default (no sslmode, no CA) may go on in plaintext.
+#[tokio::test]
+async fn a_given_tls_connector_never_falls_back_to_plaintext() {
+    let plain = OwnedCluster::start().await;
+    let db = plain.test_db().await;
+    let mut client = db.connect().await;
+    migrate(&mut client, db.namespace()).await.unwrap();
+    let config = db.config();
+    assert_eq!(config.get_ssl_mode(), SslMode::Prefer);
+    let unverified = || rustls_tls(CertificateCheck::Unverified, &[], false).unwrap();
+
+    let connector = Connector::with_tls(config.clone(), unverified()).unwrap();
+    assert_eq!(connector.config().get_ssl_mode(), SslMode::Require);
+    assert_eq!(connector.security(), "TLS, not verified");
+    let refused = relayer::error_chain(&connector.connect().await.unwrap_err());
+    assert!(refused.contains("server does not support TLS"), "{refused}");
+
+    let error = Relayer::builder(config.clone(), db.namespace().clone())
+        .tls(unverified())
+        .cleanup(Led::new(CleanupOptions::default(), LeaderElection::AdvisoryLock))
+        .start()
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StartError::Connect(_)), "{error:?}");
+    let text = error.to_string();
+    assert!(text.contains("(TLS, not verified)") && text.contains("server does not support TLS"), "{text}");
+
+    let lock = PgAdvisoryLock::with_tls(config.clone(), unverified());
+    let refused = relayer::error_chain(&lock.try_lock("no-fallback").await.unwrap_err());
+    assert!(refused.contains("server does not support TLS"), "{refused}");
+
+    let url = format!(
+        "host=127.0.0.1 port={} user={} dbname={}",
+        config.get_ports()[0],
+        config.get_user().unwrap(),
+        config.get_dbname().unwrap()
+    );
+    let tls_cluster = OwnedCluster::start_with_tls().await;
+    let with_ca = connector_from_url(&url, Some(&tls_cluster.ca_file())).unwrap();
+    assert_eq!(with_ca.config().get_ssl_mode(), SslMode::Require);
+    let refused = relayer::error_chain(&with_ca.connect().await.unwrap_err());
+    assert!(refused.contains("server does not support TLS"), "{refused}");
+
+    // libpq's default: TLS if offered, else plaintext — for the pools and the lock sessions.
+    let libpq_default = connector_from_url(&url, None).unwrap();
+    libpq_default.connect().await.unwrap().simple_query("SELECT 1").await.unwrap();
+    let host = Relayer::builder(libpq_default, db.namespace().clone())
+        .cleanup(Led::new(CleanupOptions::default(), LeaderElection::AdvisoryLock))
+        .start()
+        .await
+        .unwrap();
+    eventually("cleanup takes its advisory lock on a plaintext session", || async {
+        client
+            .query_one("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            >= 1
+    })
+    .await;
+    host.shutdown().await;
+}
+
+/// `sslmode=disable` together with a TLS connector is refused, in one error naming both,
+/// before anything connects: by `Connector::with_tls`, the builder, an advisory lock and
+/// `connector_from_url` with a CA file.
+#[tokio::test]
+async fn sslmode_disable_with_a_tls_connector_is_refused_naming_both() {
+    let db = TestDb::new().await;
+    let mut config = db.config();
+    config.ssl_mode(SslMode::Disable);
+    let unverified = || rustls_tls(CertificateCheck::Unverified, &[], false).unwrap();
+
+    let conflict = Connector::with_tls(config.clone(), unverified()).unwrap_err().to_string();
+    assert!(conflict.contains("sslmode=disable") && conflict.contains("TLS connector"), "{conflict}");
+    // NoTls is no TLS connector: disable stays plain.
+    let plain = Connector::with_tls(config.clone(), tokio_postgres::NoTls).unwrap();
+    assert_eq!(plain.security(), "plaintext");
+
+    let error =
+        Relayer::builder(config.clone(), db.namespace().clone()).tls(unverified()).start().await.unwrap_err();
+    assert!(matches!(error, StartError::Setting { setting: "tls", .. }), "{error:?}");
+    let text = error.to_string();
+    assert!(text.contains("sslmode=disable") && text.contains(".tls(…)"), "{text}");
+
+    let lock = PgAdvisoryLock::with_tls(config, unverified());
+    let refused = relayer::error_chain(&lock.try_lock("disabled").await.unwrap_err());
+    assert!(refused.contains("sslmode=disable") && refused.contains("TLS connector"), "{refused}");
+
+    let ca = std::env::temp_dir().join(format!("relayer-ca-{}.pem", relayer::core::Uuid::new_v4()));
+    let url =
+        format!("host=127.0.0.1 user=postgres dbname=test sslmode=disable sslrootcert='{}'", ca.display());
+    let refused = connector_from_url(&url, Some(&ca)).unwrap_err().to_string();
+    for needle in
+        ["sslmode=disable", &format!("sslrootcert={}", ca.display()), &format!("--ca-file {}", ca.display())]
+    {
+        assert!(refused.contains(needle), "{needle:?} missing from: {refused}");
+    }
+}
+
 /// A certificate signed by a CA the host does not trust stops the start, and the error
 /// names the address and the reason.
 #[tokio::test]
@@ -176,11 +306,13 @@ async fn an_untrusted_certificate_is_refused_naming_the_address_and_the_reason()
     assert!(matches!(error, StartError::Connect(_)), "{error:?}");
     let text = error.to_string();
     let port = cluster.tls_config().get_ports()[0];
+    let checked =
+        format!("(TLS, chain and host name verified against {})", cluster.other_ca_file().display());
     for needle in [
         "host=localhost",
         &format!("port={port}"),
         "user=relayer_tls",
-        "TLS",
+        &checked,
         "invalid peer certificate",
         "UnknownIssuer",
     ] {
@@ -198,7 +330,8 @@ async fn a_certificate_for_another_host_name_is_refused_naming_the_address_and_t
     let database = Connector::with_tls(
         config,
         rustls_tls(CertificateCheck::VerifyFull, &[&cluster.ca_file()], false).unwrap(),
-    );
+    )
+    .unwrap();
     let error = Relayer::builder(database, db.namespace().clone()).start().await.unwrap_err();
     let text = error.to_string();
     for needle in
