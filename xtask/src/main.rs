@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout)] // a CLI: stdout is its user interface.
 
 mod chaos;
+mod cycles;
 mod postgres;
 mod run;
 mod skips;
@@ -25,7 +26,7 @@ Commands:
                           then the doctests; ends with `tests: N passed, M failed`.
                           RELAYER_TEST_THREADS sets the test threads (default 4); ARGS go to
                           nextest (or to cargo test).
-  ci                      fmt check, clippy -D warnings, the facade's docs with every feature
+  ci                      fmt check, module cycles (`cycles`), clippy -D warnings, the facade's docs with every feature
                           (RUSTDOCFLAGS=-D warnings), cargo check of each crate on its own, cargo package,
                           cargo deny (when installed), `test`, then runs the examples and the
                           demo at 300 orders (its RESULT line must say lost=0). Stops
@@ -40,6 +41,8 @@ Commands:
                           at full scale: hosts SIGKILLed N times (default 120), PostgreSQL
                           restarted N times (default 5); prints kills, written, delivered, lost,
                           duplicates and the time taken. CI runs them with 24 kills and 1 restart.
+  cycles                  import cycles between the modules of each crate: prints every
+                          cycle with the lines that close it; fails when there is one.
   help                    this text.
 
 The tests find their database as relayer-test-support documents: DATABASE_URL, else a
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("chaos") => chaos::chaos(&args[1..]),
+        Some("cycles") => cycles::cycles(&args[1..]),
         Some(other) => Err(format!("unknown command `{other}`; see `cargo xtask help`")),
     };
     match result {
@@ -163,6 +167,7 @@ fn ci(args: &[String]) -> Result<(), String> {
 
     let mut steps: Vec<Step> = vec![
         Step::cargo("format", &["fmt", "--all", "--", "--check"]),
+        Step::Cycles,
         Step::cargo("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
         // The facade's docs with every feature: no warning, no broken intra-doc link.
         Step::cargo_with_env(
@@ -219,6 +224,7 @@ fn ci(args: &[String]) -> Result<(), String> {
                 Ok(())
             }
             Step::Tests => test_suite(&[]),
+            Step::Cycles => cycles::cycles(&[]),
             Step::Demo { messages, .. } => small_demo(*messages),
         };
         let elapsed = step_started.elapsed().as_secs_f64();

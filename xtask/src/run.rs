@@ -14,6 +14,8 @@ pub(crate) enum Step {
     Skipped { title: String, why: String },
     /// The test suite (`cargo xtask test`).
     Tests,
+    /// No import cycle between the modules of any crate (`cargo xtask cycles`).
+    Cycles,
     /// The demo at a small size: it must succeed and its `RESULT` line report `lost=0`.
     Demo { title: String, messages: u32 },
 }
@@ -48,6 +50,7 @@ impl Step {
         match self {
             Step::Command { title, .. } | Step::Skipped { title, .. } | Step::Demo { title, .. } => title,
             Step::Tests => "tests: cargo xtask test",
+            Step::Cycles => "module cycles: cargo xtask cycles",
         }
     }
 }
