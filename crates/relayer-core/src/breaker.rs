@@ -17,7 +17,8 @@ use std::hash::Hash;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
 
-use crate::options::{Field, OptionsError, check_nonzero, check_positive};
+use crate::options::error::{Field, OptionsError};
+use crate::options::validate::{check_nonzero, check_positive};
 use crate::time::Timestamp;
 
 /// How many destinations a [`CircuitBreakers`] tracks by default.

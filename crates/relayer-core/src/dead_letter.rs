@@ -54,7 +54,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
-use crate::options::{Field, OptionsError, check_greater};
+use crate::options::error::{Field, OptionsError};
+use crate::options::validate::check_greater;
 use crate::time::Timestamp;
 
 /// The rejection reason of a message that could not be decoded (QUE-2). Policies never

@@ -20,6 +20,8 @@ pub mod lock;
 pub mod message;
 pub mod namespace;
 pub mod options;
+pub mod poison;
+pub mod retention;
 pub mod retry;
 pub mod session;
 pub mod store;
@@ -77,11 +79,12 @@ pub use dead_letter::{
     DeadLetterRule, DeadLetterSetupError, DeadLetterType, SubscriptionQueues,
 };
 pub use duration::{DurationError, HumanDuration, Retention};
-pub use eligibility::{OutboxRow, RetentionTable};
+pub use eligibility::OutboxRow;
 pub use options::{
     CleanupOptions, CleanupOptionsBuilder, DeadLetterOptions, DeadLetterOptionsBuilder, DispatcherOptions,
     DispatcherOptionsBuilder, OptionsError, SweeperOptions, SweeperOptionsBuilder,
 };
+pub use retention::RetentionTable;
 pub use retry::{FailureDecision, RetryPolicy, retry_or_bury};
 
 #[cfg(test)]
