@@ -52,14 +52,11 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::dead_letter_filter::Where;
-pub use crate::dead_letter_filter::{OutboxDeadFilter, QueueDeadLetterFilter};
+pub use crate::dead_letter_filter::{DEFAULT_LIMIT, OutboxDeadFilter, QueueDeadLetterFilter};
 use crate::error::{StorageError, StorageErrorKind};
 use crate::exec::Executor;
 use crate::outbox::{lane_lock_prefix, notify_channel};
 use crate::row_codec::headers_from_json;
-
-/// Rows a listing or an action takes unless told otherwise.
-pub const DEFAULT_LIMIT: u32 = 100;
 
 /// Why a dead-letter call did nothing.
 #[derive(Debug, thiserror::Error)]

@@ -25,6 +25,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use relayer_core::time::database_micros;
 use relayer_core::{Namespace, Timestamp};
 
 use tokio_postgres::types::Type;
@@ -33,7 +34,6 @@ use uuid::Uuid;
 use crate::error::StorageError;
 use crate::exec::{Executor, one_row};
 use crate::outbox::{ClaimedMessage, UndecodableRow};
-use crate::recovery::micros;
 use crate::row_codec::{CLAIMED_COLUMNS, RowCodec};
 
 /// What a lane owner finds when it looks at its lane ([`LaneStatements::head`]).
@@ -280,7 +280,8 @@ impl LaneStatements {
         visit_cap: u32,
         tripped: &[(String, String)],
     ) -> Result<LaneClaim, StorageError> {
-        let (claim_us, limit_rows, cap) = (micros(claim), i64::from(limit), i64::from(visit_cap.max(1)));
+        let (claim_us, limit_rows, cap) =
+            (database_micros(claim), i64::from(limit), i64::from(visit_cap.max(1)));
         let tripped_transports: Vec<&str> = tripped.iter().map(|(t, _)| t.as_str()).collect();
         let tripped_destinations: Vec<&str> = tripped.iter().map(|(_, d)| d.as_str()).collect();
         let rows = client
@@ -325,7 +326,7 @@ impl LaneStatements {
         token: Uuid,
         claim: Duration,
     ) -> Result<LaneHead, StorageError> {
-        let claim_us = micros(claim);
+        let claim_us = database_micros(claim);
         let row = client
             .rows(&self.head, &[(&lane, Type::TEXT), (&token, Type::UUID), (&claim_us, Type::INT8)])
             .await
@@ -376,7 +377,7 @@ impl LaneStatements {
             HeadFailure::Retry { error, after } => (error, after, false),
             HeadFailure::Park { error } => (error, Duration::ZERO, true),
         };
-        let delay_us = micros(retry_after);
+        let delay_us = database_micros(retry_after);
         let updated = client
             .affected(
                 &self.fail_head,

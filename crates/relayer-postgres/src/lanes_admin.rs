@@ -23,7 +23,7 @@ use tokio_postgres::types::Type;
 use crate::error::StorageError;
 use crate::exec::Executor;
 use crate::lanes::LaneStatements;
-use crate::status::{duration_from_micros, micros_since};
+use crate::status::elapsed::{duration_from_micros, micros_since};
 
 /// One lane as operators see it.
 #[derive(Clone, Debug, PartialEq, Eq)]

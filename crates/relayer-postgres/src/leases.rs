@@ -27,13 +27,13 @@
 
 use std::time::{Duration, SystemTime};
 
+use relayer_core::time::database_micros;
 use relayer_core::{Namespace, Timestamp, advisory_lock_key};
 use tokio_postgres::types::Type;
 
 use crate::error::StorageError;
 use crate::exec::{Executor, Prepared, one_row};
 use crate::pool::{PgClient, PgPool};
-use crate::recovery::micros;
 
 // Pure data, defined in the core crate next to the `HoldLease` trait; re-exported so
 // `relayer_postgres::Lease` keeps working.
@@ -128,7 +128,7 @@ impl LeaseStatements {
         let row = one_row(
             tx,
             &self.lock_and_take,
-            &[(&job, Type::TEXT), (&owner, Type::TEXT), (&micros(lease_duration), Type::INT8)],
+            &[(&job, Type::TEXT), (&owner, Type::TEXT), (&database_micros(lease_duration), Type::INT8)],
             &context(),
         )
         .await?;
@@ -167,7 +167,7 @@ impl LeaseStatements {
                 &[
                     (&job, Type::TEXT),
                     (&owner, Type::TEXT),
-                    (&micros(lease_duration), Type::INT8),
+                    (&database_micros(lease_duration), Type::INT8),
                     (&gate, Type::INT8),
                 ],
             )
@@ -192,7 +192,7 @@ impl LeaseStatements {
                     (&lease.job, Type::TEXT),
                     (&lease.owner, Type::TEXT),
                     (&lease.term, Type::INT8),
-                    (&micros(lease_duration), Type::INT8),
+                    (&database_micros(lease_duration), Type::INT8),
                 ],
             )
             .await

@@ -22,12 +22,12 @@
 use std::time::Duration;
 
 use relayer_core::Namespace;
+use relayer_core::time::database_micros;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::StorageError;
 use crate::exec::{Executor, one_row};
 use crate::leases::Lease;
-use crate::recovery::micros;
 
 /// The retention statements rendered for one namespace.
 #[derive(Clone, Debug)]
@@ -152,7 +152,7 @@ async fn batch(
     retention: Duration,
     limit: u32,
 ) -> Result<u64, StorageError> {
-    let (retention, limit) = (micros(retention), i64::from(limit));
+    let (retention, limit) = (database_micros(retention), i64::from(limit));
     let params: [(&(dyn ToSql + Sync), Type); 2] = [(&retention, Type::INT8), (&limit, Type::INT8)];
     client.affected(statement, &params).await.map_err(|e| StorageError::database(what, e))
 }
@@ -167,7 +167,8 @@ async fn leased_batch(
     lease: &Lease,
     lease_duration: Duration,
 ) -> Result<Option<u64>, StorageError> {
-    let (retention, limit, duration) = (micros(retention), i64::from(limit), micros(lease_duration));
+    let (retention, limit, duration) =
+        (database_micros(retention), i64::from(limit), database_micros(lease_duration));
     let params: [(&(dyn ToSql + Sync), Type); 6] = [
         (&retention, Type::INT8),
         (&limit, Type::INT8),
