@@ -53,7 +53,13 @@ pub(crate) fn cycles(args: &[String]) -> Result<(), String> {
             println!("cycle in {}: {}", source.name, cycle.modules.join(" <-> "));
             for edge in cycle.edges {
                 let shown = edge.file.strip_prefix(&root).unwrap_or(&edge.file);
-                println!("    {} -> {}  ({}:{})", show(&edge.from), show(&edge.to), shown.display(), edge.line);
+                println!(
+                    "    {} -> {}  ({}:{})",
+                    show(&edge.from),
+                    show(&edge.to),
+                    shown.display(),
+                    edge.line
+                );
             }
         }
     }
@@ -102,8 +108,10 @@ fn crate_sources(root: &Path) -> Result<Vec<CrateSource>, String> {
         let mut binaries = Vec::new();
         for file in files {
             let relative = file.strip_prefix(&src).map_err(|e| e.to_string())?.to_path_buf();
-            let parts: Vec<String> =
-                relative.iter().map(|part| part.to_string_lossy().trim_end_matches(".rs").to_owned()).collect();
+            let parts: Vec<String> = relative
+                .iter()
+                .map(|part| part.to_string_lossy().trim_end_matches(".rs").to_owned())
+                .collect();
             match parts.as_slice() {
                 [bin, name] if bin == "bin" => {
                     binaries.push((format!("{package} (bin {name})"), file.clone()));
@@ -261,7 +269,12 @@ fn walk(file_module: &str, tokens: &[(Token, usize)], report: &mut dyn FnMut(Wal
                                 .chain(tree)
                                 .collect()
                         };
-                        report(Walk::Path { from: here.clone(), segments: absolute, reexport: in_pub_use, line: *line });
+                        report(Walk::Path {
+                            from: here.clone(),
+                            segments: absolute,
+                            reexport: in_pub_use,
+                            line: *line,
+                        });
                     }
                     i = next;
                     continue;
@@ -367,7 +380,8 @@ fn resolve(segments: &[String], modules: &BTreeSet<String>) -> Option<String> {
 /// Cycles: the strongly connected sets of two or more modules (Tarjan), with their edges.
 fn strongly_connected(modules: &BTreeSet<String>, edges: Vec<Edge>) -> Vec<Cycle> {
     let names: Vec<&String> = modules.iter().collect();
-    let index_of: BTreeMap<&str, usize> = names.iter().enumerate().map(|(i, name)| (name.as_str(), i)).collect();
+    let index_of: BTreeMap<&str, usize> =
+        names.iter().enumerate().map(|(i, name)| (name.as_str(), i)).collect();
     let mut adjacency: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); names.len()];
     for edge in &edges {
         adjacency[index_of[edge.from.as_str()]].insert(index_of[edge.to.as_str()]);
@@ -444,7 +458,10 @@ fn strongly_connected(modules: &BTreeSet<String>, edges: Vec<Edge>) -> Vec<Cycle
                 });
             }
         }
-        cycles.push(Cycle { modules: members.iter().map(|m| show(m).to_owned()).collect(), edges: cycle_edges });
+        cycles.push(Cycle {
+            modules: members.iter().map(|m| show(m).to_owned()).collect(),
+            edges: cycle_edges,
+        });
     }
     cycles.sort_by(|a, b| a.modules.cmp(&b.modules));
     cycles
@@ -616,8 +633,10 @@ mod tests {
     #[test]
     fn a_module_that_imports_its_importer_is_a_cycle() {
         let modules: BTreeSet<String> = ["", "a", "b", "c"].iter().map(|m| (*m).to_owned()).collect();
-        let edge = |from: &str, to: &str| Edge { from: from.into(), to: to.into(), file: PathBuf::new(), line: 1 };
-        let cycles = strongly_connected(&modules, vec![edge("a", "b"), edge("b", "c"), edge("c", "a"), edge("", "a")]);
+        let edge =
+            |from: &str, to: &str| Edge { from: from.into(), to: to.into(), file: PathBuf::new(), line: 1 };
+        let cycles =
+            strongly_connected(&modules, vec![edge("a", "b"), edge("b", "c"), edge("c", "a"), edge("", "a")]);
         assert_eq!(cycles.len(), 1);
         assert_eq!(cycles[0].modules, ["a", "b", "c"]);
         assert!(strongly_connected(&modules, vec![edge("a", "b"), edge("", "a")]).is_empty());
@@ -625,7 +644,8 @@ mod tests {
 
     #[test]
     fn a_test_module_using_its_parent_is_not_a_cycle() {
-        let edges = edges_of(&[("a", "use crate::b::B; #[cfg(test)] mod tests { use super::*; }"), ("b", "")]);
+        let edges =
+            edges_of(&[("a", "use crate::b::B; #[cfg(test)] mod tests { use super::*; }"), ("b", "")]);
         let pairs: Vec<(&str, &str)> = edges.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
         assert_eq!(pairs, [("a", "b"), ("a::tests", "a")]);
     }

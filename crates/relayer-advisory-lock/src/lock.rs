@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::TARGET;
 use crate::guard::PgLockGuard;
 use crate::session::{IdleSessions, Session};
+use crate::shared::Shared;
 
 /// The `application_name` of lock sessions when the given `Config` sets none.
 const DEFAULT_APPLICATION_NAME: &str = "relayer-advisory-lock";
@@ -51,13 +52,6 @@ pub struct PgAdvisoryLock<T = NoTls> {
     config: Config,
     tls: T,
     shared: Arc<Shared>,
-}
-
-/// State shared between a lock and its guards.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) shutdown: CancellationToken,
-    pub(crate) idle: IdleSessions,
 }
 
 impl PgAdvisoryLock<NoTls> {

@@ -114,7 +114,7 @@ impl Config {
                 })
                 .split("__"),
         );
-        let file: File = figment.extract().map_err(|e| one_line(&e, path))?;
+        let file: File = figment.extract().map_err(|e| one_line(&e, path, ENV_PREFIX))?;
         file.validate()
     }
 

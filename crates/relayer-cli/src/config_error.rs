@@ -3,10 +3,9 @@
 
 use std::path::Path;
 
-use crate::config::ENV_PREFIX;
-
-/// A figment error as one line: `path: problem (where it came from)`.
-pub(crate) fn one_line(error: &figment::Error, file: &Path) -> String {
+/// A figment error as one line: `path: problem (where it came from)`; `env_prefix` is the
+/// prefix of the variables the configuration reads (`RELAYER_`).
+pub(crate) fn one_line(error: &figment::Error, file: &Path, env_prefix: &str) -> String {
     use figment::error::Kind;
     let path = error.path.join(".");
     let problem = match &error.kind {
@@ -16,7 +15,7 @@ pub(crate) fn one_line(error: &figment::Error, file: &Path) -> String {
             } else {
                 format!("{path}.{field}")
             };
-            return format!("{full}: unknown key{}", origin(error, file));
+            return format!("{full}: unknown key{}", origin(error, file, env_prefix));
         }
         Kind::MissingField(field) => {
             let full = if path.is_empty() || error.path.last().map(String::as_str) == Some(&**field) {
@@ -24,7 +23,7 @@ pub(crate) fn one_line(error: &figment::Error, file: &Path) -> String {
             } else {
                 format!("{path}.{field}")
             };
-            return format!("{full}: missing{}", origin(error, file));
+            return format!("{full}: missing{}", origin(error, file, env_prefix));
         }
         // A parser's message may span lines (a source snippet with a caret): one line.
         Kind::Message(message) => single_line(message),
@@ -34,22 +33,22 @@ pub(crate) fn one_line(error: &figment::Error, file: &Path) -> String {
     if !path.is_empty()
         && (problem.starts_with(&format!("{path}.")) || problem.starts_with(&format!("{path}:")))
     {
-        return format!("{problem}{}", origin(error, file));
+        return format!("{problem}{}", origin(error, file, env_prefix));
     }
     if path.is_empty() {
-        format!("{problem}{}", origin(error, file))
+        format!("{problem}{}", origin(error, file, env_prefix))
     } else {
-        format!("{path}: {problem}{}", origin(error, file))
+        format!("{path}: {problem}{}", origin(error, file, env_prefix))
     }
 }
 
 /// ` (in FILE)` or ` (from VARIABLE)`.
-fn origin(error: &figment::Error, file: &Path) -> String {
+fn origin(error: &figment::Error, file: &Path, env_prefix: &str) -> String {
     match &error.metadata {
         Some(metadata) if metadata.name.contains("environment") => {
             let name: Vec<String> = error.path.iter().map(|key| key.to_uppercase()).collect();
             let wildcard = if error.path.len() == 1 { "__*" } else { "" };
-            format!(" (from {ENV_PREFIX}{}{wildcard})", name.join("__"))
+            format!(" (from {env_prefix}{}{wildcard})", name.join("__"))
         }
         _ => format!(" (in {})", file.display()),
     }
