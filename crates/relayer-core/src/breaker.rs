@@ -300,15 +300,7 @@ fn held_back(mut breaker: CircuitBreaker, now: Timestamp) -> bool {
 mod tests {
     use super::*;
 
-    const SECOND: i64 = 1_000_000;
-
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_micros(seconds * SECOND)
-    }
-
-    const fn secs(seconds: u64) -> Duration {
-        Duration::from_secs(seconds)
-    }
+    use crate::test_clock::{at, secs};
 
     #[test]
     fn breaker_opens_after_threshold_and_probes_once_dsp_6() {

@@ -536,15 +536,7 @@ impl fmt::Display for DeadLetterPolicies {
 mod tests {
     use super::*;
 
-    const SECOND: i64 = 1_000_000;
-
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_micros(seconds * SECOND)
-    }
-
-    const fn secs(seconds: u64) -> Duration {
-        Duration::from_secs(seconds)
-    }
+    use crate::test_clock::{at, secs};
 
     #[test]
     fn dead_letter_policies_are_validated_dlp_2() {

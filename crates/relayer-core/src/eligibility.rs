@@ -76,15 +76,7 @@ pub fn recovery_eligible(row: &OutboxRow, now: Timestamp, recovery_delay: Durati
 mod tests {
     use super::*;
 
-    const SECOND: i64 = 1_000_000;
-
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_micros(seconds * SECOND)
-    }
-
-    const fn secs(seconds: u64) -> Duration {
-        Duration::from_secs(seconds)
-    }
+    use crate::test_clock::{at, secs};
 
     #[test]
     fn visible_at_alone_decides_claimability_dsp_1() {

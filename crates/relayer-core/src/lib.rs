@@ -20,11 +20,14 @@ pub mod lock;
 pub mod message;
 pub mod namespace;
 pub mod options;
+mod panic;
 pub mod poison;
 pub mod retention;
 pub mod retry;
 pub mod session;
 pub mod store;
+#[cfg(test)]
+mod test_clock;
 pub mod time;
 pub mod transport;
 
@@ -57,6 +60,7 @@ fn one_line(text: &str) -> String {
 pub use lock::{DistributedLock, LockError, LockErrorKind, LockGuard, advisory_lock_key};
 pub use message::{Delivery, Envelope, Headers, MessageError, MessageId, MessageProblem, NewMessage};
 pub use namespace::{IdentifierError, IdentifierKind, Namespace};
+pub use panic::panic_text;
 pub use session::{Session, StoreSource};
 pub use store::{
     CheckLease, ClaimOutbox, Claimed, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns,

@@ -62,15 +62,7 @@ mod tests {
 
     use super::*;
 
-    const SECOND: i64 = 1_000_000;
-
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_micros(seconds * SECOND)
-    }
-
-    const fn secs(seconds: u64) -> Duration {
-        Duration::from_secs(seconds)
-    }
+    use crate::test_clock::{at, secs};
 
     #[test]
     fn retention_deletes_strictly_older_rows_ret_2() {
