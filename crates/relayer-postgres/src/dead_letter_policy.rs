@@ -162,10 +162,9 @@ impl DeadLetterPolicyStatements {
             (&self.channel, Type::TEXT),
         ];
         match message_type {
-            DeadLetterType::Queue { .. } => client
-                .affected(&self.queue_redrive, &params[..5])
-                .await
-                .map_err(|e| StorageError::database(what, e)),
+            DeadLetterType::Queue { .. } => {
+                crate::exec::affected(client, &self.queue_redrive, &params[..5], what).await
+            }
             DeadLetterType::Outbox { .. } => {
                 let row = one_row(client, &self.outbox_redrive, &params, &what).await?;
                 Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
@@ -190,10 +189,8 @@ impl DeadLetterPolicyStatements {
             DeadLetterType::Queue { .. } => &self.queue_expire,
             DeadLetterType::Outbox { .. } => &self.outbox_expire,
         };
-        client
-            .affected(sql, &params)
+        crate::exec::affected(client, sql, &params, format!("expiring the dead letters of {message_type}"))
             .await
-            .map_err(|e| StorageError::database(format!("expiring the dead letters of {message_type}"), e))
     }
 
     /// Counts the dead letters of `message_type` whose redrive gave up: due (`after`) but

@@ -385,10 +385,8 @@ impl DeadLetterApi {
             (&detail, Type::TEXT),
             (&self.channel, Type::TEXT),
         ];
-        let rows = client
-            .rows(&sql, &params)
-            .await
-            .map_err(|e| StorageError::database(format!("outbox_dead.redrive ({filter})"), e))?;
+        let rows =
+            crate::exec::rows(client, &sql, &params, format!("outbox_dead.redrive ({filter})")).await?;
         touched(&rows)
     }
 
@@ -497,7 +495,7 @@ async fn read(
     clauses: &Where,
     what: &str,
 ) -> Result<Vec<Row>, StorageError> {
-    client.rows(sql, &clauses.params()).await.map_err(|e| StorageError::database(what.to_owned(), e))
+    crate::exec::rows(client, sql, &clauses.params(), what.to_owned()).await
 }
 
 fn touched(rows: &[Row]) -> Result<Vec<Touched>, DeadLetterApiError> {

@@ -117,21 +117,21 @@ impl RecoveryStatements {
         let limit = i64::from(request.limit);
         let cap = limit.saturating_mul(SCAN_ROWS_PER_ELIGIBLE);
         let (job, owner) = request.leader.map_or((None, None), |l| (Some(l.job), Some(l.owner)));
-        let rows = client
-            .rows(
-                &self.lock_page,
-                &[
-                    (&after, Type::INT8),
-                    (&up_to, Type::INT8),
-                    (&delay, Type::INT8),
-                    (&limit, Type::INT8),
-                    (&cap, Type::INT8),
-                    (&job, Type::TEXT),
-                    (&owner, Type::TEXT),
-                ],
-            )
-            .await
-            .map_err(|e| StorageError::database("reading and locking a recovery page", e))?;
+        let rows = crate::exec::rows(
+            client,
+            &self.lock_page,
+            &[
+                (&after, Type::INT8),
+                (&up_to, Type::INT8),
+                (&delay, Type::INT8),
+                (&limit, Type::INT8),
+                (&cap, Type::INT8),
+                (&job, Type::TEXT),
+                (&owner, Type::TEXT),
+            ],
+            "reading and locking a recovery page",
+        )
+        .await?;
         if rows.is_empty() {
             return Ok(None);
         }

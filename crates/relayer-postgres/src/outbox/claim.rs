@@ -28,19 +28,19 @@ impl OutboxStatements {
         let limit = i64::from(limit);
         let tripped_transports: Vec<&str> = tripped.iter().map(|(t, _)| t.as_str()).collect();
         let tripped_destinations: Vec<&str> = tripped.iter().map(|(_, d)| d.as_str()).collect();
-        let rows = client
-            .rows(
-                &self.claim_due,
-                &[
-                    (&token, Type::UUID),
-                    (&claim_us, Type::INT8),
-                    (&limit, Type::INT8),
-                    (&tripped_transports, Type::TEXT_ARRAY),
-                    (&tripped_destinations, Type::TEXT_ARRAY),
-                ],
-            )
-            .await
-            .map_err(|e| StorageError::database("claiming due outbox rows", e))?;
+        let rows = crate::exec::rows(
+            client,
+            &self.claim_due,
+            &[
+                (&token, Type::UUID),
+                (&claim_us, Type::INT8),
+                (&limit, Type::INT8),
+                (&tripped_transports, Type::TEXT_ARRAY),
+                (&tripped_destinations, Type::TEXT_ARRAY),
+            ],
+            "claiming due outbox rows",
+        )
+        .await?;
         self.codec.decode_all(&rows, 0)
     }
 
@@ -57,13 +57,13 @@ impl OutboxStatements {
         cool_down: Duration,
     ) -> Result<u64, StorageError> {
         let cool_down_us = database_micros(cool_down);
-        let rows = client
-            .rows(
-                &self.hold_back,
-                &[(&transport, Type::TEXT), (&destination, Type::TEXT), (&cool_down_us, Type::INT8)],
-            )
-            .await
-            .map_err(|e| StorageError::database("holding back a tripped destination's rows", e))?;
+        let rows = crate::exec::rows(
+            client,
+            &self.hold_back,
+            &[(&transport, Type::TEXT), (&destination, Type::TEXT), (&cool_down_us, Type::INT8)],
+            "holding back a tripped destination's rows",
+        )
+        .await?;
         let held: i64 = rows.first().map_or(0, |row| row.get(0));
         Ok(u64::try_from(held).unwrap_or(0))
     }
@@ -81,13 +81,13 @@ impl OutboxStatements {
             return Ok(Claimed::default());
         }
         let claim_us = database_micros(claim);
-        let rows = client
-            .rows(
-                &self.claim_seqs,
-                &[(&token, Type::UUID), (&claim_us, Type::INT8), (&seqs, Type::INT8_ARRAY)],
-            )
-            .await
-            .map_err(|e| StorageError::database("claiming outbox rows by seq", e))?;
+        let rows = crate::exec::rows(
+            client,
+            &self.claim_seqs,
+            &[(&token, Type::UUID), (&claim_us, Type::INT8), (&seqs, Type::INT8_ARRAY)],
+            "claiming outbox rows by seq",
+        )
+        .await?;
         self.codec.decode_all(&rows, 0)
     }
 }

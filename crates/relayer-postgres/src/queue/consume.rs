@@ -177,10 +177,9 @@ impl ConsumeStatements {
         let visibility = database_micros(visibility);
         let params: [(&(dyn ToSql + Sync), Type); 4] =
             [(&queue, Type::TEXT), (&limit, Type::INT8), (&visibility, Type::INT8), (&token, Type::UUID)];
-        let rows = client
-            .rows(&self.receive, &params)
-            .await
-            .map_err(|e| StorageError::database(format!("receiving from queue {queue:?}"), e))?;
+        let rows =
+            crate::exec::rows(client, &self.receive, &params, format!("receiving from queue {queue:?}"))
+                .await?;
         Ok(rows.iter().map(|row| self.decode(row, token)).collect())
     }
 
