@@ -197,7 +197,7 @@ fn crate_cycles(source: &CrateSource) -> Result<Vec<Cycle>, String> {
             }
         });
     }
-    Ok(strongly_connected(&modules, edges))
+    Ok(strongly_connected(&modules, &edges))
 }
 
 fn is_descendant(module: &str, ancestor: &str) -> bool {
@@ -378,12 +378,12 @@ fn resolve(segments: &[String], modules: &BTreeSet<String>) -> Option<String> {
 }
 
 /// Cycles: the strongly connected sets of two or more modules (Tarjan), with their edges.
-fn strongly_connected(modules: &BTreeSet<String>, edges: Vec<Edge>) -> Vec<Cycle> {
+fn strongly_connected(modules: &BTreeSet<String>, edges: &[Edge]) -> Vec<Cycle> {
     let names: Vec<&String> = modules.iter().collect();
     let index_of: BTreeMap<&str, usize> =
         names.iter().enumerate().map(|(i, name)| (name.as_str(), i)).collect();
     let mut adjacency: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); names.len()];
-    for edge in &edges {
+    for edge in edges {
         adjacency[index_of[edge.from.as_str()]].insert(index_of[edge.to.as_str()]);
     }
 
@@ -445,7 +445,7 @@ fn strongly_connected(modules: &BTreeSet<String>, edges: Vec<Edge>) -> Vec<Cycle
         let members: BTreeSet<&str> = component.iter().map(|&i| names[i].as_str()).collect();
         let mut seen = BTreeSet::new();
         let mut cycle_edges = Vec::new();
-        for edge in &edges {
+        for edge in edges {
             if members.contains(edge.from.as_str())
                 && members.contains(edge.to.as_str())
                 && seen.insert((edge.from.clone(), edge.to.clone()))
@@ -636,10 +636,10 @@ mod tests {
         let edge =
             |from: &str, to: &str| Edge { from: from.into(), to: to.into(), file: PathBuf::new(), line: 1 };
         let cycles =
-            strongly_connected(&modules, vec![edge("a", "b"), edge("b", "c"), edge("c", "a"), edge("", "a")]);
+            strongly_connected(&modules, &[edge("a", "b"), edge("b", "c"), edge("c", "a"), edge("", "a")]);
         assert_eq!(cycles.len(), 1);
         assert_eq!(cycles[0].modules, ["a", "b", "c"]);
-        assert!(strongly_connected(&modules, vec![edge("a", "b"), edge("", "a")]).is_empty());
+        assert!(strongly_connected(&modules, &[edge("a", "b"), edge("", "a")]).is_empty());
     }
 
     #[test]

@@ -8,6 +8,7 @@
 mod chaos;
 mod cycles;
 mod postgres;
+mod rules;
 mod run;
 mod skips;
 mod summary;
@@ -26,7 +27,7 @@ Commands:
                           then the doctests; ends with `tests: N passed, M failed`.
                           RELAYER_TEST_THREADS sets the test threads (default 4); ARGS go to
                           nextest (or to cargo test).
-  ci                      fmt check, module cycles (`cycles`), clippy -D warnings, the facade's docs with every feature
+  ci                      fmt check, module cycles (`cycles`), rule ids (`rules`), clippy -D warnings, the facade's docs with every feature
                           (RUSTDOCFLAGS=-D warnings), cargo check of each crate on its own, cargo package,
                           cargo deny (when installed), `test`, then runs the examples and the
                           demo at 300 orders (its RESULT line must say lost=0). Stops
@@ -43,6 +44,8 @@ Commands:
                           duplicates and the time taken. CI runs them with 24 kills and 1 restart.
   cycles                  import cycles between the modules of each crate: prints every
                           cycle with the lines that close it; fails when there is one.
+  rules                   every rule id cited in code, tests and docs is stated in
+                          docs/rules.md (a lettered id also in INVARIANTS.md).
   help                    this text.
 
 The tests find their database as relayer-test-support documents: DATABASE_URL, else a
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("chaos") => chaos::chaos(&args[1..]),
         Some("cycles") => cycles::cycles(&args[1..]),
+        Some("rules") => rules::rules(&args[1..]),
         Some(other) => Err(format!("unknown command `{other}`; see `cargo xtask help`")),
     };
     match result {
@@ -168,6 +172,7 @@ fn ci(args: &[String]) -> Result<(), String> {
     let mut steps: Vec<Step> = vec![
         Step::cargo("format", &["fmt", "--all", "--", "--check"]),
         Step::Cycles,
+        Step::Rules,
         Step::cargo("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
         // The facade's docs with every feature: no warning, no broken intra-doc link.
         Step::cargo_with_env(
@@ -225,6 +230,7 @@ fn ci(args: &[String]) -> Result<(), String> {
             }
             Step::Tests => test_suite(&[]),
             Step::Cycles => cycles::cycles(&[]),
+            Step::Rules => rules::rules(&[]),
             Step::Demo { messages, .. } => small_demo(*messages),
         };
         let elapsed = step_started.elapsed().as_secs_f64();

@@ -16,6 +16,8 @@ pub(crate) enum Step {
     Tests,
     /// No import cycle between the modules of any crate (`cargo xtask cycles`).
     Cycles,
+    /// Every rule id cited is stated in docs/rules.md (`cargo xtask rules`).
+    Rules,
     /// The demo at a small size: it must succeed and its `RESULT` line report `lost=0`.
     Demo { title: String, messages: u32 },
 }
@@ -51,6 +53,7 @@ impl Step {
             Step::Command { title, .. } | Step::Skipped { title, .. } | Step::Demo { title, .. } => title,
             Step::Tests => "tests: cargo xtask test",
             Step::Cycles => "module cycles: cargo xtask cycles",
+            Step::Rules => "rule ids: cargo xtask rules",
         }
     }
 }
