@@ -288,15 +288,19 @@ fn bench(args: &[String]) -> Result<(), String> {
     {
         return Err(format!("unknown bench option `{flag}`; usage: cargo xtask bench <name> [--quick]"));
     }
-    // The lock benchmark lives beside the lock so it builds without the other workers.
+    // The lock benchmark is a binary of its own: it measures on a current-thread runtime.
     if args[0] == "locks" {
         return delegate(
-            "relayer-advisory-lock",
-            &["run", "--release", "-p", "relayer-advisory-lock", "--bin", "lock-bench", "--"],
+            "relayer-bench",
+            &["run", "--release", "-p", "relayer-bench", "--bin", "lock-bench", "--"],
             &args[1..],
         );
     }
-    delegate("relayer-bench", &["run", "--release", "-p", "relayer-bench", "--"], args)
+    delegate(
+        "relayer-bench",
+        &["run", "--release", "-p", "relayer-bench", "--bin", "relayer-bench", "--"],
+        args,
+    )
 }
 
 /// Runs `cargo <fixed> <args>` when `package` is in the workspace; says so clearly when not.
