@@ -7,7 +7,7 @@ use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
 /// One validated batch of messages encoded for the enqueue statement (see
-/// [`OutboxWriter::batch`]): the statement text and its parameters in order.
+/// [`OutboxWriter::batch`](crate::OutboxWriter::batch)): the statement text and its parameters in order.
 ///
 /// A driver runs [`statement`](Self::statement) with [`params`](Self::params) bound as
 /// `$1, $2, …` in the order given, each with the PostgreSQL type its [`EnqueueParam`]

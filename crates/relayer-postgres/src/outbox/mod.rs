@@ -16,7 +16,7 @@
 //! under a generic plan made while the table was empty (docs/performance.md, "Raw
 //! limits"). Ordered (lane) rows are never claimed here: see [`crate::lanes`].
 //!
-//! One file per part: [`writer`](self) (`writer.rs`, `batch.rs`, `columns.rs`), the
+//! One file per part: the writer (`writer.rs`, `batch.rs`, `columns.rs`), the
 //! statements (`statements.rs`), the claim (`claim.rs`), the completion (`completion.rs`)
 //! and the channel names (`channel.rs`). Row decoding lives in `crate::row_codec`.
 

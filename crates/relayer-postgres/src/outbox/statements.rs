@@ -82,7 +82,7 @@ impl OutboxStatements {
     }
 
     /// Claimed rows naming a transport outside `names` (the worker's registry) come back
-    /// [`undecodable`](Claimed::undecodable) instead of as messages: no send could ever
+    /// [`undecodable`](relayer_core::store::Claimed::undecodable) instead of as messages: no send could ever
     /// succeed, so the worker buries them at once rather than failing them pass after pass.
     pub fn with_transports<I>(mut self, names: I) -> Self
     where
