@@ -7,7 +7,9 @@
 
 mod brokers;
 mod chaos;
+mod cycles;
 mod postgres;
+mod rules;
 mod run;
 mod skips;
 mod summary;
@@ -26,7 +28,7 @@ Commands:
                           then the doctests; ends with `tests: N passed, M failed`.
                           RELAYER_TEST_THREADS sets the test threads (default 4); ARGS go to
                           nextest (or to cargo test).
-  ci                      fmt check, clippy -D warnings, the facade's docs with every feature
+  ci                      fmt check, module cycles (`cycles`), rule ids (`rules`), clippy -D warnings, the facade's docs with every feature
                           (RUSTDOCFLAGS=-D warnings), cargo check of each crate on its own, cargo package,
                           cargo deny (when installed), `test`, then runs the examples and the
                           demo at 300 orders (its RESULT line must say lost=0). Stops
@@ -42,6 +44,10 @@ Commands:
                           at full scale: hosts SIGKILLed N times (default 120), PostgreSQL
                           restarted N times (default 5); prints kills, written, delivered, lost,
                           duplicates and the time taken. CI runs them with 24 kills and 1 restart.
+  cycles                  import cycles between the modules of each crate: prints every
+                          cycle with the lines that close it; fails when there is one.
+  rules                   every rule id cited in code, tests and docs is stated in
+                          docs/rules.md (a lettered id also in INVARIANTS.md).
   help                    this text.
 
 The tests find their database as relayer-test-support documents: DATABASE_URL, else a
@@ -70,6 +76,8 @@ fn main() -> ExitCode {
         Some("demo") => demo(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("chaos") => chaos::chaos(&args[1..]),
+        Some("cycles") => cycles::cycles(&args[1..]),
+        Some("rules") => rules::rules(&args[1..]),
         Some(other) => Err(format!("unknown command `{other}`; see `cargo xtask help`")),
     };
     match result {
@@ -166,6 +174,8 @@ fn ci(args: &[String]) -> Result<(), String> {
 
     let mut steps: Vec<Step> = vec![
         Step::cargo("format", &["fmt", "--all", "--", "--check"]),
+        Step::Cycles,
+        Step::Rules,
         Step::cargo("clippy", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
         // The facade's docs with every feature: no warning, no broken intra-doc link.
         Step::cargo_with_env(
@@ -242,6 +252,8 @@ fn ci(args: &[String]) -> Result<(), String> {
                 // Each line is `SKIPPED <test>: <reason>`; the closing line adds the prefix.
                 skipped.extend(tests.iter().map(|line| line.trim_start_matches("SKIPPED ").to_owned()));
             }),
+            Step::Cycles => cycles::cycles(&[]),
+            Step::Rules => rules::rules(&[]),
             Step::Demo { messages, .. } => small_demo(*messages),
         };
         let elapsed = step_started.elapsed().as_secs_f64();
@@ -309,15 +321,19 @@ fn bench(args: &[String]) -> Result<(), String> {
     {
         return Err(format!("unknown bench option `{flag}`; usage: cargo xtask bench <name> [--quick]"));
     }
-    // The lock benchmark lives beside the lock so it builds without the other workers.
+    // The lock benchmark is a binary of its own: it measures on a current-thread runtime.
     if args[0] == "locks" {
         return delegate(
-            "relayer-advisory-lock",
-            &["run", "--release", "-p", "relayer-advisory-lock", "--bin", "lock-bench", "--"],
+            "relayer-bench",
+            &["run", "--release", "-p", "relayer-bench", "--bin", "lock-bench", "--"],
             &args[1..],
         );
     }
-    delegate("relayer-bench", &["run", "--release", "-p", "relayer-bench", "--"], args)
+    delegate(
+        "relayer-bench",
+        &["run", "--release", "-p", "relayer-bench", "--bin", "relayer-bench", "--"],
+        args,
+    )
 }
 
 /// Runs `cargo <fixed> <args>` when `package` is in the workspace; says so clearly when not.

@@ -18,6 +18,10 @@ pub(crate) enum Step {
     NeedsBroker { title: String, broker: Broker, command: CargoCommand },
     /// The test suite (`cargo xtask test`).
     Tests,
+    /// No import cycle between the modules of any crate (`cargo xtask cycles`).
+    Cycles,
+    /// Every rule id cited is stated in docs/rules.md (`cargo xtask rules`).
+    Rules,
     /// The demo at a small size: it must succeed and its `RESULT` line report `lost=0`.
     Demo { title: String, messages: u32 },
 }
@@ -63,6 +67,8 @@ impl Step {
             | Step::NeedsBroker { title, .. }
             | Step::Demo { title, .. } => title,
             Step::Tests => "tests: cargo xtask test",
+            Step::Cycles => "module cycles: cargo xtask cycles",
+            Step::Rules => "rule ids: cargo xtask rules",
         }
     }
 }

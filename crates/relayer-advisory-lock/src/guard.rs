@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use relayer_core::{LockError, LockErrorKind, LockGuard};
 
 use crate::TARGET;
-use crate::lock::Shared;
 use crate::session::{Session, SessionError};
+use crate::shared::Shared;
 
 /// A held PostgreSQL advisory lock; see [`PgAdvisoryLock`](crate::PgAdvisoryLock).
 #[derive(Debug)]

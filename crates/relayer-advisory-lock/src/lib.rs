@@ -84,6 +84,7 @@
 mod guard;
 mod lock;
 mod session;
+mod shared;
 
 pub use lock::PgAdvisoryLock;
 

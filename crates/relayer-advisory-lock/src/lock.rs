@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::TARGET;
 use crate::guard::PgLockGuard;
 use crate::session::{IdleSessions, Session};
+use crate::shared::Shared;
 
 /// The `application_name` of lock sessions when the given `Config` sets none.
 const DEFAULT_APPLICATION_NAME: &str = "relayer-advisory-lock";
@@ -61,13 +62,6 @@ pub struct PgAdvisoryLock<T = NoTls> {
 /// Why a lock given a TLS connector and `sslmode=disable` takes no lock.
 const DISABLE_WITH_TLS: &str = "the config's sslmode=disable forbids TLS, but a TLS connector was given: \
      drop sslmode=disable (TLS is then required) or use PgAdvisoryLock::new";
-
-/// State shared between a lock and its guards.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) shutdown: CancellationToken,
-    pub(crate) idle: IdleSessions,
-}
 
 impl PgAdvisoryLock<NoTls> {
     /// A lock whose sessions connect with `config`, without TLS.

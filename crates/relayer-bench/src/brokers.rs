@@ -38,7 +38,7 @@ use relayer_rabbitmq::lapin::{BasicProperties, Connection, ConnectionProperties}
 use relayer_rabbitmq::{RabbitMqOptions, RabbitMqTransport};
 use tokio_util::sync::CancellationToken;
 
-use crate::{BenchResult, Scratch, body, connect};
+use crate::scratch::{BenchResult, Scratch, body, connect};
 
 /// Messages per batch, raw and relayer alike (the dispatcher's default batch size);
 /// `RELAYER_BENCH_BATCH` overrides it.

@@ -30,7 +30,7 @@ use relayer_worker::Leadership;
 use tokio_util::sync::CancellationToken;
 
 use crate::maintenance::{ExplainedSession, vacuum};
-use crate::{BenchResult, Scratch, WRITERS, connect};
+use crate::scratch::{BenchResult, Scratch, WRITERS, connect};
 
 const QUEUE: &str = "bench";
 const BATCH: u32 = 100;

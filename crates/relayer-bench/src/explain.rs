@@ -15,7 +15,7 @@ use relayer_postgres::recovery::RecoveryStatements;
 use relayer_postgres::{Completion, LaneStatements, OutboxStatements, OutboxWriter};
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use crate::{BenchResult, Scratch, connect};
+use crate::scratch::{BenchResult, Scratch, connect};
 
 pub(crate) async fn run(quick: bool) -> BenchResult<()> {
     let scratch = Scratch::new().await?;

@@ -38,6 +38,8 @@ mod brokers;
 mod consumer;
 mod explain;
 mod maintenance;
+mod raw_queue;
+mod scratch;
 mod tripped;
 
 use std::collections::HashMap;
@@ -50,15 +52,12 @@ use relayer_core::{
     TransportRegistry, async_trait,
 };
 use relayer_dispatcher::{Dispatcher, asynchronous_commit};
-use relayer_postgres::{OutboxWriter, PgPool, connect_pool, migrate};
+use relayer_postgres::{OutboxWriter, PgPool, connect_pool};
 use relayer_queue::PgQueueTransport;
-use tokio_postgres::NoTls;
 use tokio_util::sync::CancellationToken;
 
-type BenchResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-/// Concurrent writers in every throughput run.
-const WRITERS: usize = 4;
+use crate::raw_queue::{prepare_raw_queue_insert, raw_queue_insert};
+use crate::scratch::{BenchResult, Scratch, WRITERS, body, connect};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -75,60 +74,6 @@ async fn main() {
     if let Err(error) = outcome {
         eprintln!("relayer-bench: {}", relayer_core::error_chain(error.as_ref()));
         std::process::exit(1);
-    }
-}
-
-pub(crate) fn database_config() -> BenchResult<tokio_postgres::Config> {
-    let url = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "host=127.0.0.1 user=postgres dbname=test".to_owned());
-    let mut config: tokio_postgres::Config = url.parse()?;
-    config.application_name("relayer-bench");
-    Ok(config)
-}
-
-pub(crate) async fn connect(config: &tokio_postgres::Config) -> BenchResult<tokio_postgres::Client> {
-    let (client, connection) = config.connect(NoTls).await?;
-    tokio::spawn(connection);
-    Ok(client)
-}
-
-/// A fresh migrated namespace in a random schema; [`Scratch::drop_schema`] removes it.
-pub(crate) struct Scratch {
-    pub(crate) config: tokio_postgres::Config,
-    pub(crate) namespace: Namespace,
-}
-
-impl Scratch {
-    pub(crate) async fn new() -> BenchResult<Self> {
-        let config = database_config()?;
-        let schema = format!("bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let namespace = Namespace::new(schema, "relayer_")?;
-        let mut client = connect(&config).await?;
-        migrate(&mut client, &namespace).await?;
-        Ok(Scratch { config, namespace })
-    }
-
-    pub(crate) async fn drop_schema(&self) -> BenchResult<()> {
-        let client = connect(&self.config).await?;
-        client.batch_execute(&format!("DROP SCHEMA {} CASCADE", self.namespace.quoted_schema())).await?;
-        Ok(())
-    }
-
-    async fn truncate(&self) -> BenchResult<()> {
-        let client = connect(&self.config).await?;
-        let (outbox, queue) = (self.namespace.table("outbox"), self.namespace.table("queue"));
-        // VACUUM cannot run inside the implicit transaction of a multi-statement batch.
-        client.batch_execute(&format!("TRUNCATE {outbox}, {queue}")).await?;
-        client.batch_execute(&format!("VACUUM ANALYZE {outbox}")).await?;
-        client.batch_execute(&format!("VACUUM ANALYZE {queue}")).await?;
-        Ok(())
-    }
-
-    async fn count(&self, client: &tokio_postgres::Client, table: &str) -> BenchResult<i64> {
-        Ok(client
-            .query_one(&format!("SELECT count(*) FROM {}", self.namespace.table(table)), &[])
-            .await?
-            .get(0))
     }
 }
 
@@ -215,11 +160,6 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
     let index = ((last as f64) * q).round() as usize;
     sorted[index.min(last)]
-}
-
-fn body(n: usize) -> Vec<u8> {
-    format!("{{\"order\":{n},\"payload\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}")
-        .into_bytes()
 }
 
 /// How the raw run's drainers move rows from the outbox into the queue table.
@@ -349,42 +289,6 @@ async fn raw_drainer(
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
-}
-
-/// The raw loops' transport step: relayer's queue insert (one `unnest` statement),
-/// prepared on `transport`.
-pub(crate) async fn prepare_raw_queue_insert(
-    transport: &tokio_postgres::Client,
-    namespace: &Namespace,
-) -> BenchResult<tokio_postgres::Statement> {
-    let queue = namespace.table("queue");
-    Ok(transport
-        .prepare(&format!(
-            "INSERT INTO {queue} (message_id, queue, body, headers, trace_context, created_at) \
-             SELECT m.id, $1, m.body, m.headers, m.trace_context, m.created_at \
-             FROM unnest($2::uuid[], $3::bytea[], $4::jsonb[], $5::text[], $6::timestamptz[]) \
-                  WITH ORDINALITY AS m(id, body, headers, trace_context, created_at, ord) \
-             ORDER BY m.ord"
-        ))
-        .await?)
-}
-
-/// Sends `rows` (`seq, message_id, destination, body, headers, trace_context, created_at`,
-/// one destination) with `insert` on `transport`, committed on its own; returns their seqs.
-pub(crate) async fn raw_queue_insert(
-    transport: &tokio_postgres::Client,
-    insert: &tokio_postgres::Statement,
-    rows: &[tokio_postgres::Row],
-) -> BenchResult<Vec<i64>> {
-    let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
-    let ids: Vec<uuid::Uuid> = rows.iter().map(|r| r.get(1)).collect();
-    let destination: String = rows[0].get(2);
-    let bodies: Vec<Vec<u8>> = rows.iter().map(|r| r.get(3)).collect();
-    let headers: Vec<serde_json::Value> = rows.iter().map(|r| r.get(4)).collect();
-    let traces: Vec<Option<String>> = rows.iter().map(|r| r.get(5)).collect();
-    let created: Vec<std::time::SystemTime> = rows.iter().map(|r| r.get(6)).collect();
-    transport.execute(insert, &[&destination, &ids, &bodies, &headers, &traces, &created]).await?;
-    Ok(seqs)
 }
 
 /// Records when each message's queue insert returned, around the real queue transport.

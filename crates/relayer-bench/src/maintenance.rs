@@ -43,7 +43,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 use tokio_util::sync::CancellationToken;
 
-use crate::{BenchResult, Scratch, connect, prepare_raw_queue_insert, raw_queue_insert};
+use crate::raw_queue::{prepare_raw_queue_insert, raw_queue_insert};
+use crate::scratch::{BenchResult, Scratch, connect};
 
 /// The sweeper's default batch size: the ratio in the RESULT line is measured at it.
 const DEFAULT_BATCH: u32 = 100;

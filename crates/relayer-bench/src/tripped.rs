@@ -16,7 +16,7 @@ use relayer_postgres::{OutboxStatements, OutboxWriter};
 use uuid::Uuid;
 
 use crate::maintenance::{ExplainedSession, vacuum};
-use crate::{BenchResult, Scratch, connect};
+use crate::scratch::{BenchResult, Scratch, connect};
 
 /// Rows of the failing destination's backlog.
 const BACKLOG: usize = 100_000;

@@ -28,7 +28,7 @@ pub(crate) const ENV_PREFIX: &str = "RELAYER_";
 /// The top-level keys that a variable without `__` may set. Other `RELAYER_X` variables
 /// (`RELAYER_LOG`, test and tool settings) are not configuration; any variable with `__`
 /// is, so a misspelt section is refused.
-pub(crate) const TOP_LEVEL: &[&str] = &["database_url", "pool_size", "instance_id"];
+const TOP_LEVEL: &[&str] = &["database_url", "pool_size", "instance_id"];
 
 /// The whole configuration of a sidecar, as written.
 #[derive(Debug, Deserialize)]
@@ -114,7 +114,7 @@ impl Config {
                 })
                 .split("__"),
         );
-        let file: File = figment.extract().map_err(|e| one_line(&e, path))?;
+        let file: File = figment.extract().map_err(|e| one_line(&e, path, ENV_PREFIX, TOP_LEVEL))?;
         file.validate()
     }
 

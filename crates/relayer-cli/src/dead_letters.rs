@@ -7,9 +7,9 @@ use relayer_postgres::{
 use serde_json::{Value, json};
 
 use crate::args::{Action, Args, DeadLetterCommand, DeadLetterSelection};
+use crate::connect::{CliResult, connect};
 use crate::output::{age, or_dash, print_json};
 use crate::table::Table;
-use crate::{CliResult, connect};
 
 pub(crate) async fn run(args: &Args, command: DeadLetterCommand) -> CliResult {
     let client = connect(args).await?;

@@ -12,7 +12,7 @@ use metrics::Label;
 use relayer_postgres::{NamespaceStatus, namespace_status};
 
 use crate::args::Args;
-use crate::connect;
+use crate::connect::connect;
 use crate::output::seconds;
 
 /// One gauge family and the label sets it set last time.

@@ -4,10 +4,10 @@ use relayer_postgres::LaneAdmin;
 use serde_json::{Value, json};
 
 use crate::args::{Action, Args, LaneCommand};
+use crate::connect::{CliResult, connect};
 use crate::dead_letters::actor;
 use crate::output::{maybe_age, or_dash, print_json, seconds};
 use crate::table::Table;
-use crate::{CliResult, connect};
 
 pub(crate) async fn run(args: &Args, command: LaneCommand) -> CliResult {
     let client = connect(args).await?;

@@ -7,6 +7,7 @@
 mod args;
 mod config;
 mod config_error;
+mod connect;
 mod dead_letters;
 mod demo;
 mod gauges;
@@ -23,6 +24,8 @@ use std::process::ExitCode;
 use args::{Cli, Command, ConfigCommand, SchemaCommand};
 use clap::{CommandFactory, Parser};
 
+use crate::connect::CliResult;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -36,12 +39,7 @@ async fn main() -> ExitCode {
     match execute(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error}");
-            let mut source = std::error::Error::source(error.as_ref());
-            while let Some(cause) = source {
-                eprintln!("  caused by: {cause}");
-                source = cause.source();
-            }
+            eprintln!("error: {}", relayer::error_chain(error.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -83,18 +81,4 @@ async fn execute(cli: Cli) -> CliResult {
         Command::Demo { messages } => demo::run(&database("relayer_demo")?, demo::Size::new(messages)).await,
         Command::DemoChild => demo::child::run(&database("relayer_demo")?).await,
     }
-}
-
-/// Any failure of a command, with its cause chain.
-pub(crate) type CliResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-/// Connects one client to the database named on the command line, with TLS as its
-/// `sslmode` and `--ca-file` say.
-pub(crate) async fn connect(
-    args: &args::Args,
-) -> Result<tokio_postgres::Client, Box<dyn std::error::Error + Send + Sync>> {
-    let database = args.connector()?;
-    database.connect().await.map_err(|e| {
-        format!("cannot connect to PostgreSQL at {}: {}", database.target(), relayer::error_chain(&e)).into()
-    })
 }

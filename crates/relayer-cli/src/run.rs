@@ -5,9 +5,9 @@
 
 use relayer::{Relayer, RelayerBuilder};
 
-use crate::CliResult;
 use crate::args::{Args, DEFAULT_DATABASE_URL, Global, RunArgs};
 use crate::config::{Config, parse_database_url};
+use crate::connect::CliResult;
 use crate::gauges;
 use crate::stop_signals::StopSignals;
 

@@ -4,8 +4,8 @@ use relayer_postgres::{SCHEMA_VERSION, current_version, migrate};
 use serde_json::json;
 
 use crate::args::Args;
+use crate::connect::{CliResult, connect};
 use crate::output::print_json;
-use crate::{CliResult, connect};
 
 pub(crate) async fn apply(args: &Args) -> CliResult {
     let mut client = connect(args).await?;

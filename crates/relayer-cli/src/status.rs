@@ -6,9 +6,9 @@ use relayer_postgres::{NamespaceStatus, namespace_status};
 use serde_json::{Value, json};
 
 use crate::args::Args;
+use crate::connect::{CliResult, connect};
 use crate::output::{age, maybe_age, or_dash, print_json, seconds};
 use crate::table::Table;
-use crate::{CliResult, connect};
 
 pub(crate) async fn show(args: &Args, json: bool) -> CliResult {
     let client = connect(args).await?;

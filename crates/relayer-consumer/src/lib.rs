@@ -86,6 +86,7 @@ mod in_flight;
 mod pump;
 mod receive;
 mod settle;
+mod settlement;
 mod stats;
 mod subscription;
 

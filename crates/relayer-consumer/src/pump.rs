@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use crate::handler::{Handling, InboxHandler, Outcome};
 use crate::handler_call::{CallOutcome, HandlerCall};
 use crate::in_flight::InFlight;
-use crate::settle::{Settlement, SettlementKind};
+use crate::settlement::{Settlement, SettlementKind};
 use crate::stats::{ConsumerStats, Counter};
 use crate::subscription::Subscription;
 

@@ -1,6 +1,6 @@
 //! Settling messages: ack, requeue or dead-letter, batched, fenced by receipt.
 //!
-//! Handler tasks do not write their outcome themselves: they queue a [`Settlement`] and
+//! Handler tasks do not write their outcome themselves: they queue a `Settlement` and
 //! wake the settle loop, whose pass writes everything queued since the last one in at most
 //! three statements (one per kind) on one connection. Under load the batches form on their
 //! own while the previous statement runs, so acks cost a round trip per batch, not per
@@ -14,27 +14,11 @@ use relayer_core::Receipt;
 use relayer_core::session::StoreSource;
 use relayer_core::store::{DeadLetter, Requeue, SettleQueue};
 use relayer_worker::{Pass, PassOutcome, WorkerError};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use crate::pump::{ConsumeSession, Pump};
+use crate::settlement::{Settlement, SettlementKind};
 use crate::stats::Counter;
-
-/// What to write for one handled message.
-#[derive(Debug)]
-pub(crate) struct Settlement {
-    pub(crate) receipt: Receipt,
-    pub(crate) kind: SettlementKind,
-    /// The message's handler slot, freed once this is written.
-    pub(crate) slot: OwnedSemaphorePermit,
-}
-
-#[derive(Debug)]
-pub(crate) enum SettlementKind {
-    Ack,
-    Requeue(Requeue),
-    DeadLetter(DeadLetter),
-}
 
 /// What one settle pass wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

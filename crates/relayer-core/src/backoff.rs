@@ -12,7 +12,8 @@
 use std::time::Duration;
 
 use crate::duration::duration_from_nanos;
-use crate::options::{Field, OptionsError, check_not_above, check_positive};
+use crate::options::error::{Field, OptionsError};
+use crate::options::validate::{check_not_above, check_positive};
 use crate::time::Timestamp;
 
 /// The wait between passes of a background worker (RES-2).

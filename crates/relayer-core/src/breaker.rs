@@ -17,7 +17,8 @@ use std::hash::Hash;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::time::Duration;
 
-use crate::options::{Field, OptionsError, check_nonzero, check_positive};
+use crate::options::error::{Field, OptionsError};
+use crate::options::validate::{check_nonzero, check_positive};
 use crate::time::Timestamp;
 
 /// How many destinations a [`CircuitBreakers`] tracks by default.
@@ -299,15 +300,7 @@ fn held_back(mut breaker: CircuitBreaker, now: Timestamp) -> bool {
 mod tests {
     use super::*;
 
-    const SECOND: i64 = 1_000_000;
-
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_micros(seconds * SECOND)
-    }
-
-    const fn secs(seconds: u64) -> Duration {
-        Duration::from_secs(seconds)
-    }
+    use crate::test_clock::{at, secs};
 
     #[test]
     fn breaker_opens_after_threshold_and_probes_once_dsp_6() {

@@ -33,10 +33,11 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::backoff::{PassBackoff, RetryBackoff};
-use crate::options::{
-    Field, OptionsError, SettingValue, check_interval, check_lease, check_not_above, check_range, sha1_hex,
-    worker_options,
-};
+use crate::options::error::{Field, OptionsError};
+use crate::options::fingerprint::sha1_hex;
+use crate::options::setting_value::SettingValue;
+use crate::options::validate::{check_interval, check_lease, check_not_above, check_range};
+use crate::options::worker_options::worker_options;
 
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);

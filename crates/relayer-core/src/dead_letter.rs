@@ -54,7 +54,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::time::Duration;
 
-use crate::options::{Field, OptionsError, check_greater};
+use crate::options::error::{Field, OptionsError};
+use crate::options::validate::check_greater;
 use crate::time::Timestamp;
 
 /// The rejection reason of a message that could not be decoded (QUE-2). Policies never
@@ -535,15 +536,7 @@ impl fmt::Display for DeadLetterPolicies {
 mod tests {
     use super::*;
 
-    const SECOND: i64 = 1_000_000;
-
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_micros(seconds * SECOND)
-    }
-
-    const fn secs(seconds: u64) -> Duration {
-        Duration::from_secs(seconds)
-    }
+    use crate::test_clock::{at, secs};
 
     #[test]
     fn dead_letter_policies_are_validated_dlp_2() {

@@ -1,32 +1,27 @@
-//! Which rows a worker may touch, and what it does with them: pure decisions that the
-//! storage crate's SQL mirrors, checked against each other by property tests.
+//! Which outbox rows a worker may claim: pure decisions that the storage crate's SQL
+//! mirrors, checked against each other by property tests.
 //!
 //! Every decision takes the database's `now` (NS-4) and a plain row value, and returns a
-//! boolean or an enum; the workers do the reads and the writes. An outbox row has a single
+//! boolean; the workers do the reads and the writes. An outbox row has a single
 //! `visible_at`, the later of its delivery time, its next retry time and its live claim's
 //! deadline, so "free to claim" is just `visible_at <= now` — an expired claim frees the
 //! row whatever its claim token says. Recovery adds the unordered and old-enough tests
-//! (SWP-2, LAN-4). Retention deletes dead and inbox rows strictly older than their
-//! retention and never touches pending outbox rows (RET-1..3). Dead-letter policies
-//! live in [`crate::dead_letter`] (re-exported here). A row reaching
-//! `max_attempts`, or failing permanently, is poison (DSP-5); a destination that keeps
+//! (SWP-2, LAN-4).
+//!
+//! The other decisions have files of their own and are re-exported here, where they used
+//! to live: poison in [`crate::poison`] (DSP-5), retention cut-offs in [`crate::retention`]
+//! (RET-1..3), dead-letter policies in [`crate::dead_letter`]. A destination that keeps
 //! failing is skipped for a while by its [`CircuitBreaker`](crate::CircuitBreaker) (DSP-6).
 
-use std::num::NonZeroU32;
 use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::duration::Retention;
 use crate::time::Timestamp;
-use crate::transport::ErrorClass;
 
-// Dead-letter decisions used to live here; `relayer_core::eligibility::DeadLetterPolicy` keeps working.
 pub use crate::dead_letter::{DeadLetterAction, DeadLetterDecision, DeadLetterPolicy, DeadLetterRow};
-
-// ---------------------------------------------------------------------------------------
-// Outbox rows: direct dispatch and recovery
-// ---------------------------------------------------------------------------------------
+pub use crate::poison::is_poison;
+pub use crate::retention::{RetentionTable, dead_row_expired, inbox_row_expired, retention_cutoff};
 
 /// The columns of an outbox row that decisions read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,86 +72,11 @@ pub fn recovery_eligible(row: &OutboxRow, now: Timestamp, recovery_delay: Durati
     dispatch_claimable(row, now) && row.created_at <= now.saturating_sub(recovery_delay)
 }
 
-/// Whether a failed send makes the row poison, i.e. moves it to the dead table (DSP-5).
-///
-/// `attempts_after_failure` counts the failure just seen. Without `max_attempts` nothing
-/// is poison: a failing row stays pending, and durable, forever. With it, a row is poison
-/// once it reaches `max_attempts`, or at once when the error is permanent (TRN-2), since
-/// retrying cannot help.
-pub fn is_poison(attempts_after_failure: u32, max_attempts: Option<NonZeroU32>, class: ErrorClass) -> bool {
-    match max_attempts {
-        None => false,
-        Some(max) => class == ErrorClass::Permanent || attempts_after_failure >= max.get(),
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Retention
-// ---------------------------------------------------------------------------------------
-
-/// A table retention cleanup knows about, and whether its rows expire by age (RET-1, RET-2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum RetentionTable {
-    /// Pending, scheduled and parked messages. They never expire by age: accepted rows
-    /// are deleted at once by dispatch, and anything else is still owed to a transport.
-    Outbox,
-    /// Poison rows, aged from `failed_at` against the dead retention.
-    Dead,
-    /// Processed message ids, aged from `processed_at` against the inbox retention.
-    Inbox,
-}
-
-impl RetentionTable {
-    /// Every table, in the order cleanup visits them.
-    pub const ALL: [RetentionTable; 3] =
-        [RetentionTable::Outbox, RetentionTable::Dead, RetentionTable::Inbox];
-
-    /// Whether rows of this table may be deleted by age at all.
-    pub const fn expires_by_age(self) -> bool {
-        !matches!(self, RetentionTable::Outbox)
-    }
-
-    /// The cutoff for this table under `retention`: rows aged from before it are deleted.
-    /// Always `None` for the outbox, whatever `retention` says (RET-1).
-    pub fn cutoff(self, now: Timestamp, retention: Retention) -> Option<Timestamp> {
-        if self.expires_by_age() { retention_cutoff(now, retention) } else { None }
-    }
-}
-
-/// Rows whose age column is strictly before this instant are expired; `None` keeps every
-/// row (RET-3). Saturates instead of overflowing.
-pub fn retention_cutoff(now: Timestamp, retention: Retention) -> Option<Timestamp> {
-    retention.duration().map(|keep| now.saturating_sub(keep))
-}
-
-/// Whether a dead row that failed at `failed_at` is expired at `now` (RET-2): strictly
-/// older than the retention. [`Retention::Keep`] never expires anything.
-pub fn dead_row_expired(failed_at: Timestamp, now: Timestamp, retention: Retention) -> bool {
-    RetentionTable::Dead.cutoff(now, retention).is_some_and(|cutoff| failed_at < cutoff)
-}
-
-/// Whether an inbox row processed at `processed_at` is expired at `now` (RET-2), by the
-/// same rule as [`dead_row_expired`].
-///
-/// The inbox retention bounds deduplication (RET-5): it must exceed the broker's
-/// redelivery window, or a late redelivery runs its handler a second time.
-pub fn inbox_row_expired(processed_at: Timestamp, now: Timestamp, retention: Retention) -> bool {
-    RetentionTable::Inbox.cutoff(now, retention).is_some_and(|cutoff| processed_at < cutoff)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const SECOND: i64 = 1_000_000;
-
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_micros(seconds * SECOND)
-    }
-
-    const fn secs(seconds: u64) -> Duration {
-        Duration::from_secs(seconds)
-    }
+    use crate::test_clock::{at, secs};
 
     #[test]
     fn visible_at_alone_decides_claimability_dsp_1() {
@@ -189,38 +109,5 @@ mod tests {
         assert!(is_visible(&row, at(1_000)));
         assert!(!dispatch_claimable(&row, at(1_000)));
         assert!(!recovery_eligible(&row, at(1_000), Duration::ZERO));
-    }
-
-    #[test]
-    fn poison_needs_max_attempts_dsp_5() {
-        let three = NonZeroU32::new(3);
-        assert!(!is_poison(2, three, ErrorClass::Transient));
-        assert!(is_poison(3, three, ErrorClass::Transient));
-        assert!(is_poison(1, three, ErrorClass::Permanent), "permanent counts at once");
-        assert!(!is_poison(u32::MAX, None, ErrorClass::Transient));
-        assert!(!is_poison(1, None, ErrorClass::Permanent), "without max_attempts rows stay pending");
-    }
-
-    #[test]
-    fn retention_deletes_strictly_older_rows_ret_2() {
-        let week = Retention::After(secs(7 * 86_400));
-        let now = at(10 * 86_400);
-        let cutoff = at(3 * 86_400);
-        assert_eq!(retention_cutoff(now, week), Some(cutoff));
-        assert!(dead_row_expired(at(3 * 86_400 - 1), now, week));
-        assert!(!dead_row_expired(cutoff, now, week), "exactly the retention is kept");
-        assert!(inbox_row_expired(at(0), now, week));
-        assert!(!inbox_row_expired(cutoff, now, week));
-    }
-
-    #[test]
-    fn infinite_retention_and_the_outbox_never_expire_ret_1_ret_3() {
-        assert_eq!(retention_cutoff(Timestamp::MAX, Retention::Keep), None);
-        assert!(!dead_row_expired(Timestamp::MIN, Timestamp::MAX, Retention::Keep));
-        assert!(!inbox_row_expired(Timestamp::MIN, Timestamp::MAX, Retention::Keep));
-        assert_eq!(RetentionTable::Outbox.cutoff(Timestamp::MAX, Retention::After(Duration::ZERO)), None);
-        assert!(!RetentionTable::Outbox.expires_by_age());
-        assert!(RetentionTable::Dead.expires_by_age() && RetentionTable::Inbox.expires_by_age());
-        assert_eq!(retention_cutoff(Timestamp::MIN, Retention::After(secs(1))), Some(Timestamp::MIN));
     }
 }

@@ -21,10 +21,15 @@ pub mod message;
 pub mod namespace;
 pub mod notifications;
 pub mod options;
+mod panic;
+pub mod poison;
 pub mod queue_message;
+pub mod retention;
 pub mod retry;
 pub mod session;
 pub mod store;
+#[cfg(test)]
+mod test_clock;
 pub mod time;
 pub mod transport;
 
@@ -58,6 +63,7 @@ pub use lock::{DistributedLock, LockError, LockErrorKind, LockGuard, advisory_lo
 pub use message::{Delivery, Envelope, Headers, MessageError, MessageId, MessageProblem, NewMessage};
 pub use namespace::{IdentifierError, IdentifierKind, Namespace};
 pub use notifications::{Heard, Notifications};
+pub use panic::panic_text;
 pub use queue_message::{QueueMessage, Receipt, Received, Undecodable};
 pub use session::{Session, StoreSource};
 pub use store::{
@@ -81,11 +87,12 @@ pub use dead_letter::{
     DeadLetterRule, DeadLetterSetupError, DeadLetterType, SubscriptionQueues,
 };
 pub use duration::{DurationError, HumanDuration, Retention};
-pub use eligibility::{OutboxRow, RetentionTable};
+pub use eligibility::OutboxRow;
 pub use options::{
     CleanupOptions, CleanupOptionsBuilder, DeadLetterOptions, DeadLetterOptionsBuilder, DispatcherOptions,
     DispatcherOptionsBuilder, OptionsError, SweeperOptions, SweeperOptionsBuilder,
 };
+pub use retention::RetentionTable;
 pub use retry::{FailureDecision, RetryPolicy, retry_or_bury};
 
 #[cfg(test)]

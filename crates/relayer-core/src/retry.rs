@@ -30,7 +30,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::backoff::RetryBackoff;
-use crate::eligibility::is_poison;
+use crate::poison::is_poison;
 use crate::transport::ErrorClass;
 
 /// The retry and poison policy of a sender: how long a failed row waits, and after how

@@ -71,6 +71,15 @@ impl Timestamp {
     }
 }
 
+/// A duration in whole microseconds for a database interval
+/// (`$n::int8 * interval '1 microsecond'`), at most [`MAX_DATABASE_DURATION`]: validated
+/// options and messages never reach the clamp, and any other duration (a hand-built lease,
+/// claim, delay or retention) means "100 years" instead of an interval or timestamp
+/// PostgreSQL refuses.
+pub fn database_micros(duration: Duration) -> i64 {
+    duration_micros(duration.min(MAX_DATABASE_DURATION))
+}
+
 /// A duration in whole microseconds, saturating at `i64::MAX`.
 pub(crate) fn duration_micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)

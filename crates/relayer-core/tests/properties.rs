@@ -49,6 +49,7 @@ fn timestamp() -> impl Strategy<Value = Timestamp> {
     (-1_000_000_000_000_000_000i64..=1_000_000_000_000_000_000).prop_map(Timestamp::from_micros)
 }
 
+/// The model's duration in microseconds, unclamped, as `Timestamp::saturating_sub` reads it.
 fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }

@@ -49,11 +49,7 @@ pub(crate) async fn send_batch(
         ),
         Ok(Err(error)) => (all_failed(error), BatchEnd::default()),
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a non-string payload".to_owned());
+            let what = relayer_core::panic_text(panic.as_ref());
             tracing::error!(target: TARGET, transport = transport.name(), destination, panic = %what,
                 "transport panicked; counted as a failed send");
             let error =

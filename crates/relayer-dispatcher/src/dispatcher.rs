@@ -18,9 +18,8 @@ use uuid::Uuid;
 use crate::error::DispatchError;
 use crate::pass::{DispatchPass, Work};
 use crate::report::PassReport;
+use crate::shared::{Shared, TARGET};
 use crate::wake::Wake;
-
-pub(crate) const TARGET: &str = "relayer::dispatcher";
 
 /// Test signals kept for slow subscribers.
 const EVENT_CAPACITY: usize = 256;
@@ -34,23 +33,6 @@ pub struct Dispatcher {
     /// [`Dispatcher::committed`] and [`Dispatcher::dispatch_now`] only.
     listen: Option<Connector>,
     events: broadcast::Sender<WorkerEvent<PassReport>>,
-}
-
-/// Everything the pass loops share.
-pub(crate) struct Shared {
-    pub(crate) pool: PgPool,
-    pub(crate) namespace: Namespace,
-    pub(crate) options: DispatcherOptions,
-    pub(crate) send: SendPath,
-    pub(crate) outbox: OutboxStatements,
-    pub(crate) lanes: LaneStatements,
-    pub(crate) wake: Arc<Wake>,
-    /// The lane key after which the next lane claim starts, so lanes late in key order
-    /// get their turn when there are more due lanes than a pass claims.
-    pub(crate) lane_cursor: Mutex<String>,
-    /// Whether this dispatcher has seen a lane row in the namespace: until then the lane
-    /// loop only looks for one (see `lane_pass`).
-    pub(crate) lanes_seen: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Dispatcher {

@@ -18,9 +18,9 @@ use relayer_delivery::HeadOutcome;
 use relayer_postgres::{Executor, HeadFailure, LaneHead, StorageError};
 use uuid::Uuid;
 
-use crate::dispatcher::{Shared, TARGET};
 use crate::error::DispatchError;
 use crate::report::PassReport;
+use crate::shared::{Shared, TARGET};
 
 /// How many lanes a lane claim may visit per lane it may claim.
 const LANE_VISITS_PER_CLAIM: u32 = 4;

@@ -66,6 +66,7 @@ mod hosted;
 mod lanes;
 mod pass;
 mod report;
+mod shared;
 mod unordered;
 mod wake;
 

@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use relayer_worker::{Pass, PassOutcome};
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatcher::Shared;
 use crate::error::DispatchError;
 use crate::report::PassReport;
+use crate::shared::Shared;
 
 /// Which kind of work a pass loop does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

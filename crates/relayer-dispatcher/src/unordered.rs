@@ -6,9 +6,9 @@ use relayer_core::store::{ClaimOutbox, Claimed, CompleteOutbox};
 use relayer_postgres::{Executor, PgStore};
 use uuid::Uuid;
 
-use crate::dispatcher::{Shared, TARGET};
 use crate::error::DispatchError;
 use crate::report::PassReport;
+use crate::shared::{Shared, TARGET};
 
 impl Shared {
     /// Claims up to a batch of due unordered rows — leaving out tripped destinations

@@ -6,10 +6,11 @@ use std::fmt::{self, Write as _};
 use std::time::Duration;
 
 use relayer_core::MessageId;
+use relayer_core::time::database_micros;
 use tokio_postgres::types::{ToSql, Type};
 
-use crate::dead_letters::DEFAULT_LIMIT;
-use crate::recovery::micros;
+/// Rows a listing or an action takes unless told otherwise.
+pub const DEFAULT_LIMIT: u32 = 100;
 
 /// What both filters share: age, message id, keyset position and limit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,7 +33,7 @@ impl Common {
     /// Adds the shared criteria to `clauses`; ages count from `aged_column`.
     fn render(&self, clauses: &mut Where, aged_column: &str) {
         if let Some(age) = self.older_than {
-            let at = clauses.bind(micros(age), Type::INT8);
+            let at = clauses.bind(database_micros(age), Type::INT8);
             clauses.and(format!("{aged_column} <= now() - {at}::int8 * interval '1 microsecond'"));
         }
         if let Some(id) = self.message_id {

@@ -27,20 +27,12 @@ use std::time::Duration;
 
 use relayer_core::Namespace;
 use relayer_core::dead_letter::{DeadLetterType, UNACCEPTABLE};
+use relayer_core::time::database_micros;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::StorageError;
 use crate::exec::{Executor, one_row};
 use crate::outbox::notify_channel;
-
-/// The longest window a statement computes with: 1000 years. Longer windows behave like it
-/// (nothing is ever old enough), where `now() - interval` would be out of range.
-const LONGEST_WINDOW_MICROS: i64 = 1_000 * 365 * 86_400 * 1_000_000;
-
-/// A policy window in microseconds for SQL, saturating at [`LONGEST_WINDOW_MICROS`].
-fn window(duration: Duration) -> i64 {
-    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX).min(LONGEST_WINDOW_MICROS)
-}
 
 /// The dead-letter policy statements rendered for one namespace.
 #[derive(Clone, Debug)]
@@ -157,7 +149,8 @@ impl DeadLetterPolicyStatements {
         give_up_after: Duration,
         limit: u32,
     ) -> Result<u64, StorageError> {
-        let (after, give_up, limit) = (window(after), window(give_up_after), i64::from(limit));
+        let (after, give_up, limit) =
+            (database_micros(after), database_micros(give_up_after), i64::from(limit));
         let (first, second) = names(message_type);
         let what = format!("redriving the dead letters of {message_type}");
         let params: [(&(dyn ToSql + Sync), Type); 6] = [
@@ -169,10 +162,9 @@ impl DeadLetterPolicyStatements {
             (&self.channel, Type::TEXT),
         ];
         match message_type {
-            DeadLetterType::Queue { .. } => client
-                .affected(&self.queue_redrive, &params[..5])
-                .await
-                .map_err(|e| StorageError::database(what, e)),
+            DeadLetterType::Queue { .. } => {
+                crate::exec::affected(client, &self.queue_redrive, &params[..5], what).await
+            }
             DeadLetterType::Outbox { .. } => {
                 let row = one_row(client, &self.outbox_redrive, &params, &what).await?;
                 Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
@@ -189,7 +181,7 @@ impl DeadLetterPolicyStatements {
         after: Duration,
         limit: u32,
     ) -> Result<u64, StorageError> {
-        let (after, limit) = (window(after), i64::from(limit));
+        let (after, limit) = (database_micros(after), i64::from(limit));
         let (first, second) = names(message_type);
         let params: [(&(dyn ToSql + Sync), Type); 4] =
             [(&first, Type::TEXT), (&second, Type::TEXT), (&after, Type::INT8), (&limit, Type::INT8)];
@@ -197,10 +189,8 @@ impl DeadLetterPolicyStatements {
             DeadLetterType::Queue { .. } => &self.queue_expire,
             DeadLetterType::Outbox { .. } => &self.outbox_expire,
         };
-        client
-            .affected(sql, &params)
+        crate::exec::affected(client, sql, &params, format!("expiring the dead letters of {message_type}"))
             .await
-            .map_err(|e| StorageError::database(format!("expiring the dead letters of {message_type}"), e))
     }
 
     /// Counts the dead letters of `message_type` whose redrive gave up: due (`after`) but
@@ -212,7 +202,7 @@ impl DeadLetterPolicyStatements {
         after: Duration,
         give_up_after: Duration,
     ) -> Result<u64, StorageError> {
-        let (after, give_up) = (window(after), window(give_up_after));
+        let (after, give_up) = (database_micros(after), database_micros(give_up_after));
         let (first, second) = names(message_type);
         let params: [(&(dyn ToSql + Sync), Type); 4] =
             [(&first, Type::TEXT), (&second, Type::TEXT), (&after, Type::INT8), (&give_up, Type::INT8)];
@@ -241,8 +231,9 @@ mod tests {
 
     #[test]
     fn windows_saturate_inside_what_postgresql_can_subtract() {
-        assert_eq!(window(Duration::from_secs(1)), 1_000_000);
-        assert_eq!(window(Duration::MAX), LONGEST_WINDOW_MICROS);
+        let longest = database_micros(relayer_core::time::MAX_DATABASE_DURATION);
+        assert_eq!(database_micros(Duration::from_secs(1)), 1_000_000);
+        assert_eq!(database_micros(Duration::MAX), longest);
     }
 
     #[test]

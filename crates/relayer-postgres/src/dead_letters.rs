@@ -52,14 +52,11 @@ use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::dead_letter_filter::Where;
-pub use crate::dead_letter_filter::{OutboxDeadFilter, QueueDeadLetterFilter};
+pub use crate::dead_letter_filter::{DEFAULT_LIMIT, OutboxDeadFilter, QueueDeadLetterFilter};
 use crate::error::{StorageError, StorageErrorKind};
 use crate::exec::Executor;
 use crate::outbox::{lane_lock_prefix, notify_channel};
 use crate::row_codec::headers_from_json;
-
-/// Rows a listing or an action takes unless told otherwise.
-pub const DEFAULT_LIMIT: u32 = 100;
 
 /// Why a dead-letter call did nothing.
 #[derive(Debug, thiserror::Error)]
@@ -388,10 +385,8 @@ impl DeadLetterApi {
             (&detail, Type::TEXT),
             (&self.channel, Type::TEXT),
         ];
-        let rows = client
-            .rows(&sql, &params)
-            .await
-            .map_err(|e| StorageError::database(format!("outbox_dead.redrive ({filter})"), e))?;
+        let rows =
+            crate::exec::rows(client, &sql, &params, format!("outbox_dead.redrive ({filter})")).await?;
         touched(&rows)
     }
 
@@ -500,7 +495,7 @@ async fn read(
     clauses: &Where,
     what: &str,
 ) -> Result<Vec<Row>, StorageError> {
-    client.rows(sql, &clauses.params()).await.map_err(|e| StorageError::database(what.to_owned(), e))
+    crate::exec::rows(client, sql, &clauses.params(), what.to_owned()).await
 }
 
 fn touched(rows: &[Row]) -> Result<Vec<Touched>, DeadLetterApiError> {

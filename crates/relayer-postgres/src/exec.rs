@@ -140,6 +140,27 @@ impl<C: GenericClient + Sync> Executor for Prepared<'_, C> {
     }
 }
 
+/// Runs `sql` and returns its rows; `what` names the statement in errors. Every storage
+/// statement that reads rows runs through here (or [`one_row`]).
+pub(crate) async fn rows(
+    client: &impl Executor,
+    sql: &str,
+    params: &TypedParams<'_>,
+    what: impl Into<String>,
+) -> Result<Vec<Row>, StorageError> {
+    client.rows(sql, params).await.map_err(|e| StorageError::database(what, e))
+}
+
+/// Runs `sql` and returns how many rows it changed; `what` names the statement in errors.
+pub(crate) async fn affected(
+    client: &impl Executor,
+    sql: &str,
+    params: &TypedParams<'_>,
+    what: impl Into<String>,
+) -> Result<u64, StorageError> {
+    client.affected(sql, params).await.map_err(|e| StorageError::database(what, e))
+}
+
 /// Runs `sql`, which returns exactly one row by construction (an aggregate, a count), and
 /// returns that row; `what` names the statement in errors.
 pub(crate) async fn one_row(
@@ -148,7 +169,7 @@ pub(crate) async fn one_row(
     params: &TypedParams<'_>,
     what: &str,
 ) -> Result<Row, StorageError> {
-    let rows = client.rows(sql, params).await.map_err(|e| StorageError::database(what, e))?;
+    let rows = rows(client, sql, params, what).await?;
     rows.into_iter().next().ok_or_else(|| {
         StorageError::new(format!("{what}: the statement returned no row"), StorageErrorKind::MalformedRow)
     })

@@ -15,12 +15,12 @@
 
 use std::time::{Duration, SystemTime};
 
+use relayer_core::time::database_micros;
 use relayer_core::{Namespace, Timestamp};
 use tokio_postgres::GenericClient;
 use tokio_postgres::types::Type;
 
 use crate::error::StorageError;
-use crate::recovery::micros;
 
 /// One instance's recorded settings for one worker.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,7 +112,7 @@ impl InstanceStatements {
         let rows = client
             .query_typed(
                 &self.others_seen_within,
-                &[(&worker, Type::TEXT), (&instance, Type::TEXT), (&micros(window), Type::INT8)],
+                &[(&worker, Type::TEXT), (&instance, Type::TEXT), (&database_micros(window), Type::INT8)],
             )
             .await
             .map_err(|e| {
@@ -158,7 +158,7 @@ impl InstanceStatements {
         age: Duration,
     ) -> Result<u64, StorageError> {
         client
-            .execute_typed(&self.forget_unseen, &[(&micros(age), Type::INT8)])
+            .execute_typed(&self.forget_unseen, &[(&database_micros(age), Type::INT8)])
             .await
             .map_err(|e| StorageError::database("removing instances not seen for a long time", e))
     }

@@ -25,6 +25,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use relayer_core::time::database_micros;
 use relayer_core::{Namespace, Timestamp};
 
 use tokio_postgres::types::Type;
@@ -33,7 +34,6 @@ use uuid::Uuid;
 use crate::error::StorageError;
 use crate::exec::{Executor, one_row};
 use crate::outbox::{ClaimedMessage, UndecodableRow};
-use crate::recovery::micros;
 use crate::row_codec::{CLAIMED_COLUMNS, RowCodec};
 
 /// What a lane owner finds when it looks at its lane ([`LaneStatements::head`]).
@@ -280,24 +280,25 @@ impl LaneStatements {
         visit_cap: u32,
         tripped: &[(String, String)],
     ) -> Result<LaneClaim, StorageError> {
-        let (claim_us, limit_rows, cap) = (micros(claim), i64::from(limit), i64::from(visit_cap.max(1)));
+        let (claim_us, limit_rows, cap) =
+            (database_micros(claim), i64::from(limit), i64::from(visit_cap.max(1)));
         let tripped_transports: Vec<&str> = tripped.iter().map(|(t, _)| t.as_str()).collect();
         let tripped_destinations: Vec<&str> = tripped.iter().map(|(_, d)| d.as_str()).collect();
-        let rows = client
-            .rows(
-                &self.claim,
-                &[
-                    (&token, Type::UUID),
-                    (&claim_us, Type::INT8),
-                    (&limit_rows, Type::INT8),
-                    (&after, Type::TEXT),
-                    (&cap, Type::INT8),
-                    (&tripped_transports, Type::TEXT_ARRAY),
-                    (&tripped_destinations, Type::TEXT_ARRAY),
-                ],
-            )
-            .await
-            .map_err(|e| StorageError::database("claiming lanes", e))?;
+        let rows = crate::exec::rows(
+            client,
+            &self.claim,
+            &[
+                (&token, Type::UUID),
+                (&claim_us, Type::INT8),
+                (&limit_rows, Type::INT8),
+                (&after, Type::TEXT),
+                (&cap, Type::INT8),
+                (&tripped_transports, Type::TEXT_ARRAY),
+                (&tripped_destinations, Type::TEXT_ARRAY),
+            ],
+            "claiming lanes",
+        )
+        .await?;
         let mut lanes = Vec::new();
         let mut visited_to = None;
         for row in &rows {
@@ -325,11 +326,14 @@ impl LaneStatements {
         token: Uuid,
         claim: Duration,
     ) -> Result<LaneHead, StorageError> {
-        let claim_us = micros(claim);
-        let row = client
-            .rows(&self.head, &[(&lane, Type::TEXT), (&token, Type::UUID), (&claim_us, Type::INT8)])
-            .await
-            .map_err(|e| StorageError::database(format!("reading the head of lane {lane:?}"), e))?;
+        let claim_us = database_micros(claim);
+        let row = crate::exec::rows(
+            client,
+            &self.head,
+            &[(&lane, Type::TEXT), (&token, Type::UUID), (&claim_us, Type::INT8)],
+            format!("reading the head of lane {lane:?}"),
+        )
+        .await?;
         let Some(row) = row.into_iter().next() else { return Ok(LaneHead::Lost) };
         let seq: Option<i64> = row.get(0);
         if seq.is_none() {
@@ -354,10 +358,13 @@ impl LaneStatements {
         token: Uuid,
         seq: i64,
     ) -> Result<bool, StorageError> {
-        let deleted = client
-            .affected(&self.accept_head, &[(&lane, Type::TEXT), (&token, Type::UUID), (&seq, Type::INT8)])
-            .await
-            .map_err(|e| StorageError::database(format!("deleting the head of lane {lane:?}"), e))?;
+        let deleted = crate::exec::affected(
+            client,
+            &self.accept_head,
+            &[(&lane, Type::TEXT), (&token, Type::UUID), (&seq, Type::INT8)],
+            format!("deleting the head of lane {lane:?}"),
+        )
+        .await?;
         Ok(deleted == 1)
     }
 
@@ -376,21 +383,21 @@ impl LaneStatements {
             HeadFailure::Retry { error, after } => (error, after, false),
             HeadFailure::Park { error } => (error, Duration::ZERO, true),
         };
-        let delay_us = micros(retry_after);
-        let updated = client
-            .affected(
-                &self.fail_head,
-                &[
-                    (&lane, Type::TEXT),
-                    (&token, Type::UUID),
-                    (&seq, Type::INT8),
-                    (&error, Type::TEXT),
-                    (&delay_us, Type::INT8),
-                    (&park, Type::BOOL),
-                ],
-            )
-            .await
-            .map_err(|e| StorageError::database(format!("recording a failed send on lane {lane:?}"), e))?;
+        let delay_us = database_micros(retry_after);
+        let updated = crate::exec::affected(
+            client,
+            &self.fail_head,
+            &[
+                (&lane, Type::TEXT),
+                (&token, Type::UUID),
+                (&seq, Type::INT8),
+                (&error, Type::TEXT),
+                (&delay_us, Type::INT8),
+                (&park, Type::BOOL),
+            ],
+            format!("recording a failed send on lane {lane:?}"),
+        )
+        .await?;
         Ok(updated == 1)
     }
 
@@ -401,10 +408,13 @@ impl LaneStatements {
         lane: &str,
         token: Uuid,
     ) -> Result<(), StorageError> {
-        client
-            .affected(&self.release_claim, &[(&lane, Type::TEXT), (&token, Type::UUID)])
-            .await
-            .map_err(|e| StorageError::database(format!("releasing the claim on lane {lane:?}"), e))?;
+        crate::exec::affected(
+            client,
+            &self.release_claim,
+            &[(&lane, Type::TEXT), (&token, Type::UUID)],
+            format!("releasing the claim on lane {lane:?}"),
+        )
+        .await?;
         Ok(())
     }
 
@@ -417,10 +427,13 @@ impl LaneStatements {
         lane: &str,
         actor: &str,
     ) -> Result<bool, StorageError> {
-        let rows = client
-            .rows(&self.release_lane, &[(&lane, Type::TEXT), (&actor, Type::TEXT)])
-            .await
-            .map_err(|e| StorageError::database(format!("releasing lane {lane:?}"), e))?;
+        let rows = crate::exec::rows(
+            client,
+            &self.release_lane,
+            &[(&lane, Type::TEXT), (&actor, Type::TEXT)],
+            format!("releasing lane {lane:?}"),
+        )
+        .await?;
         Ok(!rows.is_empty())
     }
 
@@ -443,19 +456,13 @@ impl LaneStatements {
     /// Whether the outbox holds any lane row (a namespace that never had one has no lane to
     /// claim).
     pub async fn any_lane_row(&self, client: &impl Executor) -> Result<bool, StorageError> {
-        let rows = client
-            .rows(&self.any_lane_row, &[])
-            .await
-            .map_err(|e| StorageError::database("looking for lane rows", e))?;
+        let rows = crate::exec::rows(client, &self.any_lane_row, &[], "looking for lane rows").await?;
         Ok(rows.first().is_some_and(|row| row.get(0)))
     }
 
     /// Every parked lane, oldest park first (O(parked lanes)).
     pub async fn parked_lanes(&self, client: &impl Executor) -> Result<Vec<ParkedLane>, StorageError> {
-        let rows = client
-            .rows(&self.parked, &[])
-            .await
-            .map_err(|e| StorageError::database("listing parked lanes", e))?;
+        let rows = crate::exec::rows(client, &self.parked, &[], "listing parked lanes").await?;
         Ok(rows
             .iter()
             .map(|row| ParkedLane {

@@ -23,7 +23,7 @@ use tokio_postgres::types::Type;
 use crate::error::StorageError;
 use crate::exec::Executor;
 use crate::lanes::LaneStatements;
-use crate::status::{duration_from_micros, micros_since};
+use crate::status::elapsed::{duration_from_micros, micros_since};
 
 /// One lane as operators see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,10 +110,13 @@ impl LaneAdmin {
         all: bool,
         limit: i64,
     ) -> Result<Vec<LaneListing>, StorageError> {
-        let rows = client
-            .rows(&self.list, &[(&all, Type::BOOL), (&limit, Type::INT8)])
-            .await
-            .map_err(|e| StorageError::database("listing lanes", e))?;
+        let rows = crate::exec::rows(
+            client,
+            &self.list,
+            &[(&all, Type::BOOL), (&limit, Type::INT8)],
+            "listing lanes",
+        )
+        .await?;
         Ok(rows
             .iter()
             .map(|r| LaneListing {
@@ -153,10 +156,13 @@ impl LaneAdmin {
         lane: &str,
         actor: &str,
     ) -> Result<Option<Option<i64>>, StorageError> {
-        let rows = client
-            .rows(&self.release, &[(&lane, Type::TEXT), (&actor, Type::TEXT)])
-            .await
-            .map_err(|e| StorageError::database(format!("releasing lane {lane:?}"), e))?;
+        let rows = crate::exec::rows(
+            client,
+            &self.release,
+            &[(&lane, Type::TEXT), (&actor, Type::TEXT)],
+            format!("releasing lane {lane:?}"),
+        )
+        .await?;
         Ok(rows.first().map(|row| row.get(0)))
     }
 

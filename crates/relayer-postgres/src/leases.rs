@@ -27,13 +27,13 @@
 
 use std::time::{Duration, SystemTime};
 
+use relayer_core::time::database_micros;
 use relayer_core::{Namespace, Timestamp, advisory_lock_key};
 use tokio_postgres::types::Type;
 
 use crate::error::StorageError;
 use crate::exec::{Executor, Prepared, one_row};
 use crate::pool::{PgClient, PgPool};
-use crate::recovery::micros;
 
 // Pure data, defined in the core crate next to the `HoldLease` trait; re-exported so
 // `relayer_postgres::Lease` keeps working.
@@ -128,7 +128,7 @@ impl LeaseStatements {
         let row = one_row(
             tx,
             &self.lock_and_take,
-            &[(&job, Type::TEXT), (&owner, Type::TEXT), (&micros(lease_duration), Type::INT8)],
+            &[(&job, Type::TEXT), (&owner, Type::TEXT), (&database_micros(lease_duration), Type::INT8)],
             &context(),
         )
         .await?;
@@ -161,18 +161,18 @@ impl LeaseStatements {
         }
         let gate =
             advisory_lock_key(&format!("lease:{}.{}{job}", self.namespace.schema(), self.namespace.prefix()));
-        let inserted = tx
-            .rows(
-                &self.insert_first,
-                &[
-                    (&job, Type::TEXT),
-                    (&owner, Type::TEXT),
-                    (&micros(lease_duration), Type::INT8),
-                    (&gate, Type::INT8),
-                ],
-            )
-            .await
-            .map_err(|e| StorageError::database(context(), e))?;
+        let inserted = crate::exec::rows(
+            tx,
+            &self.insert_first,
+            &[
+                (&job, Type::TEXT),
+                (&owner, Type::TEXT),
+                (&database_micros(lease_duration), Type::INT8),
+                (&gate, Type::INT8),
+            ],
+            context(),
+        )
+        .await?;
         Ok(inserted.first().map(|row| lease(job, owner, row.get(0), row.get(1))))
     }
 
@@ -192,7 +192,7 @@ impl LeaseStatements {
                     (&lease.job, Type::TEXT),
                     (&lease.owner, Type::TEXT),
                     (&lease.term, Type::INT8),
-                    (&micros(lease_duration), Type::INT8),
+                    (&database_micros(lease_duration), Type::INT8),
                 ],
             )
             .await
@@ -252,10 +252,13 @@ impl LeaseStatements {
         job: &str,
         owner: &str,
     ) -> Result<bool, StorageError> {
-        let released = client
-            .affected(&self.release, &[(&job, Type::TEXT), (&owner, Type::TEXT)])
-            .await
-            .map_err(|e| StorageError::database(format!("releasing lease {job:?} for {owner:?}"), e))?;
+        let released = crate::exec::affected(
+            client,
+            &self.release,
+            &[(&job, Type::TEXT), (&owner, Type::TEXT)],
+            format!("releasing lease {job:?} for {owner:?}"),
+        )
+        .await?;
         Ok(released > 0)
     }
 
@@ -274,10 +277,8 @@ impl LeaseStatements {
     pub async fn current(&self, client: &impl Executor, job: &str) -> Result<Option<Lease>, StorageError> {
         let sql =
             format!("SELECT owner, term, expires_at FROM {} WHERE job = $1", self.namespace.table("leases"));
-        let rows = client
-            .rows(&sql, &[(&job, Type::TEXT)])
-            .await
-            .map_err(|e| StorageError::database(format!("reading lease {job:?}"), e))?;
+        let rows =
+            crate::exec::rows(client, &sql, &[(&job, Type::TEXT)], format!("reading lease {job:?}")).await?;
         Ok(rows.first().map(|row| Lease { owner: row.get(0), ..lease(job, "", row.get(1), row.get(2)) }))
     }
 }

@@ -11,9 +11,8 @@
 //! cannot be decoded comes back in [`LockedPage::undecodable`], still locked, and the pass
 //! buries it with its completion, so it never stalls the page or the traversal.
 
-use std::time::Duration;
-
 use relayer_core::store::{LockedPage, PageRequest};
+use relayer_core::time::database_micros;
 use relayer_core::{KeysetCursor, Namespace, PassPlan, ScanWindow};
 use tokio_postgres::types::Type;
 
@@ -114,25 +113,25 @@ impl RecoveryStatements {
             PassPlan::CaptureBoundary => (KeysetCursor::START, None),
             PassPlan::Scan(window) => (window.after, Some(window.up_to)),
         };
-        let delay = micros(request.recovery_delay);
+        let delay = database_micros(request.recovery_delay);
         let limit = i64::from(request.limit);
         let cap = limit.saturating_mul(SCAN_ROWS_PER_ELIGIBLE);
         let (job, owner) = request.leader.map_or((None, None), |l| (Some(l.job), Some(l.owner)));
-        let rows = client
-            .rows(
-                &self.lock_page,
-                &[
-                    (&after, Type::INT8),
-                    (&up_to, Type::INT8),
-                    (&delay, Type::INT8),
-                    (&limit, Type::INT8),
-                    (&cap, Type::INT8),
-                    (&job, Type::TEXT),
-                    (&owner, Type::TEXT),
-                ],
-            )
-            .await
-            .map_err(|e| StorageError::database("reading and locking a recovery page", e))?;
+        let rows = crate::exec::rows(
+            client,
+            &self.lock_page,
+            &[
+                (&after, Type::INT8),
+                (&up_to, Type::INT8),
+                (&delay, Type::INT8),
+                (&limit, Type::INT8),
+                (&cap, Type::INT8),
+                (&job, Type::TEXT),
+                (&owner, Type::TEXT),
+            ],
+            "reading and locking a recovery page",
+        )
+        .await?;
         if rows.is_empty() {
             return Ok(None);
         }
@@ -169,12 +168,3 @@ const LOCKED_OFFSET: usize = 3;
 
 /// How many rows of its window a recovery page may read per eligible row it may return.
 pub const SCAN_ROWS_PER_ELIGIBLE: i64 = 50;
-
-/// A duration in whole microseconds for SQL (`$n::bigint * interval '1 microsecond'`), at
-/// most [`MAX_DATABASE_DURATION`](relayer_core::time::MAX_DATABASE_DURATION): validated
-/// options and messages never reach it, and any other duration (a hand-built lease, claim
-/// or retention) means "100 years" instead of an interval or timestamp out of range.
-pub(crate) fn micros(duration: Duration) -> i64 {
-    let clamped = duration.min(relayer_core::time::MAX_DATABASE_DURATION);
-    i64::try_from(clamped.as_micros()).unwrap_or(i64::MAX)
-}

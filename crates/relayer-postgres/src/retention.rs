@@ -22,12 +22,12 @@
 use std::time::Duration;
 
 use relayer_core::Namespace;
+use relayer_core::time::database_micros;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::StorageError;
 use crate::exec::{Executor, one_row};
 use crate::leases::Lease;
-use crate::recovery::micros;
 
 /// The retention statements rendered for one namespace.
 #[derive(Clone, Debug)]
@@ -43,24 +43,17 @@ impl RetentionStatements {
     pub fn new(namespace: &Namespace) -> Self {
         let (dead, inbox, leases) =
             (namespace.table("dead"), namespace.table("inbox"), namespace.table("leases"));
-        // dead_failed_at_idx
-        let dead_batch = |fence: &str| {
+        // dead_failed_at_idx (dead, failed_at) and inbox_processed_at_idx (inbox, processed_at).
+        let batch = |table: &str, aged: &str, fence: &str| {
             format!(
-                "DELETE FROM {dead} WHERE ctid = ANY(ARRAY(\
-                   SELECT ctid FROM {dead} \
-                   WHERE failed_at < now() - ($1::bigint * interval '1 microsecond'){fence} \
-                   ORDER BY failed_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
+                "DELETE FROM {table} WHERE ctid = ANY(ARRAY(\
+                   SELECT ctid FROM {table} \
+                   WHERE {aged} < now() - ($1::bigint * interval '1 microsecond'){fence} \
+                   ORDER BY {aged} LIMIT $2 FOR UPDATE SKIP LOCKED))"
             )
         };
-        // inbox_processed_at_idx
-        let inbox_batch = |fence: &str| {
-            format!(
-                "DELETE FROM {inbox} WHERE ctid = ANY(ARRAY(\
-                   SELECT ctid FROM {inbox} \
-                   WHERE processed_at < now() - ($1::bigint * interval '1 microsecond'){fence} \
-                   ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
-            )
-        };
+        let dead_batch = |fence: &str| batch(&dead, "failed_at", fence);
+        let inbox_batch = |fence: &str| batch(&inbox, "processed_at", fence);
         // The lease row through leases_pkey, locked first; the fence in the batch's subquery
         // is uncorrelated, so the planner evaluates it once and a false fence scans nothing.
         // The renewal waits for the delete (it reads its count), so the expiry restarts at
@@ -152,9 +145,9 @@ async fn batch(
     retention: Duration,
     limit: u32,
 ) -> Result<u64, StorageError> {
-    let (retention, limit) = (micros(retention), i64::from(limit));
+    let (retention, limit) = (database_micros(retention), i64::from(limit));
     let params: [(&(dyn ToSql + Sync), Type); 2] = [(&retention, Type::INT8), (&limit, Type::INT8)];
-    client.affected(statement, &params).await.map_err(|e| StorageError::database(what, e))
+    crate::exec::affected(client, statement, &params, what).await
 }
 
 /// Runs one batch delete under a lease; `None` when the lease was not held.
@@ -167,7 +160,8 @@ async fn leased_batch(
     lease: &Lease,
     lease_duration: Duration,
 ) -> Result<Option<u64>, StorageError> {
-    let (retention, limit, duration) = (micros(retention), i64::from(limit), micros(lease_duration));
+    let (retention, limit, duration) =
+        (database_micros(retention), i64::from(limit), database_micros(lease_duration));
     let params: [(&(dyn ToSql + Sync), Type); 6] = [
         (&retention, Type::INT8),
         (&limit, Type::INT8),

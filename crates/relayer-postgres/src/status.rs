@@ -9,6 +9,7 @@
 //! scrape every few seconds, not for a worker's pass.
 
 mod database;
+pub(crate) mod elapsed;
 mod workers;
 
 use std::time::Duration;
@@ -18,6 +19,7 @@ use tokio_postgres::GenericClient;
 
 use crate::error::StorageError;
 use crate::migrate::current_version;
+use crate::status::elapsed::{duration_from_micros, micros_since};
 
 pub use database::{DeadTuples, Horizon};
 pub use workers::{Disagreement, InstanceStatus, LastPassSource, LeaseStatus, WorkerPass, stalled_after};
@@ -264,14 +266,4 @@ pub async fn namespace_status(
         horizon: database::horizon(client).await?,
         dead_tuples: database::dead_tuples(client, namespace).await?,
     })
-}
-
-/// SQL for the microseconds from `at` to now, as `int8`.
-pub(crate) fn micros_since(at: &str) -> String {
-    format!("(extract(epoch FROM now() - {at}) * 1e6)::int8")
-}
-
-/// A non-negative duration from microseconds (clamped at zero).
-pub(crate) fn duration_from_micros(micros: i64) -> Duration {
-    Duration::from_micros(u64::try_from(micros).unwrap_or(0))
 }

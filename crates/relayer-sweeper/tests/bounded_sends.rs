@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{
-    Sink, TestTransport, count, database, eventually, lease, message, options, pool, session, sweeper, within,
+    Sink, count, database, eventually, lease, message, options, pool, session, sweeper, transport, within,
 };
 use relayer_postgres::OutboxWriter;
 
@@ -23,7 +23,7 @@ async fn a_pass_whose_transport_never_answers_ends_within_its_lease_and_another_
     let writer = OutboxWriter::new(db.namespace(), ["test"]);
     writer.enqueue(&client, &(1..=3).map(|n| message("orders", n)).collect::<Vec<_>>()).await.unwrap();
 
-    let hung = Arc::new(TestTransport::new(Sink::default()));
+    let hung = Arc::new(transport(Sink::default()));
     hung.gated.store(true, Ordering::SeqCst); // every send waits for a permit that never comes
     let lease_duration = Duration::from_secs(2);
     let (pool_a, _) = pool(&db, "a", 1).await;
@@ -55,7 +55,7 @@ async fn a_pass_whose_transport_never_answers_ends_within_its_lease_and_another_
     }
 
     let sink = Sink::default();
-    let working = Arc::new(TestTransport::new(sink.clone()));
+    let working = Arc::new(transport(sink.clone()));
     let (pool_b, _) = pool(&db, "b", 1).await;
     let b = sweeper(
         pool_b.clone(),

@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{
-    Sink, TestTransport, count, database, dispatch_options, eventually, lease, message, next_led,
-    next_not_leader, next_outcome, options, pool, registry, session, sweeper, within,
+    Sink, count, database, dispatch_options, eventually, lease, message, next_led, next_not_leader,
+    next_outcome, options, pool, registry, session, sweeper, transport, within,
 };
 use relayer_core::{MessageId, NewMessage, Timestamp};
 use relayer_dispatcher::Dispatcher;
@@ -50,7 +50,7 @@ async fn recovery_resends_rows_whose_direct_dispatch_failed_preserving_the_envel
     let db = database().await;
     let client = db.connect().await;
     let sink = Sink::default();
-    let transport = Arc::new(TestTransport::new(sink.clone()));
+    let transport = Arc::new(transport(sink.clone()));
     // The commit-triggered sends (one per destination) fail, and so does one of the
     // sweeper's first sends.
     transport.fail_first_calls.store(3, Ordering::SeqCst);
@@ -129,7 +129,7 @@ async fn recovery_resends_rows_whose_direct_dispatch_failed_preserving_the_envel
 async fn two_sweepers_never_overlap_a_pass_swp_1_ldr_2() {
     let db = database().await;
     let client = db.connect().await;
-    let mut transport = TestTransport::new(Sink::default());
+    let mut transport = transport(Sink::default());
     // Most of the send step's budget (half the 1 s lease).
     transport.delay = Duration::from_millis(400);
     let transport = Arc::new(transport);
@@ -180,7 +180,7 @@ async fn two_sweepers_never_overlap_a_pass_swp_1_ldr_2() {
 async fn graceful_shutdown_releases_the_lease_and_the_other_sweeper_leads_at_once_ldr_2() {
     let db = database().await;
     let client = db.connect().await;
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     let long = Duration::from_secs(600);
     let (pool_a, _) = pool(&db, "sweeper_a", 1).await;
     let (pool_b, _) = pool(&db, "sweeper_b", 1).await;
@@ -212,7 +212,7 @@ async fn graceful_shutdown_releases_the_lease_and_the_other_sweeper_leads_at_onc
 async fn a_dead_leader_is_replaced_after_its_lease_expires_lif_3() {
     let db = database().await;
     let client = db.connect().await;
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     let (pool_a, _) = pool(&db, "sweeper_a", 1).await;
     let (pool_b, _) = pool(&db, "sweeper_b", 1).await;
     let second = Duration::from_secs(1);
@@ -250,8 +250,8 @@ async fn a_deposed_leaders_late_completion_changes_nothing_ldr_6() {
     let db = database().await;
     let client = db.connect().await;
     let sink = Sink::default();
-    let slow = Arc::new(TestTransport::new(sink.clone()));
-    let quick = Arc::new(TestTransport::new(sink.clone()));
+    let slow = Arc::new(transport(sink.clone()));
+    let quick = Arc::new(transport(sink.clone()));
     let second = Duration::from_secs(1);
     let (pool_a, application_a) = pool(&db, "leader_a", 1).await;
     let (pool_b, _) = pool(&db, "leader_b", 1).await;
@@ -311,7 +311,7 @@ async fn a_deposed_leaders_late_completion_changes_nothing_ldr_6() {
 async fn a_connection_killed_mid_pass_fails_the_pass_and_a_later_pass_recovers_res_1() {
     let db = database().await;
     let client = db.connect().await;
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     transport.gated.store(true, Ordering::SeqCst);
     let written = writer(&db)
         .enqueue(&client, &(0..4).map(|n| message("orders", n)).collect::<Vec<_>>())
@@ -344,7 +344,7 @@ async fn a_connection_killed_mid_pass_fails_the_pass_and_a_later_pass_recovers_r
 async fn continuous_new_traffic_cannot_starve_failed_rows_behind_the_cursor_swp_3() {
     let db = database().await;
     let client = db.connect().await;
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     transport.failing_destinations.lock().unwrap().insert("early".to_owned());
     let early =
         writer(&db).enqueue(&client, &(0..5).map(|n| message("early", n)).collect::<Vec<_>>()).await.unwrap();
@@ -402,7 +402,7 @@ async fn continuous_new_traffic_cannot_starve_failed_rows_behind_the_cursor_swp_
 #[tokio::test]
 async fn a_pool_of_one_connection_is_shared_with_application_work_lif_2() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     let (pool, _) = pool(&db, "shared", 1).await;
     let sweeper =
         sweeper(pool.clone(), &db, options(5), transport.clone(), lease("a", Duration::from_secs(30)));
@@ -437,7 +437,7 @@ async fn a_pool_of_one_connection_is_shared_with_application_work_lif_2() {
 async fn the_sweeper_never_sends_lane_rows_lan_4() {
     let db = database().await;
     let client = db.connect().await;
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     let messages = vec![
         message("orders", 0).lane("customer-1"),
         message("orders", 1).lane("customer-1"),
@@ -481,7 +481,7 @@ async fn the_sweeper_never_sends_lane_rows_lan_4() {
 async fn the_first_pass_creates_the_lease_and_sweeps_in_that_same_pass_ldr_2() {
     let db = database().await;
     let client = db.connect().await;
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     writer(&db).enqueue(&client, &[message("orders", 0), message("orders", 1)]).await.unwrap();
     let (pool, _) = pool(&db, "sweeper", 1).await;
     let a = sweeper(pool.clone(), &db, options(10), transport.clone(), lease("a", Duration::from_secs(30)));
@@ -503,7 +503,7 @@ async fn the_first_pass_creates_the_lease_and_sweeps_in_that_same_pass_ldr_2() {
 async fn a_missing_schema_is_a_failed_pass_retried_until_it_is_migrated_res_1() {
     let db = TestDb::new().await; // not migrated yet
     let mut client = db.connect().await;
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     let (pool, _) = pool(&db, "sweeper", 1).await;
     let sweeper = sweeper(pool, &db, options(10), transport.clone(), Leadership::EveryInstance);
     let mut events = sweeper.subscribe();
@@ -531,7 +531,7 @@ async fn a_missing_schema_is_a_failed_pass_retried_until_it_is_migrated_res_1() 
 async fn advisory_leadership_lets_one_sweeper_lead_ldr_5() {
     let db = database().await;
     let client = db.connect().await;
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     writer(&db).enqueue(&client, &(0..30).map(|n| message("orders", n)).collect::<Vec<_>>()).await.unwrap();
     let resource = format!("sweeper:{}", db.schema());
     let advisory = |name: &str| {
@@ -559,7 +559,7 @@ async fn rows_a_concurrent_dispatcher_holds_are_skipped_swp_4() {
     let db = database().await;
     let client = db.connect().await;
     let mut dispatcher_client = db.connect().await;
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     let written = writer(&db)
         .enqueue(&client, &(0..4).map(|n| message("orders", n)).collect::<Vec<_>>())
         .await
@@ -597,7 +597,7 @@ async fn a_backlog_drains_at_the_pace_of_passes_not_of_intervals_swp_6() {
     const BATCH: u32 = 100;
     let db = database().await;
     let client = db.connect().await;
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     let messages: Vec<_> = (0..ROWS).map(|n| message("orders", n)).collect();
     for chunk in messages.chunks(1_000) {
         writer(&db).enqueue(&client, chunk).await.unwrap();
@@ -626,7 +626,7 @@ async fn a_first_pass_that_meets_a_stopped_server_is_retried_until_it_returns_re
     let mut client = db.connect().await;
     relayer_postgres::migrate(&mut client, db.namespace()).await.unwrap();
     writer(&db).enqueue(&client, &[message("orders", 0)]).await.unwrap();
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     let (pool, _) = pool(&db, "sweeper", 1).await;
     let sweeper = sweeper(pool, &db, options(10), transport.clone(), lease("a", Duration::from_secs(30)));
     let mut events = sweeper.subscribe();

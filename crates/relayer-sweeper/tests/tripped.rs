@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Sink, TestTransport, database, lease, message, options, pool, registry, session, within};
+use common::{Sink, database, lease, message, options, pool, registry, session, transport, within};
 use relayer_core::DispatcherOptions;
 use relayer_delivery::SendPath;
 use relayer_postgres::{OutboxWriter, PgSource};
@@ -24,7 +24,7 @@ async fn a_destination_that_trips_in_a_sweep_pass_is_held_back_for_its_cool_down
     writer.enqueue(&client, &(0..30).map(|n| message("broken", n)).collect::<Vec<_>>()).await.unwrap();
     writer.enqueue(&client, &[message("healthy", 0)]).await.unwrap();
 
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     transport.failing_destinations.lock().unwrap().insert("broken".to_owned());
     let send_options = DispatcherOptions::builder()
         .breaker_threshold(NonZeroU32::new(1).unwrap())

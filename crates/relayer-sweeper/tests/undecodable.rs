@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Sink, TestTransport, count, database, lease, message, options, pool, session, sweeper};
+use common::{Sink, count, database, lease, message, options, pool, session, sweeper, transport};
 use relayer_postgres::OutboxWriter;
 
 /// SPEC §15 on the recovery path, the case found by hand: undecodable rows — a bad headers
@@ -33,7 +33,7 @@ async fn undecodable_rows_in_a_recovery_page_move_to_dead_and_the_page_goes_on_s
     let good: Vec<_> = (0..5).map(|n| message("orders", n)).collect();
     OutboxWriter::new(db.namespace(), ["test"]).enqueue(&client, &good).await.unwrap();
 
-    let transport = Arc::new(TestTransport::new(Sink::default()));
+    let transport = Arc::new(transport(Sink::default()));
     let (pool, _) = pool(&db, "sweeper", 1).await;
     let sweeper =
         sweeper(pool.clone(), &db, options(100), transport.clone(), lease("a", Duration::from_secs(30)));

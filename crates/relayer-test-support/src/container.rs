@@ -133,12 +133,12 @@ async fn wait_until_connectable(url: &str) -> Result<(), String> {
     let config = tokio_postgres::Config::from_str(url).map_err(|e| e.to_string())?;
     let mut last = String::new();
     for _ in 0..60 {
-        match crate::server::connect(&config).await {
+        match crate::client::connect(&config).await {
             Ok(client) => match client.simple_query("SELECT 1").await {
                 Ok(_) => return Ok(()),
-                Err(e) => last = crate::server::describe(&e),
+                Err(e) => last = relayer_core::error_chain(&e),
             },
-            Err(e) => last = crate::server::describe(&e),
+            Err(e) => last = relayer_core::error_chain(&e),
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -63,11 +63,13 @@
 pub mod broker_scenarios;
 mod brokers;
 mod certificates;
+mod client;
 mod cluster;
 mod container;
 mod fault;
 mod faulty_error;
 mod faulty_store;
+mod faulty_transport;
 mod owned;
 mod pooler;
 mod proxy;
@@ -85,6 +87,7 @@ pub use crate::brokers::{Broker, broker_or_skip};
 pub use crate::fault::{Fault, FaultAction, FaultHandle, StoreCall, Transience};
 pub use crate::faulty_error::FaultyError;
 pub use crate::faulty_store::{FaultySession, FaultyStore};
+pub use crate::faulty_transport::{FaultyTransport, Sink};
 pub use crate::owned::OwnedCluster;
 pub use crate::pooler::{PoolMode, pgbouncer};
 pub use crate::proxy::TcpProxy;
@@ -150,7 +153,7 @@ impl TestDb {
                 "relayer-test-support: CREATE SCHEMA {} failed on {}: {}",
                 db.schema,
                 db.server,
-                server::describe(&e)
+                relayer_core::error_chain(&e)
             );
         }
         db
@@ -188,10 +191,14 @@ impl TestDb {
     ///
     /// When the connection cannot be opened.
     pub async fn connect(&self) -> tokio_postgres::Client {
-        match server::connect(&self.config()).await {
+        match client::connect(&self.config()).await {
             Ok(client) => client,
             Err(e) => {
-                panic!("relayer-test-support: cannot connect to {}: {}", self.server, server::describe(&e))
+                panic!(
+                    "relayer-test-support: cannot connect to {}: {}",
+                    self.server,
+                    relayer_core::error_chain(&e)
+                )
             }
         }
     }
@@ -208,7 +215,7 @@ impl TestDb {
             Err(e) => panic!(
                 "relayer-test-support: cannot build a pool on {}: {}",
                 self.server,
-                server::describe(&e)
+                relayer_core::error_chain(&e)
             ),
         }
     }
@@ -229,7 +236,7 @@ impl TestDb {
                 Ok(row) => row.get(0),
                 Err(e) => panic!(
                     "relayer-test-support: reading the server version failed: {}",
-                    server::describe(&e)
+                    relayer_core::error_chain(&e)
                 ),
             };
         let terminate =
@@ -243,7 +250,7 @@ impl TestDb {
             Ok(row) => u64::try_from(row.get::<_, i64>(0)).unwrap_or(0),
             Err(e) => panic!(
                 "relayer-test-support: terminating {application_name:?} sessions failed: {}",
-                server::describe(&e)
+                relayer_core::error_chain(&e)
             ),
         }
     }
@@ -283,7 +290,7 @@ impl Drop for TestDb {
 async fn drop_schema(config: &tokio_postgres::Config, schema: &str) -> Result<(), String> {
     let mut config = config.clone();
     config.application_name(format!("{schema}_drop"));
-    let client = server::connect(&config).await.map_err(|e| server::describe(&e))?;
+    let client = client::connect(&config).await.map_err(|e| relayer_core::error_chain(&e))?;
     client
         .execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
@@ -291,11 +298,11 @@ async fn drop_schema(config: &tokio_postgres::Config, schema: &str) -> Result<()
             &[&schema],
         )
         .await
-        .map_err(|e| server::describe(&e))?;
+        .map_err(|e| relayer_core::error_chain(&e))?;
     client
         .batch_execute(&format!("SET lock_timeout = '20s'; DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
         .await
-        .map_err(|e| server::describe(&e))
+        .map_err(|e| relayer_core::error_chain(&e))
 }
 
 #[cfg(test)]

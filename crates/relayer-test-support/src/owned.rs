@@ -15,8 +15,9 @@
 use std::sync::Arc;
 
 use crate::TestDb;
+use crate::client;
 use crate::cluster::Cluster;
-use crate::server::{self, Server};
+use crate::server::Server;
 
 /// A PostgreSQL cluster owned by one test: stopped and deleted when the last of it and the
 /// [`TestDb`]s made on it is dropped.
@@ -70,7 +71,7 @@ impl OwnedCluster {
             panic!(
                 "relayer-test-support: cannot create the TLS role on {}: {}",
                 cluster.server,
-                server::describe(&e)
+                relayer_core::error_chain(&e)
             );
         }
         cluster
@@ -122,10 +123,14 @@ impl OwnedCluster {
     }
 
     async fn admin(&self) -> tokio_postgres::Client {
-        match server::connect(&self.server.config()).await {
+        match client::connect(&self.server.config()).await {
             Ok(client) => client,
             Err(e) => {
-                panic!("relayer-test-support: cannot connect to {}: {}", self.server, server::describe(&e))
+                panic!(
+                    "relayer-test-support: cannot connect to {}: {}",
+                    self.server,
+                    relayer_core::error_chain(&e)
+                )
             }
         }
     }
@@ -143,7 +148,7 @@ impl OwnedCluster {
             panic!(
                 "relayer-test-support: cannot make {} commit durably: {}",
                 owned.server,
-                server::describe(&e)
+                relayer_core::error_chain(&e)
             );
         }
         owned

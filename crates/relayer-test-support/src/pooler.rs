@@ -73,8 +73,8 @@ pub async fn pgbouncer(db: &TestDb, mode: PoolMode, test: &str) -> Option<Config
     if let Some(name) = base.get_application_name() {
         config.application_name(name);
     }
-    let verdict = match crate::server::connect(&config).await {
-        Err(e) => Err(format!("nothing answers at 127.0.0.1:{port}: {}", crate::server::describe(&e))),
+    let verdict = match crate::client::connect(&config).await {
+        Err(e) => Err(format!("nothing answers at 127.0.0.1:{port}: {}", relayer_core::error_chain(&e))),
         // An unnamed statement (`query_typed`): in transaction mode the pooler may send a
         // named statement's parse and its execution to two different server connections.
         Ok(client) => match client
@@ -89,9 +89,10 @@ pub async fn pgbouncer(db: &TestDb, mode: PoolMode, test: &str) -> Option<Config
             Ok(_) => {
                 Err(format!("the pooler at 127.0.0.1:{port} fronts another server than the test database"))
             }
-            Err(e) => {
-                Err(format!("the pooler at 127.0.0.1:{port} failed a query: {}", crate::server::describe(&e)))
-            }
+            Err(e) => Err(format!(
+                "the pooler at 127.0.0.1:{port} failed a query: {}",
+                relayer_core::error_chain(&e)
+            )),
         },
     };
     match verdict {

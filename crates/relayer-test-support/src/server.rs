@@ -10,8 +10,10 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::{Mutex, OnceCell};
+use tokio_postgres::Config;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, Config, NoTls};
+
+use crate::client::connect;
 
 use crate::cluster::Cluster;
 use crate::container::Container;
@@ -106,29 +108,6 @@ impl std::fmt::Debug for Server {
     }
 }
 
-/// An error with its chain of causes (tokio-postgres puts the interesting part, such as
-/// "Connection refused" or the server's message, in the source).
-pub(crate) fn describe(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
-/// Opens a connection and spawns its driver on the current runtime.
-pub(crate) async fn connect(config: &Config) -> Result<Client, tokio_postgres::Error> {
-    let (client, connection) = config.connect(NoTls).await?;
-    tokio::spawn(async move {
-        // The error (if any) resurfaces on the client's next call.
-        let _ = connection.await;
-    });
-    Ok(client)
-}
-
 /// Finds or starts a server, in SPEC §16 order; panics with a how-to when none can be had.
 pub(crate) async fn acquire(sources: Sources) -> Arc<Server> {
     let mut tried = Vec::new();
@@ -201,18 +180,26 @@ async fn try_url(url: &str) -> Result<String, String> {
     }
     match connect(&config).await {
         Ok(client) => {
-            client.simple_query("SELECT 1").await.map_err(|e| describe(&e))?;
+            client.simple_query("SELECT 1").await.map_err(|e| relayer_core::error_chain(&e))?;
         }
         Err(e) if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) => {
             // Several test processes may race to create it: whoever wins, it must exist now.
             let created = create_database(&config).await;
             let client = connect(&config).await.map_err(|e2| match created {
-                Err(e3) => format!("{}; creating it failed: {}", describe(&e), describe(&e3)),
-                Ok(()) => format!("{}; created it, then: {}", describe(&e), describe(&e2)),
+                Err(e3) => format!(
+                    "{}; creating it failed: {}",
+                    relayer_core::error_chain(&e),
+                    relayer_core::error_chain(&e3)
+                ),
+                Ok(()) => format!(
+                    "{}; created it, then: {}",
+                    relayer_core::error_chain(&e),
+                    relayer_core::error_chain(&e2)
+                ),
             })?;
-            client.simple_query("SELECT 1").await.map_err(|e| describe(&e))?;
+            client.simple_query("SELECT 1").await.map_err(|e| relayer_core::error_chain(&e))?;
         }
-        Err(e) => return Err(describe(&e)),
+        Err(e) => return Err(relayer_core::error_chain(&e)),
     }
     Ok(if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         url.to_owned()

@@ -10,7 +10,7 @@ use crate::server::Sources;
 async fn observer(db: &TestDb) -> tokio_postgres::Client {
     let mut config = db.config();
     config.application_name("observer");
-    server::connect(&config).await.expect("observer connects")
+    client::connect(&config).await.expect("observer connects")
 }
 
 async fn schema_exists(client: &tokio_postgres::Client, schema: &str) -> bool {
@@ -63,7 +63,7 @@ async fn config_url_connect_and_pool_all_reach_the_test_database_under_the_schem
     let from_url = tokio_postgres::Config::from_str(&db.url()).expect("url parses");
     assert!(db.url().starts_with("postgres://"), "{}", db.url());
     assert_eq!(from_url.get_application_name(), Some(db.schema()));
-    let client = server::connect(&from_url).await.expect("url connects");
+    let client = client::connect(&from_url).await.expect("url connects");
     let name: String =
         client.query_one("SELECT current_setting('application_name')", &[]).await.expect("query").get(0);
     assert_eq!(name, db.schema());
@@ -80,7 +80,7 @@ async fn terminate_backends_kills_the_named_sessions_and_only_those() {
     let name = format!("{}_victim", db.schema());
     let mut config = db.config();
     config.application_name(&name);
-    let victim = server::connect(&config).await.expect("victim connects");
+    let victim = client::connect(&config).await.expect("victim connects");
     victim.simple_query("SELECT 1").await.expect("victim works before");
     let bystander = db.connect().await;
 
@@ -117,7 +117,7 @@ async fn a_throwaway_cluster_starts_answers_and_is_stopped_after_the_last_drop()
     assert!(!dir.exists(), "{} was not deleted", dir.display());
     let mut probe = config;
     probe.connect_timeout(std::time::Duration::from_secs(2));
-    assert!(server::connect(&probe).await.is_err(), "the cluster still answers on port {port}");
+    assert!(client::connect(&probe).await.is_err(), "the cluster still answers on port {port}");
 }
 
 /// A test's own cluster crashes and comes back on its port with everything committed, and

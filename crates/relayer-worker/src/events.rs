@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::pass_loop::PassOutcome;
+use crate::outcome::PassOutcome;
 
 /// What a [`PassLoop`](crate::PassLoop) reports to its subscribers, in its own order.
 #[derive(Clone, Debug, PartialEq, Eq)]

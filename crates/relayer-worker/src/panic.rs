@@ -4,6 +4,7 @@ use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
+use relayer_core::panic_text;
 
 /// Runs `future`, turning a panic into `Err` with the panic's message (`panic: …`).
 ///
@@ -11,14 +12,8 @@ use futures_util::FutureExt;
 /// through it. Unwind safety is asserted: callers drop whatever the future borrowed
 /// mutably once it panicked.
 pub async fn catch_panic<F: Future>(future: F) -> Result<F::Output, String> {
-    AssertUnwindSafe(future).catch_unwind().await.map_err(|panic| panic_message(panic.as_ref()))
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a non-string panic payload");
-    format!("panic: {text}")
+    AssertUnwindSafe(future)
+        .catch_unwind()
+        .await
+        .map_err(|panic| format!("panic: {}", panic_text(panic.as_ref())))
 }

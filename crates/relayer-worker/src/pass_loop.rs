@@ -17,6 +17,7 @@ use tracing::Instrument;
 use crate::events::WorkerEvent;
 use crate::kind::{WorkerKind, with_target};
 use crate::leadership::Leadership;
+use crate::outcome::PassOutcome;
 use crate::panic::catch_panic;
 
 /// Test signals kept for slow subscribers; older ones are dropped (they see `Lagged`).
@@ -49,15 +50,6 @@ pub trait Pass: Send + Sync + 'static {
     /// Called once when the loop stops, after its last pass: release what the pass holds
     /// across passes (a lease). Failures should be logged, not returned: shutdown goes on.
     async fn stopped(&self) {}
-}
-
-/// What a pass that did not fail did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PassOutcome<R> {
-    /// This instance led the pass; here is its report.
-    Led(R),
-    /// Another instance leads: this turn was skipped.
-    NotLeader,
 }
 
 /// Runs a [`Pass`] over and over, resiliently, until shutdown. See the [crate docs](crate).

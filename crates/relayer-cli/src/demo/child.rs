@@ -13,8 +13,8 @@ use relayer::{DispatcherOptions, Relayer};
 
 use super::transports::SlowFlakyQueue;
 use super::{CHILD_CLAIM, database_config};
-use crate::CliResult;
 use crate::args::Args;
+use crate::connect::CliResult;
 
 pub(crate) async fn run(args: &Args) -> CliResult {
     let config = database_config(args)?;

@@ -47,7 +47,7 @@ use tokio_postgres::Client;
 use self::billing::{Billing, CONSUMER, REVIEW_MARK};
 use self::transports::{STRICT, Strict};
 use crate::args::Args;
-use crate::{CliResult, connect};
+use crate::connect::{CliResult, connect};
 
 /// Messages per writing transaction.
 const PER_TX: usize = 10;

@@ -11,13 +11,13 @@
 
 use std::time::{Duration, SystemTime};
 
+use relayer_core::time::database_micros;
 use relayer_core::{Headers, MessageId, Namespace, Timestamp, Uuid};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::StorageError;
 use crate::exec::Executor;
-use crate::recovery::micros;
 use crate::row_codec::json_kind;
 
 pub use relayer_core::queue_message::{QueueMessage, Receipt, Received, Undecodable};
@@ -99,13 +99,12 @@ impl ConsumeStatements {
     ) -> Result<Vec<Received>, StorageError> {
         let token = Uuid::new_v4();
         let limit = i64::from(limit);
-        let visibility = micros(visibility);
+        let visibility = database_micros(visibility);
         let params: [(&(dyn ToSql + Sync), Type); 4] =
             [(&queue, Type::TEXT), (&limit, Type::INT8), (&visibility, Type::INT8), (&token, Type::UUID)];
-        let rows = client
-            .rows(&self.receive, &params)
-            .await
-            .map_err(|e| StorageError::database(format!("receiving from queue {queue:?}"), e))?;
+        let rows =
+            crate::exec::rows(client, &self.receive, &params, format!("receiving from queue {queue:?}"))
+                .await?;
         Ok(rows.iter().map(|row| self.decode(row, token)).collect())
     }
 
@@ -139,7 +138,7 @@ impl ConsumeStatements {
         requeues: &[Requeue],
     ) -> Result<Vec<i64>, StorageError> {
         let (seqs, tokens) = split(requeues.iter().map(|r| r.receipt));
-        let delays: Vec<i64> = requeues.iter().map(|r| micros(r.delay)).collect();
+        let delays: Vec<i64> = requeues.iter().map(|r| database_micros(r.delay)).collect();
         let params: [(&(dyn ToSql + Sync), Type); 3] =
             [(&seqs, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&delays, Type::INT8_ARRAY)];
         settled(client.rows(&self.requeue, &params).await, || format!("requeueing {} messages", seqs.len()))
@@ -181,7 +180,7 @@ impl ConsumeStatements {
         visibility: Duration,
     ) -> Result<u64, StorageError> {
         let (seqs, tokens) = split(receipts.iter().copied());
-        let visibility = micros(visibility);
+        let visibility = database_micros(visibility);
         let params: [(&(dyn ToSql + Sync), Type); 3] =
             [(&seqs, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&visibility, Type::INT8)];
         client.affected(&self.extend, &params).await.map_err(|e| {

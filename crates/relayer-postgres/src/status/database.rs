@@ -11,7 +11,7 @@ use std::time::Duration;
 use relayer_core::Namespace;
 use tokio_postgres::GenericClient;
 
-use super::duration_from_micros;
+use super::elapsed::duration_from_micros;
 use crate::error::StorageError;
 
 /// The oldest transaction and the xmin horizon of the server.

@@ -23,7 +23,7 @@ use relayer_core::Namespace;
 use relayer_core::duration::parse_duration;
 use tokio_postgres::GenericClient;
 
-use super::{duration_from_micros, micros_since};
+use super::elapsed::{duration_from_micros, micros_since};
 use crate::error::StorageError;
 
 /// Instances seen within this window count as running (as the host's own comparison).

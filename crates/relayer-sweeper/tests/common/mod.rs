@@ -1,128 +1,25 @@
 //! Small real transports and fixtures for sweeper tests (no mocking libraries).
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::collections::HashSet;
-use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use relayer_core::StoreSource;
-use relayer_core::{
-    DispatcherOptions, Envelope, NewMessage, SendOutcome, SweeperOptions, SweeperOptionsBuilder, Transport,
-    TransportError, TransportRegistry, async_trait,
-};
+use relayer_core::{DispatcherOptions, NewMessage, SweeperOptions, SweeperOptionsBuilder, TransportRegistry};
 use relayer_delivery::SendPath;
 use relayer_postgres::{PgPool, PgSession, PgSource, connect_pool};
 use relayer_sweeper::{LEASE_JOB, SweepReport, Sweeper};
 use relayer_test_support::TestDb;
+pub(crate) use relayer_test_support::{FaultyTransport, Sink};
 #[allow(unused_imports)] // Not every test file uses both.
 pub(crate) use relayer_test_support::{eventually, within};
 use relayer_worker::{Leadership, PassOutcome, WorkerEvent};
-use tokio::sync::{Notify, Semaphore, broadcast};
+use tokio::sync::broadcast;
 
-/// What the transports accepted: (destination, envelope), in acceptance order. Shared by
-/// the transports of several sweepers so a test sees every delivery.
-pub(crate) type Sink = Arc<Mutex<Vec<(String, Envelope)>>>;
-
-/// A recording transport named `test` with injectable failures, slowness and a gate.
-pub(crate) struct TestTransport {
-    pub(crate) sink: Sink,
-    pub(crate) calls: AtomicU32,
-    /// Fail (whole batch, `Err`) the first n calls.
-    pub(crate) fail_first_calls: AtomicU32,
-    /// Messages to these destinations fail (per-message outcome).
-    pub(crate) failing_destinations: Mutex<HashSet<String>>,
-    /// Each call sleeps this long before answering.
-    pub(crate) delay: Duration,
-    /// When set, every call waits for a permit before answering (see [`TestTransport::open_gate`]).
-    pub(crate) gated: AtomicBool,
-    gate: Semaphore,
-    /// Notified (a stored permit) each time a call starts.
-    pub(crate) entered: Notify,
-    /// Send calls in flight right now, and the most ever seen at once.
-    in_flight: AtomicUsize,
-    pub(crate) max_in_flight: AtomicUsize,
-}
-
-impl TestTransport {
-    pub(crate) fn new(sink: Sink) -> Self {
-        TestTransport {
-            sink,
-            calls: AtomicU32::new(0),
-            fail_first_calls: AtomicU32::new(0),
-            failing_destinations: Mutex::new(HashSet::new()),
-            delay: Duration::ZERO,
-            gated: AtomicBool::new(false),
-            gate: Semaphore::new(0),
-            entered: Notify::new(),
-            in_flight: AtomicUsize::new(0),
-            max_in_flight: AtomicUsize::new(0),
-        }
-    }
-
-    pub(crate) fn accepted(&self) -> Vec<(String, Envelope)> {
-        self.sink.lock().unwrap().clone()
-    }
-
-    /// Lets every waiting and future gated call through.
-    pub(crate) fn open_gate(&self) {
-        self.gated.store(false, Ordering::SeqCst);
-        self.gate.add_permits(1_000);
-    }
-}
-
-struct InFlight<'a>(&'a AtomicUsize);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-#[async_trait]
-impl Transport for TestTransport {
-    fn name(&self) -> &str {
-        "test"
-    }
-
-    fn batch_limit(&self) -> NonZeroUsize {
-        NonZeroUsize::new(100).unwrap()
-    }
-
-    async fn send(&self, destination: &str, batch: &[Envelope]) -> Result<Vec<SendOutcome>, TransportError> {
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        let _in_flight = InFlight(&self.in_flight);
-        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.entered.notify_one();
-        if self.gated.load(Ordering::SeqCst) {
-            self.gate.acquire().await.unwrap().forget();
-        }
-        if !self.delay.is_zero() {
-            tokio::time::sleep(self.delay).await;
-        }
-        if self
-            .fail_first_calls
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(TransportError::transient("injected batch failure"));
-        }
-        let failing = self.failing_destinations.lock().unwrap().contains(destination);
-        let mut sink = self.sink.lock().unwrap();
-        Ok(batch
-            .iter()
-            .map(|envelope| {
-                if failing {
-                    SendOutcome::Failed(TransportError::transient("injected destination failure"))
-                } else {
-                    sink.push((destination.to_owned(), envelope.clone()));
-                    SendOutcome::Accepted
-                }
-            })
-            .collect())
-    }
+/// The sweeper tests' transport: a [`FaultyTransport`] named `test` taking batches of 100,
+/// accepting into `sink`.
+pub(crate) fn transport(sink: Sink) -> FaultyTransport {
+    FaultyTransport::with_sink("test", sink).with_batch_limit(100)
 }
 
 /// A migrated test database.
@@ -160,7 +57,7 @@ pub(crate) fn dispatch_options() -> DispatcherOptions {
         .unwrap()
 }
 
-pub(crate) fn registry(transport: Arc<TestTransport>) -> Arc<TransportRegistry> {
+pub(crate) fn registry(transport: Arc<FaultyTransport>) -> Arc<TransportRegistry> {
     Arc::new(TransportRegistry::new().with(transport).unwrap())
 }
 
@@ -174,7 +71,7 @@ pub(crate) fn sweeper(
     pool: PgPool,
     db: &TestDb,
     options: SweeperOptionsBuilder,
-    transport: Arc<TestTransport>,
+    transport: Arc<FaultyTransport>,
     leadership: Leadership,
 ) -> Sweeper<PgSource> {
     let send = SendPath::new(registry(transport), dispatch_options());

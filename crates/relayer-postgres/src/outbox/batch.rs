@@ -1,0 +1,110 @@
+//! [`EnqueueBatch`]: one validated batch encoded for the enqueue statement, for drivers
+//! other than tokio-postgres (relayer-sqlx binds its parameters).
+
+use std::time::SystemTime;
+
+use tokio_postgres::types::{ToSql, Type};
+use uuid::Uuid;
+
+/// One validated batch of messages encoded for the enqueue statement (see
+/// [`OutboxWriter::batch`](crate::OutboxWriter::batch)): the statement text and its parameters in order.
+///
+/// A driver runs [`statement`](Self::statement) with [`params`](Self::params) bound as
+/// `$1, $2, …` in the order given, each with the PostgreSQL type its [`EnqueueParam`]
+/// variant names, and reads back `(seq int8, message_id uuid)` per message, in enqueue
+/// order.
+#[derive(Debug)]
+pub struct EnqueueBatch<'a> {
+    pub(super) statement: &'a str,
+    pub(super) ids: Vec<Uuid>,
+    pub(super) transports: Vec<&'a str>,
+    pub(super) destinations: Vec<&'a str>,
+    pub(super) bodies: Vec<&'a [u8]>,
+    pub(super) headers: Vec<serde_json::Value>,
+    pub(super) trace_contexts: Vec<Option<&'a str>>,
+    pub(super) lanes: Vec<Option<&'a str>>,
+    pub(super) deliver_at: Vec<Option<SystemTime>>,
+    pub(super) delays: Vec<Option<i64>>,
+    pub(super) lane_keys: Vec<i64>,
+    /// The channel to notify on commit, unless the writer is silent.
+    pub(super) channel: Option<&'a str>,
+}
+
+/// One parameter of the enqueue statement, by its PostgreSQL type.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum EnqueueParam<'b> {
+    /// `uuid[]`.
+    Uuids(&'b [Uuid]),
+    /// `text[]` without NULLs.
+    Texts(&'b [&'b str]),
+    /// `text[]` with NULLs.
+    OptionalTexts(&'b [Option<&'b str>]),
+    /// `bytea[]`.
+    Bytes(&'b [&'b [u8]]),
+    /// `jsonb[]`.
+    Jsons(&'b [serde_json::Value]),
+    /// `timestamptz[]` with NULLs.
+    OptionalTimestamps(&'b [Option<SystemTime>]),
+    /// `int8[]` with NULLs.
+    OptionalInt8s(&'b [Option<i64>]),
+    /// `int8[]` without NULLs.
+    Int8s(&'b [i64]),
+    /// `text`.
+    Text(&'b str),
+}
+
+impl EnqueueParam<'_> {
+    /// The value for tokio-postgres, with the PostgreSQL type it is bound as.
+    pub fn typed(&self) -> (&(dyn ToSql + Sync), Type) {
+        match self {
+            EnqueueParam::Uuids(values) => (values, Type::UUID_ARRAY),
+            EnqueueParam::Texts(values) => (values, Type::TEXT_ARRAY),
+            EnqueueParam::OptionalTexts(values) => (values, Type::TEXT_ARRAY),
+            EnqueueParam::Bytes(values) => (values, Type::BYTEA_ARRAY),
+            EnqueueParam::Jsons(values) => (values, Type::JSONB_ARRAY),
+            EnqueueParam::OptionalTimestamps(values) => (values, Type::TIMESTAMPTZ_ARRAY),
+            EnqueueParam::OptionalInt8s(values) => (values, Type::INT8_ARRAY),
+            EnqueueParam::Int8s(values) => (values, Type::INT8_ARRAY),
+            EnqueueParam::Text(value) => (value, Type::TEXT),
+        }
+    }
+}
+
+impl<'a> EnqueueBatch<'a> {
+    /// Whether the batch has no message (then nothing needs to run).
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The number of messages.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The statement to run: one of four renderings, chosen by whether the batch has lane
+    /// rows and whether the writer notifies.
+    pub fn statement(&self) -> &'a str {
+        self.statement
+    }
+
+    /// The statement's parameters, `$1` first.
+    pub fn params(&self) -> Vec<EnqueueParam<'_>> {
+        let mut params = vec![
+            EnqueueParam::Uuids(&self.ids),
+            EnqueueParam::Texts(&self.transports),
+            EnqueueParam::Texts(&self.destinations),
+            EnqueueParam::Bytes(&self.bodies),
+            EnqueueParam::Jsons(&self.headers),
+            EnqueueParam::OptionalTexts(&self.trace_contexts),
+            EnqueueParam::OptionalTexts(&self.lanes),
+            EnqueueParam::OptionalTimestamps(&self.deliver_at),
+            EnqueueParam::OptionalInt8s(&self.delays),
+            EnqueueParam::Int8s(&self.lane_keys),
+        ];
+        if let Some(channel) = self.channel {
+            params.push(EnqueueParam::Text(channel));
+        }
+        params
+    }
+}

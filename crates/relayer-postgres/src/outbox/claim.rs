@@ -1,0 +1,93 @@
+//! Claiming outbox rows (DSP-1): due unordered rows, oldest first, or the rows a writer of
+//! this process just committed; and holding back a tripped destination's rows (DSP-6).
+
+use std::time::Duration;
+
+use relayer_core::store::Claimed;
+use relayer_core::time::database_micros;
+use tokio_postgres::types::Type;
+use uuid::Uuid;
+
+use super::statements::OutboxStatements;
+use crate::error::StorageError;
+use crate::exec::Executor;
+
+impl OutboxStatements {
+    /// Claims up to `limit` due, unordered rows no one holds, oldest due first, for
+    /// `claim` (DSP-1). Rows of the `tripped` (transport, destination) pairs are left
+    /// alone (DSP-6). The claim commits on its own when `client` is not in a transaction.
+    pub async fn claim_due(
+        &self,
+        client: &impl Executor,
+        token: Uuid,
+        claim: Duration,
+        limit: u32,
+        tripped: &[(String, String)],
+    ) -> Result<Claimed, StorageError> {
+        let claim_us = database_micros(claim);
+        let limit = i64::from(limit);
+        let tripped_transports: Vec<&str> = tripped.iter().map(|(t, _)| t.as_str()).collect();
+        let tripped_destinations: Vec<&str> = tripped.iter().map(|(_, d)| d.as_str()).collect();
+        let rows = crate::exec::rows(
+            client,
+            &self.claim_due,
+            &[
+                (&token, Type::UUID),
+                (&claim_us, Type::INT8),
+                (&limit, Type::INT8),
+                (&tripped_transports, Type::TEXT_ARRAY),
+                (&tripped_destinations, Type::TEXT_ARRAY),
+            ],
+            "claiming due outbox rows",
+        )
+        .await?;
+        self.codec.decode_all(&rows, 0)
+    }
+
+    /// Holds back the unordered rows of a destination whose circuit breaker just tripped
+    /// that would be due within `cool_down` (DSP-6): none is due again before its breaker
+    /// lets a probe through, so claims in the meantime never read them. Attempts are not
+    /// counted.
+    /// Returns how many rows were held back.
+    pub async fn hold_back(
+        &self,
+        client: &impl Executor,
+        transport: &str,
+        destination: &str,
+        cool_down: Duration,
+    ) -> Result<u64, StorageError> {
+        let cool_down_us = database_micros(cool_down);
+        let rows = crate::exec::rows(
+            client,
+            &self.hold_back,
+            &[(&transport, Type::TEXT), (&destination, Type::TEXT), (&cool_down_us, Type::INT8)],
+            "holding back a tripped destination's rows",
+        )
+        .await?;
+        let held: i64 = rows.first().map_or(0, |row| row.get(0));
+        Ok(u64::try_from(held).unwrap_or(0))
+    }
+
+    /// Claims those of `seqs` that are unordered, due and free, for `claim`: the
+    /// commit-triggered fast path for rows this process just wrote (OUT-4).
+    pub async fn claim_seqs(
+        &self,
+        client: &impl Executor,
+        token: Uuid,
+        claim: Duration,
+        seqs: &[i64],
+    ) -> Result<Claimed, StorageError> {
+        if seqs.is_empty() {
+            return Ok(Claimed::default());
+        }
+        let claim_us = database_micros(claim);
+        let rows = crate::exec::rows(
+            client,
+            &self.claim_seqs,
+            &[(&token, Type::UUID), (&claim_us, Type::INT8), (&seqs, Type::INT8_ARRAY)],
+            "claiming outbox rows by seq",
+        )
+        .await?;
+        self.codec.decode_all(&rows, 0)
+    }
+}

@@ -1,0 +1,141 @@
+//! [`OutboxStatements`]: the dispatch statements of one namespace, rendered once, with the
+//! index each relies on. The claim (`claim.rs`) and the completion (`completion.rs`) run them.
+
+use relayer_core::Namespace;
+
+use crate::row_codec::{CLAIMED_COLUMNS, RowCodec};
+
+/// The outbox dispatch statements rendered for one namespace.
+#[derive(Clone, Debug)]
+pub struct OutboxStatements {
+    pub(super) claim_due: String,
+    pub(super) claim_seqs: String,
+    pub(super) hold_back: String,
+    pub(super) complete: String,
+    pub(super) delete_accepted: String,
+    pub(super) complete_locked: String,
+    pub(super) delete_locked: String,
+    pub(super) codec: RowCodec,
+}
+
+impl OutboxStatements {
+    /// Renders the statements for `namespace`. Claimed rows may name any transport; see
+    /// [`with_transports`](Self::with_transports).
+    pub fn new(namespace: &Namespace) -> Self {
+        let (outbox, dead) = (namespace.table("outbox"), namespace.table("dead"));
+        OutboxStatements {
+            // Index: outbox_due_idx ((visible_at) WHERE lane IS NULL), oldest due first.
+            // Tripped destinations ($4, $5) are filtered out (DSP-6); they are few.
+            claim_due: format!(
+                "UPDATE {outbox} SET claim_token = $1, \
+                        visible_at = now() + $2::int8 * interval '1 microsecond' \
+                 WHERE seq = ANY(ARRAY( \
+                   SELECT seq FROM {outbox} \
+                   WHERE lane IS NULL AND visible_at <= now() \
+                     AND (transport, destination) NOT IN \
+                         (SELECT t, d FROM unnest($4::text[], $5::text[]) AS tripped(t, d)) \
+                   ORDER BY visible_at LIMIT $3 FOR UPDATE SKIP LOCKED)) \
+                 RETURNING {CLAIMED_COLUMNS}"
+            ),
+            // Index: outbox_due_idx, once per breaker trip (DSP-6): the tripped destination's
+            // rows due before its cool-down ends (retries just released included) move to its
+            // end, past every row other destinations have due, so later
+            // claims never step over them (a filter in the claim would heap-fetch every one
+            // of them in every claim). Rows another claim holds are skipped, not waited for.
+            hold_back: format!(
+                "WITH held AS ( \
+                   UPDATE {outbox} SET visible_at = now() + $3::int8 * interval '1 microsecond' \
+                   WHERE seq = ANY(ARRAY( \
+                     SELECT seq FROM {outbox} \
+                     WHERE lane IS NULL AND transport = $1 AND destination = $2 \
+                       AND visible_at < now() + $3::int8 * interval '1 microsecond' \
+                     FOR UPDATE SKIP LOCKED)) \
+                   RETURNING 1) \
+                 SELECT count(*) FROM held"
+            ),
+            // Index: outbox_pkey (seq = ANY($3)). Commit-triggered dispatch of known rows.
+            claim_seqs: format!(
+                "UPDATE {outbox} SET claim_token = $1, \
+                        visible_at = now() + $2::int8 * interval '1 microsecond' \
+                 WHERE seq = ANY(ARRAY( \
+                   SELECT seq FROM {outbox} \
+                   WHERE seq = ANY($3::int8[]) AND lane IS NULL AND visible_at <= now() \
+                   ORDER BY seq FOR UPDATE SKIP LOCKED)) \
+                 RETURNING {CLAIMED_COLUMNS}"
+            ),
+            // Index: outbox_pkey for every part. One statement, fenced by claim_token ($1):
+            // accepted rows deleted, failed rows released or moved to dead, unsent rows
+            // released. The parts touch disjoint rows.
+            complete: completion_statement(&outbox, &dead, "o.claim_token = $1"),
+            // The usual completion — every row accepted — as the plain fenced delete it is:
+            // the five-part statement costs more to plan than this one costs to run.
+            delete_accepted: accepted_statement(&outbox, "o.claim_token = $1"),
+            // The same completion for rows this transaction holds locked: the row locks are
+            // the claim, so no token is matched ($1 is bound as NULL). The fence is what a
+            // locked page's rows are by construction — unordered, no live claim — so the
+            // statement can never touch a lane row or a row a dispatcher holds, even when
+            // run outside the transaction that locked its rows.
+            complete_locked: completion_statement(&outbox, &dead, LOCKED_FENCE),
+            delete_locked: accepted_statement(&outbox, LOCKED_FENCE),
+            codec: RowCodec::new(namespace),
+        }
+    }
+
+    /// Claimed rows naming a transport outside `names` (the worker's registry) come back
+    /// [`undecodable`](relayer_core::store::Claimed::undecodable) instead of as messages: no send could ever
+    /// succeed, so the worker buries them at once rather than failing them pass after pass.
+    pub fn with_transports<I>(mut self, names: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.codec = self.codec.with_transports(names);
+        self
+    }
+}
+
+/// The one-statement completion (DSP-3, DSP-5), fenced by `fence` (a predicate over `o`).
+fn completion_statement(outbox: &str, dead: &str, fence: &str) -> String {
+    format!(
+        "WITH accepted AS ( \
+           DELETE FROM {outbox} o WHERE o.seq = ANY($2::int8[]) AND {fence} RETURNING o.seq), \
+         failed AS ( \
+           SELECT * FROM unnest($3::int8[], $4::text[], $5::int8[], $6::bool[]) \
+             AS f(seq, error, delay_us, dead)), \
+         buried AS ( \
+           DELETE FROM {outbox} o USING failed f \
+           WHERE o.seq = f.seq AND f.dead AND {fence} \
+           RETURNING o.seq, o.message_id, o.transport, o.destination, o.body, o.headers, \
+                     o.trace_context, o.lane, o.created_at, o.deliver_at, o.attempts + 1, f.error), \
+         moved AS ( \
+           INSERT INTO {dead} (seq, message_id, transport, destination, body, headers, \
+                               trace_context, lane, created_at, deliver_at, attempts, last_error) \
+           SELECT * FROM buried RETURNING seq), \
+         released AS ( \
+           UPDATE {outbox} o SET attempts = o.attempts + 1, last_error = f.error, \
+                  claim_token = NULL, visible_at = now() + f.delay_us * interval '1 microsecond' \
+           FROM failed f WHERE o.seq = f.seq AND NOT f.dead AND {fence} \
+           RETURNING o.seq), \
+         deferred AS ( \
+           UPDATE {outbox} o SET claim_token = NULL, \
+                  visible_at = now() + d.delay_us * interval '1 microsecond' \
+           FROM unnest($7::int8[], $8::int8[]) AS d(seq, delay_us) \
+           WHERE o.seq = d.seq AND {fence} RETURNING o.seq) \
+         SELECT (SELECT count(*) FROM accepted), (SELECT count(*) FROM released), \
+                (SELECT count(*) FROM moved), (SELECT count(*) FROM deferred)"
+    )
+}
+
+/// The fence of completions of rows the caller's transaction locked: unordered rows with no
+/// live claim. Inside that transaction the locked rows always qualify (`now()` is the
+/// transaction's start, and no one else can change a locked row).
+const LOCKED_FENCE: &str = "$1::uuid IS NULL AND o.lane IS NULL AND o.visible_at <= now()";
+
+/// The accepted part of [`completion_statement`] alone: a fenced delete, counted.
+fn accepted_statement(outbox: &str, fence: &str) -> String {
+    format!(
+        "WITH accepted AS ( \
+           DELETE FROM {outbox} o WHERE o.seq = ANY($2::int8[]) AND {fence} RETURNING 1) \
+         SELECT count(*) FROM accepted"
+    )
+}

@@ -1,0 +1,249 @@
+//! [`OutboxWriter`]: messages written into the outbox inside the caller's transaction
+//! (OUT-1..4), with the NOTIFY that wakes dispatchers when it commits.
+
+use std::collections::BTreeSet;
+
+use relayer_core::{MessageError, MessageId, Namespace, NewMessage, TransportRegistry, advisory_lock_key};
+use tokio_postgres::types::{ToSql, Type};
+
+use super::batch::{EnqueueBatch, EnqueueParam};
+use super::channel::{lane_lock_prefix, notify_channel};
+use super::columns::WrittenColumns;
+use crate::error::StorageError;
+use crate::exec::Executor;
+
+/// The default largest body [`OutboxWriter`] accepts: 1 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+
+/// One message written by [`OutboxWriter::enqueue`]: its outbox row and its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Enqueued {
+    /// The outbox row's sequence number (the `seq` column), growing in enqueue order.
+    pub seq: i64,
+    /// The message id.
+    pub id: MessageId,
+}
+
+/// Why [`OutboxWriter::enqueue`] wrote nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnqueueError {
+    /// A message of the batch was refused (OUT-3); nothing was written.
+    #[error(transparent)]
+    Invalid(#[from] MessageError),
+    /// The insert failed; the caller's transaction is likely aborted.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Writes messages into the outbox inside the caller's transaction (OUT-1..4).
+///
+/// ```no_run
+/// # async fn example(client: &mut tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+/// use relayer_core::{Namespace, NewMessage};
+/// use relayer_postgres::OutboxWriter;
+///
+/// let writer = OutboxWriter::new(&Namespace::default(), ["queue"]);
+/// let tx = client.transaction().await?;
+/// // … the service's own writes on `tx` …
+/// let written = writer.enqueue(&tx, &[NewMessage::new("queue", "orders.created", b"{}".to_vec())]).await?;
+/// tx.commit().await?; // the messages exist (and dispatchers wake) iff this commits
+/// # let _ = written; Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct OutboxWriter {
+    /// `lane:{schema}.{prefix}:`: a lane's advisory-lock resource is this plus its key.
+    lane_lock_prefix: String,
+    /// The insert for batches without lane rows.
+    unordered: InsertStatements,
+    /// The insert for batches with lane rows: it takes the lanes' locks first.
+    ordered: InsertStatements,
+    notify: bool,
+    channel: String,
+    transports: BTreeSet<String>,
+    max_body_bytes: usize,
+}
+
+/// One rendering of the enqueue statement, with and without the NOTIFY.
+#[derive(Clone, Debug)]
+struct InsertStatements {
+    notifying: String,
+    silent: String,
+}
+
+impl OutboxWriter {
+    /// A writer for `namespace` accepting messages for the named transports, with bodies up
+    /// to [`DEFAULT_MAX_BODY_BYTES`].
+    pub fn new<I>(namespace: &Namespace, transports: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        let outbox = namespace.table("outbox");
+        // One multi-row insert (raw limits in docs/performance.md: 3-5x single inserts) plus, unless silenced, the
+        // wake-up of other processes, delivered by PostgreSQL only when the caller's
+        // transaction commits. The `notified` CTE is referenced so it runs, once.
+        // Indexes: pkey, outbox_due_idx / outbox_lane_idx / outbox_recovery_idx maintenance only.
+        // Writers of one lane serialize (LAN-1): before any seq is drawn, the statement takes
+        // a transaction-scoped advisory lock per distinct lane key ($10, sorted so two writers
+        // of several lanes cannot deadlock), held until the caller commits. A lane's seq order
+        // is then its commit order: an earlier seq never commits after a later one was sent.
+        // The scalar sub-select is an InitPlan, evaluated once before the insert draws a seq.
+        // Only a batch with lane rows pays for the lock (`locked`), and only a notifying
+        // writer for the NOTIFY: four renderings of one statement, chosen per call.
+        let insert = |lanes: bool| {
+            let (locked, gate) = if lanes {
+                (
+                    "WITH locked AS ( \
+                       SELECT count(*) AS lanes FROM ( \
+                         SELECT key, pg_advisory_xact_lock(key) FROM ( \
+                           SELECT DISTINCT key FROM unnest($10::int8[]) AS k(key) ORDER BY key) AS keys) AS taken), ",
+                    "WHERE (SELECT lanes FROM locked) >= 0",
+                )
+            } else {
+                ("WITH ", "")
+            };
+            let inserted = format!(
+                "{locked}inserted AS ( \
+                   INSERT INTO {outbox} (message_id, transport, destination, body, headers, trace_context, \
+                                         lane, deliver_at, visible_at) \
+                   SELECT m.id, m.transport, m.destination, m.body, m.headers, m.trace_context, m.lane, \
+                          coalesce(m.deliver_at, now() + m.delay_us * interval '1 microsecond'), \
+                          coalesce(m.deliver_at, now() + m.delay_us * interval '1 microsecond', now()) \
+                   FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::jsonb[], $6::text[], \
+                               $7::text[], $8::timestamptz[], $9::int8[]) WITH ORDINALITY \
+                        AS m(id, transport, destination, body, headers, trace_context, lane, deliver_at, \
+                             delay_us, ord) \
+                   {gate} \
+                   ORDER BY m.ord \
+                   RETURNING seq, message_id)"
+            );
+            InsertStatements {
+                notifying: format!(
+                    "{inserted}, notified AS (SELECT pg_notify($11::text, '') AS done) \
+                     SELECT inserted.seq, inserted.message_id FROM inserted, notified ORDER BY inserted.seq"
+                ),
+                silent: format!("{inserted} SELECT seq, message_id FROM inserted ORDER BY seq"),
+            }
+        };
+        OutboxWriter {
+            unordered: insert(false),
+            ordered: insert(true),
+            channel: notify_channel(namespace),
+            lane_lock_prefix: lane_lock_prefix(namespace),
+            transports: transports.into_iter().map(Into::into).collect(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            notify: true,
+        }
+    }
+
+    /// A writer accepting exactly the transports of `registry`.
+    pub fn for_registry(namespace: &Namespace, registry: &TransportRegistry) -> Self {
+        OutboxWriter::new(namespace, registry.names())
+    }
+
+    /// Sets the largest body accepted, in bytes, at most
+    /// [`MAX_BODY_BYTES_LIMIT`](relayer_core::options::MAX_BODY_BYTES_LIMIT) (1 GiB,
+    /// PostgreSQL's largest `bytea`): a larger value means that limit, so a body PostgreSQL
+    /// would refuse inside the caller's transaction is refused before it (OUT-3).
+    pub fn with_max_body_bytes(mut self, max_body_bytes: usize) -> Self {
+        self.max_body_bytes = max_body_bytes.min(relayer_core::options::MAX_BODY_BYTES_LIMIT);
+        self
+    }
+
+    /// Leaves out the `pg_notify` (OUT-4) from every enqueue.
+    ///
+    /// Why you might: PostgreSQL (through version 17 at least) serializes the commits of all
+    /// transactions that issued NOTIFY, flush included, under one database-wide lock, so
+    /// concurrent one-message transactions lose group commit (docs/performance.md measures
+    /// it). A process whose rows are dispatched by its own dispatcher can wake it without
+    /// the database — `Dispatcher::committed()` after each commit — and dispatchers in
+    /// other processes then find the rows on their next poll instead of at once.
+    pub fn without_notify(mut self) -> Self {
+        self.notify = false;
+        self
+    }
+
+    /// The channel this writer notifies on commit.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Writes `messages` on `client` (a client, a transaction or a pooled connection) in
+    /// one round trip, and returns their rows in order.
+    ///
+    /// Every message is validated first; on any refusal nothing is written. The rows become
+    /// visible, and dispatchers listening on the namespace's channel wake, iff the caller's
+    /// transaction commits.
+    pub async fn enqueue(
+        &self,
+        client: &impl Executor,
+        messages: &[NewMessage],
+    ) -> Result<Vec<Enqueued>, EnqueueError> {
+        let batch = self.batch(messages)?;
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        let encoded = batch.params();
+        let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded.iter().map(EnqueueParam::typed).collect();
+        let count = messages.len();
+        let rows =
+            crate::exec::rows(client, batch.statement(), &params, format!("enqueueing {count} messages"))
+                .await?;
+        Ok(rows
+            .iter()
+            .map(|row| Enqueued { seq: row.get(0), id: MessageId::from_uuid(row.get(1)) })
+            .collect())
+    }
+
+    /// Validates `messages` and encodes them as the parameters of the one enqueue statement
+    /// this writer would run for them: the single source of the statement text and its
+    /// parameters for every driver (the tokio-postgres [`enqueue`](Self::enqueue) and the
+    /// sqlx adapter run exactly this).
+    ///
+    /// Every message is validated first (OUT-3); on any refusal there is no batch.
+    pub fn batch<'a>(&'a self, messages: &'a [NewMessage]) -> Result<EnqueueBatch<'a>, MessageError> {
+        for (index, message) in messages.iter().enumerate() {
+            message.validate(index, self.max_body_bytes, |name| self.transports.contains(name))?;
+        }
+        // The columns every writer binds come from one place (the direct queue writer too).
+        let WrittenColumns { ids, destinations, bodies, headers, trace_contexts, deliver_at, delays } =
+            WrittenColumns::of(messages);
+        let mut batch = EnqueueBatch {
+            statement: "",
+            ids,
+            transports: messages.iter().map(NewMessage::transport).collect(),
+            destinations,
+            bodies,
+            headers,
+            trace_contexts,
+            lanes: messages.iter().map(NewMessage::lane_key).collect(),
+            deliver_at,
+            delays,
+            lane_keys: Vec::new(),
+            channel: self.notify.then_some(self.channel.as_str()),
+        };
+        batch.lane_keys = batch
+            .lanes
+            .iter()
+            .flatten()
+            .map(|lane| advisory_lock_key(&format!("{}{lane}", self.lane_lock_prefix)))
+            .collect();
+        let statements = if batch.lane_keys.is_empty() { &self.unordered } else { &self.ordered };
+        batch.statement = if self.notify { &statements.notifying } else { &statements.silent };
+        Ok(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// OUT-3: no body limit lets through a body PostgreSQL cannot store.
+    #[test]
+    fn the_body_limit_never_exceeds_what_postgresql_stores_out_3() {
+        let writer = OutboxWriter::new(&Namespace::default(), ["queue"]).with_max_body_bytes(usize::MAX);
+        assert_eq!(writer.max_body_bytes, relayer_core::options::MAX_BODY_BYTES_LIMIT);
+        assert_eq!(writer.with_max_body_bytes(64).max_body_bytes, 64);
+    }
+}
