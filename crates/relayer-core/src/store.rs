@@ -359,7 +359,7 @@ impl Completion {
     pub fn retry(&mut self, seq: i64, error: impl Into<String>, delay: Duration) {
         self.failed_seq.push(seq);
         self.failed_error.push(error.into());
-        self.failed_delay_us.push(micros(delay));
+        self.failed_delay_us.push(crate::time::database_micros(delay));
         self.failed_dead.push(false);
     }
 
@@ -385,7 +385,7 @@ impl Completion {
     /// claim without counting an attempt, visible again `delay` from now.
     pub fn defer(&mut self, seq: i64, delay: Duration) {
         self.deferred_seq.push(seq);
-        self.deferred_delay_us.push(micros(delay));
+        self.deferred_delay_us.push(crate::time::database_micros(delay));
     }
 
     /// How many rows this completion covers.
@@ -439,13 +439,4 @@ pub struct Lease {
     pub term: i64,
     /// When the lease lapses unless renewed (database clock).
     pub expires_at: Timestamp,
-}
-
-/// A duration in whole microseconds, at most [`MAX_DATABASE_DURATION`]: a longer retry or
-/// defer delay means "100 years", never a completion PostgreSQL refuses.
-///
-/// [`MAX_DATABASE_DURATION`]: crate::time::MAX_DATABASE_DURATION
-fn micros(duration: Duration) -> i64 {
-    let clamped = duration.min(crate::time::MAX_DATABASE_DURATION);
-    i64::try_from(clamped.as_micros()).unwrap_or(i64::MAX)
 }
