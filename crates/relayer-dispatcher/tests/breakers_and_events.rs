@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestTransport, count, database, dispatcher, options};
+use common::{FaultyTransport, count, database, dispatcher, options};
 use relayer_core::NewMessage;
 use relayer_postgres::OutboxWriter;
 use relayer_test_support::within;
@@ -37,7 +37,7 @@ async fn due_rows(
 #[tokio::test]
 async fn a_tripped_destinations_due_rows_are_held_back_so_claims_never_read_them_dsp_6() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     transport.failing_bodies.lock().unwrap().extend((0..500).map(|n| format!("bad-{n}").into_bytes()));
     let breaker =
         options().breaker_threshold(NonZeroU32::new(1).unwrap()).breaker_cool_down(Duration::from_secs(3600));
@@ -71,7 +71,7 @@ async fn a_tripped_destinations_due_rows_are_held_back_so_claims_never_read_them
 #[tokio::test]
 async fn lane_claims_skip_lanes_whose_head_goes_to_a_tripped_destination_dsp_6() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     transport.failing_bodies.lock().unwrap().insert(b"bad".to_vec());
     let breaker =
         options().breaker_threshold(NonZeroU32::new(1).unwrap()).breaker_cool_down(Duration::from_secs(3600));
@@ -103,7 +103,7 @@ async fn lane_claims_skip_lanes_whose_head_goes_to_a_tripped_destination_dsp_6()
 #[tokio::test]
 async fn a_running_dispatcher_reports_its_passes_and_its_stop_to_subscribers() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     let dispatcher = dispatcher(&db, options().concurrency(2), transport.clone(), 2).await;
     let mut events = dispatcher.subscribe();
     let shutdown = CancellationToken::new();

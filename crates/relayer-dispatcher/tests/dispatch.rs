@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{Sink, TestTransport, count, database, dispatcher, eventually, options, passes_send};
+use common::{FaultyTransport, Sink, count, database, dispatcher, eventually, options, passes_send};
 use relayer_core::{Delivery, NewMessage};
 use relayer_postgres::EnqueueError;
 use relayer_test_support::within;
@@ -34,7 +34,7 @@ fn spawn_run(
 #[tokio::test]
 async fn committed_messages_are_sent_and_deleted_rolled_back_ones_never() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     let dispatcher = dispatcher(&db, options(), transport.clone(), 2).await;
     let mut client = db.connect().await;
 
@@ -69,7 +69,7 @@ async fn committed_messages_are_sent_and_deleted_rolled_back_ones_never() {
 #[tokio::test]
 async fn dispatch_now_sends_the_rows_just_committed() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     let dispatcher = dispatcher(&db, options(), transport.clone(), 1).await;
     let client = db.connect().await;
     let written =
@@ -84,7 +84,7 @@ async fn dispatch_now_sends_the_rows_just_committed() {
 #[tokio::test]
 async fn a_partially_failed_batch_deletes_accepted_rows_and_retries_the_failed_ones() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     transport.failing_bodies.lock().unwrap().insert(b"m1".to_vec());
     let dispatcher = dispatcher(&db, options(), transport.clone(), 2).await;
     let client = db.connect().await;
@@ -115,10 +115,10 @@ async fn a_partially_failed_batch_deletes_accepted_rows_and_retries_the_failed_o
 #[tokio::test]
 async fn a_send_slower_than_its_claim_is_cut_off_and_the_row_retried_never_fenced_out_trn_5() {
     let db = database().await;
-    let mut slow = TestTransport::new("test");
+    let mut slow = FaultyTransport::new("test");
     slow.delay = Duration::from_secs(3600);
     let slow = Arc::new(slow);
-    let fast = Arc::new(TestTransport::new("test"));
+    let fast = Arc::new(FaultyTransport::new("test"));
     let short_claim = options().claim_duration(Duration::from_secs(1));
     let a = dispatcher(&db, short_claim, slow.clone(), 1).await;
     let b = dispatcher(&db, options(), fast.clone(), 1).await;
@@ -150,7 +150,7 @@ async fn a_send_slower_than_its_claim_is_cut_off_and_the_row_retried_never_fence
 #[tokio::test]
 async fn scheduled_rows_are_not_sent_before_due() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     let dispatcher = dispatcher(&db, options(), transport.clone(), 1).await;
     let client = db.connect().await;
     let later = message(0).delivery(Delivery::After(Duration::from_secs(3)));
@@ -169,7 +169,7 @@ async fn scheduled_rows_are_not_sent_before_due() {
 #[tokio::test]
 async fn poison_rows_reach_dead_after_max_attempts_and_stay_pending_without_it() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     transport.failing.store(true, Ordering::SeqCst);
     let capped = options().max_attempts(NonZeroU32::new(3)).breaker_threshold(NonZeroU32::new(1000).unwrap());
     let dispatcher = dispatcher(&db, capped, transport.clone(), 1).await;
@@ -211,7 +211,7 @@ async fn poison_rows_reach_dead_after_max_attempts_and_stay_pending_without_it()
 #[tokio::test]
 async fn a_panicking_transport_counts_as_a_failed_send_and_the_worker_lives() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     transport.panic_first_calls.store(2, Ordering::SeqCst);
     let dispatcher = dispatcher(&db, options(), transport.clone(), 1).await;
     let client = db.connect().await;
@@ -239,7 +239,7 @@ async fn a_panicking_transport_counts_as_a_failed_send_and_the_worker_lives() {
 #[tokio::test]
 async fn a_tripped_destination_is_skipped_while_others_flow() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     transport.failing_bodies.lock().unwrap().insert(b"bad".to_vec());
     let breaker =
         options().breaker_threshold(NonZeroU32::new(2).unwrap()).breaker_cool_down(Duration::from_secs(3600));
@@ -275,7 +275,7 @@ async fn a_tripped_destination_is_skipped_while_others_flow() {
 #[tokio::test]
 async fn bad_input_is_refused_and_nothing_is_written() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     let dispatcher = dispatcher(&db, options().max_body_bytes(16), transport, 1).await;
     let client = db.connect().await;
     for (bad, expected) in [
@@ -297,7 +297,7 @@ async fn bad_input_is_refused_and_nothing_is_written() {
 #[tokio::test]
 async fn a_writers_notify_wakes_a_dispatcher_elsewhere_without_polling() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     let dispatcher =
         dispatcher(&db, options().poll_interval(Duration::from_secs(3600)), transport.clone(), 1).await;
     let mut events = dispatcher.subscribe();
@@ -320,7 +320,7 @@ async fn a_writers_notify_wakes_a_dispatcher_elsewhere_without_polling() {
 #[tokio::test]
 async fn a_silent_writer_wakes_its_own_dispatcher_with_committed() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     let dispatcher =
         dispatcher(&db, options().poll_interval(Duration::from_secs(3600)), transport.clone(), 2).await;
     let mut events = dispatcher.subscribe();
@@ -343,7 +343,7 @@ async fn a_silent_writer_wakes_its_own_dispatcher_with_committed() {
 #[tokio::test]
 async fn a_pool_of_one_connection_works() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     let dispatcher = dispatcher(&db, options(), transport.clone(), 1).await;
     let (shutdown, task) = spawn_run(&dispatcher);
     let client = db.connect().await;
@@ -362,7 +362,7 @@ async fn a_pool_of_one_connection_works() {
 #[tokio::test]
 async fn a_poison_lane_head_parks_the_lane_until_released() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     transport.failing_bodies.lock().unwrap().insert(b"m0".to_vec());
     let capped = options().max_attempts(NonZeroU32::new(2));
     let dispatcher = dispatcher(&db, capped, transport.clone(), 1).await;
@@ -408,10 +408,9 @@ async fn a_poison_lane_head_parks_the_lane_until_released() {
 async fn two_dispatchers_deliver_everything_and_keep_lanes_ordered_under_failures() {
     let db = database().await;
     let sink = Sink::default();
-    let mut flaky_a = TestTransport::with_sink("test", sink.clone());
+    let mut flaky_a = FaultyTransport::with_sink("test", sink.clone()).with_batch_limit(7);
     flaky_a.fail_every_nth_call = 3;
-    flaky_a.limit = 7;
-    let mut flaky_b = TestTransport::with_sink("test", sink.clone());
+    let mut flaky_b = FaultyTransport::with_sink("test", sink.clone());
     flaky_b.fail_every_nth_call = 4;
     let breaker = || options().breaker_threshold(NonZeroU32::new(1000).unwrap());
     let a = dispatcher(&db, breaker(), Arc::new(flaky_a), 2).await;

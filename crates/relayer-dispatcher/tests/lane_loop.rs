@@ -8,7 +8,7 @@ mod common;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use common::{TestTransport, database, options};
+use common::{FaultyTransport, database, options};
 use relayer_core::{NewMessage, TransportRegistry};
 use relayer_dispatcher::{Dispatcher, PassReport, asynchronous_commit};
 use relayer_test_support::{TcpProxy, within};
@@ -36,7 +36,7 @@ async fn the_lane_loop_stays_quiet_until_the_namespace_has_a_lane_row() {
         through_proxy.application_name(name);
     }
 
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     let registry = Arc::new(TransportRegistry::new().with(transport.clone()).unwrap());
     let pool = relayer_postgres::connect_pool(asynchronous_commit(through_proxy), 2).await.unwrap();
     let dispatcher =

@@ -9,7 +9,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{TestTransport, count, database, dispatcher, options};
+use common::{FaultyTransport, count, database, dispatcher, options};
 use relayer_core::NewMessage;
 use relayer_postgres::Enqueued;
 use relayer_test_support::TestDb;
@@ -74,7 +74,7 @@ fn expected_errors(db: &TestDb, seqs: &[i64]) -> Vec<(i64, String)> {
 #[tokio::test]
 async fn undecodable_claimed_rows_move_to_dead_and_the_batch_goes_on_spec_15() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     let dispatcher = dispatcher(&db, options(), transport.clone(), 1).await;
     let client = db.connect().await;
     let bad = write_bad_rows(&client, &db).await;
@@ -94,7 +94,7 @@ async fn undecodable_claimed_rows_move_to_dead_and_the_batch_goes_on_spec_15() {
 #[tokio::test]
 async fn undecodable_rows_dispatched_now_move_to_dead_spec_15() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     let dispatcher = dispatcher(&db, options(), transport.clone(), 1).await;
     let client = db.connect().await;
     let bad = write_bad_rows(&client, &db).await;
@@ -117,7 +117,7 @@ async fn undecodable_rows_dispatched_now_move_to_dead_spec_15() {
 #[tokio::test]
 async fn an_undecodable_lane_head_parks_its_lane_with_the_reason_lan_5_spec_15() {
     let db = database().await;
-    let transport = Arc::new(TestTransport::new("test"));
+    let transport = Arc::new(FaultyTransport::new("test"));
     let dispatcher = dispatcher(&db, options(), transport.clone(), 1).await;
     let client = db.connect().await;
     let lanes = ["lane-h", "lane-n", "lane-t"];

@@ -1,120 +1,20 @@
-//! Small real transports and fixtures for dispatcher tests (no mocking libraries).
+//! Fixtures for dispatcher tests: a migrated database, fast options, and the test-support
+//! crate's recording transport (no mocking libraries).
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::collections::HashSet;
-use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use relayer_core::{
-    DispatcherOptions, DispatcherOptionsBuilder, Envelope, SendOutcome, Transport, TransportError,
-    TransportRegistry, async_trait,
-};
+use relayer_core::{DispatcherOptions, DispatcherOptionsBuilder, TransportRegistry};
 use relayer_dispatcher::{Dispatcher, asynchronous_commit};
 use relayer_test_support::TestDb;
 #[allow(unused_imports)] // Not every test file waits on state.
 pub(crate) use relayer_test_support::eventually;
 
-/// What a transport accepted: (destination, envelope), in acceptance order. Shared by the
-/// transports of several dispatchers so a test sees every delivery.
-pub(crate) type Sink = Arc<Mutex<Vec<(String, Envelope)>>>;
-
-/// A recording transport with injectable failures, panics and slowness.
-pub(crate) struct TestTransport {
-    pub(crate) name: String,
-    pub(crate) limit: usize,
-    pub(crate) sink: Sink,
-    pub(crate) calls: AtomicU32,
-    /// Fail (whole batch, `Err`) the first n calls.
-    pub(crate) fail_first_calls: AtomicU32,
-    /// Fail every call whose number (from 1) is a multiple of this (0: never).
-    pub(crate) fail_every_nth_call: u32,
-    /// Panic on the first n calls.
-    pub(crate) panic_first_calls: AtomicU32,
-    /// Messages whose body is in this set fail (per-message outcome) while `failing` is on.
-    pub(crate) failing_bodies: Mutex<HashSet<Vec<u8>>>,
-    /// Every message fails while this is on.
-    pub(crate) failing: AtomicBool,
-    /// Failures are permanent instead of transient.
-    pub(crate) permanent: bool,
-    /// Each call sleeps this long before answering.
-    pub(crate) delay: Duration,
-}
-
-impl TestTransport {
-    pub(crate) fn new(name: &str) -> Self {
-        TestTransport::with_sink(name, Sink::default())
-    }
-
-    pub(crate) fn with_sink(name: &str, sink: Sink) -> Self {
-        TestTransport {
-            name: name.to_owned(),
-            limit: 50,
-            sink,
-            calls: AtomicU32::new(0),
-            fail_first_calls: AtomicU32::new(0),
-            fail_every_nth_call: 0,
-            panic_first_calls: AtomicU32::new(0),
-            failing_bodies: Mutex::new(HashSet::new()),
-            failing: AtomicBool::new(false),
-            permanent: false,
-            delay: Duration::ZERO,
-        }
-    }
-
-    pub(crate) fn accepted(&self) -> Vec<(String, Envelope)> {
-        self.sink.lock().unwrap().clone()
-    }
-
-    fn error(&self, what: &str) -> TransportError {
-        if self.permanent { TransportError::permanent(what) } else { TransportError::transient(what) }
-    }
-}
-
-fn take_one(counter: &AtomicU32) -> bool {
-    counter.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
-}
-
-#[async_trait]
-impl Transport for TestTransport {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn batch_limit(&self) -> NonZeroUsize {
-        NonZeroUsize::new(self.limit).unwrap()
-    }
-
-    async fn send(&self, destination: &str, batch: &[Envelope]) -> Result<Vec<SendOutcome>, TransportError> {
-        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        if !self.delay.is_zero() {
-            tokio::time::sleep(self.delay).await;
-        }
-        if take_one(&self.panic_first_calls) {
-            panic!("injected transport panic");
-        }
-        if take_one(&self.fail_first_calls) {
-            return Err(self.error("injected batch failure"));
-        }
-        if self.fail_every_nth_call > 0 && call.is_multiple_of(self.fail_every_nth_call) {
-            return Err(self.error("injected periodic failure"));
-        }
-        let failing_all = self.failing.load(Ordering::SeqCst);
-        let failing_bodies = self.failing_bodies.lock().unwrap().clone();
-        let mut outcomes = Vec::with_capacity(batch.len());
-        let mut sink = self.sink.lock().unwrap();
-        for envelope in batch {
-            if failing_all || failing_bodies.contains(&envelope.body) {
-                outcomes.push(SendOutcome::Failed(self.error("injected message failure")));
-            } else {
-                sink.push((destination.to_owned(), envelope.clone()));
-                outcomes.push(SendOutcome::Accepted);
-            }
-        }
-        Ok(outcomes)
-    }
-}
+/// The recording transport with injectable faults that users get too.
+pub(crate) use relayer_test_support::FaultyTransport;
+#[allow(unused_imports)] // Only the multi-dispatcher tests share a sink.
+pub(crate) use relayer_test_support::Sink;
 
 /// A migrated test database.
 pub(crate) async fn database() -> TestDb {
@@ -136,7 +36,7 @@ pub(crate) fn options() -> DispatcherOptionsBuilder {
 pub(crate) async fn dispatcher(
     db: &TestDb,
     options: DispatcherOptionsBuilder,
-    transport: Arc<TestTransport>,
+    transport: Arc<FaultyTransport>,
     pool_size: u32,
 ) -> Dispatcher {
     let registry = TransportRegistry::new().with(transport).unwrap();
