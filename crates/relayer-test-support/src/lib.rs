@@ -84,7 +84,7 @@ pub use crate::fault::{Fault, FaultAction, FaultHandle, StoreCall, Transience};
 pub use crate::faulty_error::FaultyError;
 pub use crate::faulty_store::{FaultySession, FaultyStore};
 pub use crate::owned::OwnedCluster;
-pub use crate::pooler::{PoolMode, pgbouncer};
+pub use crate::pooler::{HeldServers, PoolMode, pgbouncer};
 pub use crate::proxy::TcpProxy;
 use crate::server::{Server, Sources};
 pub use crate::wait::{PATIENCE, eventually, within};
