@@ -36,12 +36,8 @@ async fn main() -> ExitCode {
     match execute(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error}");
-            let mut source = std::error::Error::source(error.as_ref());
-            while let Some(cause) = source {
-                eprintln!("  caused by: {cause}");
-                source = cause.source();
-            }
+            // One line, each cause once (relayer's top-level errors already carry theirs).
+            eprintln!("error: {}", relayer_core::error_chain(error.as_ref()));
             ExitCode::FAILURE
         }
     }

@@ -147,8 +147,11 @@ async fn a_database_failure_says_what_and_why() {
     let writer = SqlxWriter::new(db.namespace(), ["queue"]);
     let error = writer.enqueue(&pool, &[NewMessage::new("queue", "orders", Vec::new())]).await.unwrap_err();
     let text = error.to_string();
-    assert!(text.starts_with("enqueueing 1 messages through sqlx: "), "{text}");
+    assert!(text.starts_with("enqueueing 1 message through sqlx: "), "{text}");
     assert!(text.contains("does not exist"), "{text}");
+    // Said once: in the message, not again by a chain printer.
+    assert_eq!(relayer::error_chain(&error), text);
+    assert_eq!(text.matches("does not exist").count(), 1, "{text}");
 }
 
 /// OUT-1, OUT-4: a rolled-back sqlx enqueue is never sent; a committed one wakes the
@@ -265,9 +268,9 @@ async fn unnamed_statements_enqueue_behind_a_transaction_mode_pooler_drv_1b() {
         }
         drop(held);
     }
-    let Some(SqlxEnqueueError::Database { source, .. }) = failure else {
+    let Some(SqlxEnqueueError::Database { error, .. }) = failure else {
         panic!("a prepared statement survived a change of server connection: {failure:?}");
     };
-    let code = source.as_database_error().and_then(|e| e.code()).map(|code| code.into_owned());
-    assert_eq!(code.as_deref(), Some("26000"), "{source}");
+    let code = error.as_database_error().and_then(|e| e.code()).map(|code| code.into_owned());
+    assert_eq!(code.as_deref(), Some("26000"), "{error}");
 }
