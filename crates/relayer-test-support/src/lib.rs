@@ -71,6 +71,7 @@ mod pooler;
 mod proxy;
 mod server;
 mod wait;
+mod warnings;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,6 +89,7 @@ pub use crate::pooler::{HeldServers, PoolMode, pgbouncer};
 pub use crate::proxy::TcpProxy;
 use crate::server::{Server, Sources};
 pub use crate::wait::{PATIENCE, eventually, within};
+pub use crate::warnings::Warnings;
 
 /// Table prefix of every test namespace.
 const PREFIX: &str = "relayer_";

@@ -4,7 +4,6 @@
 //! test reports itself SKIPPED by name and returns.
 #![allow(clippy::unwrap_used)] // In test helpers too, a failed unwrap is a failed test.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use relayer::advisory_lock::PgAdvisoryLock;
@@ -14,7 +13,7 @@ use relayer::{
     CleanupOptions, DispatcherOptions, DistributedLock, LeaderElection, Led, NewMessage, QUEUE_TRANSPORT,
     Relayer, SweeperOptions,
 };
-use relayer_test_support::{HeldServers, PoolMode, TestDb, eventually, pgbouncer};
+use relayer_test_support::{HeldServers, PoolMode, TestDb, Warnings, eventually, pgbouncer};
 use relayer_worker::WorkerEvent;
 use tokio::sync::broadcast::error::TryRecvError;
 use tokio_postgres::error::SqlState;
@@ -67,38 +66,6 @@ async fn writers_enqueue_through_pgbouncer_in_both_pool_modes_out_1() {
             tx.rollback().await.unwrap();
         }
         assert_eq!(count(&direct, &db, "outbox").await, expected, "{mode} mode");
-    }
-}
-
-/// Every WARN and ERROR event logged on this thread, as text: a `#[tokio::test]` runs the
-/// host's tasks on the test's own thread, so nothing of another test reaches it.
-#[derive(Clone, Default)]
-struct Warnings(Arc<Mutex<Vec<u8>>>);
-
-impl Warnings {
-    fn capture(&self) -> tracing::subscriber::DefaultGuard {
-        let sink = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || sink.clone())
-            .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for Warnings {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 
