@@ -232,10 +232,9 @@ impl OutboxWriter {
         let encoded = batch.params();
         let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded.iter().map(EnqueueParam::typed).collect();
         let count = messages.len();
-        let rows = client
-            .rows(batch.statement(), &params)
-            .await
-            .map_err(|e| StorageError::database(format!("enqueueing {count} messages"), e))?;
+        let rows = client.rows(batch.statement(), &params).await.map_err(|e| {
+            StorageError::database(format!("enqueueing {}", crate::error::messages(count)), e)
+        })?;
         Ok(rows
             .iter()
             .map(|row| Enqueued { seq: row.get(0), id: MessageId::from_uuid(row.get(1)) })

@@ -39,8 +39,11 @@ async fn a_host_on_the_applications_pool_uses_it_and_leaves_it_open_lif_1() {
             client.query_one(sql, &[&name]).await.unwrap().get::<_, i64>(0)
         }
     };
-    // Every connection the host used came from the lent pool of one.
-    assert_eq!(sessions(db.schema().to_owned()).await, 1, "only this test's own client uses the config");
+    // Every connection the host used came from the lent pool of one: the host opened no
+    // pool of its own, whose sessions would be named `{schema}/{pool}`.
+    let own = "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1 || '/%'";
+    let own_sessions: i64 = client.query_one(own, &[&db.schema()]).await.unwrap().get(0);
+    assert_eq!(own_sessions, 0, "the host opened a pool of its own");
     assert_eq!(sessions(app_name.clone()).await, 1);
 
     host.shutdown().await;
