@@ -39,6 +39,7 @@ async fn main() -> ExitCode {
     match execute(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
+            // One line, each cause once (relayer's top-level errors already carry theirs).
             eprintln!("error: {}", relayer::error_chain(error.as_ref()));
             ExitCode::FAILURE
         }

@@ -362,3 +362,33 @@ fn scrape(port: u16) -> Option<String> {
     stream.read_to_string(&mut response).ok()?;
     Some(response)
 }
+
+/// OPT-5: a refused connection is one line on standard error that names the address and
+/// the reason once each, from `run` (a host that cannot start) and from a console command.
+#[tokio::test]
+async fn a_refused_connection_says_each_cause_once_opt_5() {
+    let sweeper = ConfigFile::new(SWEEPER);
+    // No ~/.postgresql/root.crt of the machine's user is read.
+    let home = std::env::temp_dir().join(format!("relayer-home-{}", relayer::core::Uuid::new_v4()));
+    std::fs::create_dir_all(&home).unwrap();
+    for args in [&["run", "--config", sweeper.path()][..], &["status"][..]] {
+        // Port 9 (discard) on loopback: nothing listens there on a test machine.
+        let ran = std::process::Command::new(env!("CARGO_BIN_EXE_relayer"))
+            .args(["--database-url", "postgres://app@127.0.0.1:9/orders"])
+            .args(args)
+            .env("HOME", &home)
+            .env_remove("RELAYER_LOG")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&ran.stderr);
+        assert!(!ran.status.success(), "{args:?}: {stderr}");
+        // `run` says first what it starts; the error is the last line, and the only one.
+        let errors: Vec<&str> = stderr.lines().filter(|line| line.starts_with("error: ")).collect();
+        assert_eq!(errors.len(), 1, "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().last(), Some(errors[0]), "{args:?}: {stderr}");
+        for part in ["127.0.0.1", "refused"] {
+            assert_eq!(stderr.matches(part).count(), 1, "{args:?}: {part:?} not once in {stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&home);
+}

@@ -40,12 +40,18 @@ pub use async_trait::async_trait;
 ///
 /// One line even when a part spans several: a server error's `DETAIL` and `HINT` lines are
 /// joined with `; `, so one failure is one log line.
+///
+/// Each cause is said once: a cause whose text the line already ends with (an error whose
+/// message repeats its source's, as some libraries' errors do) is skipped.
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut chain = one_line(&error.to_string());
     let mut source = error.source();
     while let Some(cause) = source {
-        chain.push_str(": ");
-        chain.push_str(&one_line(&cause.to_string()));
+        let text = one_line(&cause.to_string());
+        if !chain.ends_with(&text) {
+            chain.push_str(": ");
+            chain.push_str(&text);
+        }
         source = cause.source();
     }
     chain
@@ -119,6 +125,29 @@ mod error_chain_tests {
         fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
             Some(&self.0)
         }
+    }
+
+    /// An error whose message already ends with its source's.
+    #[derive(Debug)]
+    struct Repeating(Pass);
+    impl std::fmt::Display for Repeating {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "the sweeper stopped: {}", self.0)
+        }
+    }
+    impl std::error::Error for Repeating {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_the_message_already_ends_with_is_said_once() {
+        assert_eq!(
+            error_chain(&Repeating(Pass(Server))),
+            "the sweeper stopped: claiming due rows: ERROR: relation \"x\" does not exist; DETAIL: none; \
+             HINT: create it"
+        );
     }
 
     #[test]

@@ -64,6 +64,14 @@ impl fmt::Display for StorageErrorKind {
     }
 }
 
+/// `1 message`, `2 messages`: a batch's size in an error's context.
+pub(crate) fn messages(count: usize) -> String {
+    match count {
+        1 => "1 message".to_owned(),
+        count => format!("{count} messages"),
+    }
+}
+
 impl StorageError {
     pub(crate) fn new(context: impl Into<String>, kind: StorageErrorKind) -> Self {
         StorageError { context: context.into(), kind, source: None }
@@ -130,5 +138,15 @@ impl StorageError {
             },
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod messages_tests {
+    #[test]
+    fn one_message_is_singular() {
+        assert_eq!(super::messages(1), "1 message");
+        assert_eq!(super::messages(0), "0 messages");
+        assert_eq!(super::messages(2), "2 messages");
     }
 }

@@ -87,7 +87,7 @@ impl QueueStatements {
             (&created_at, Type::TIMESTAMPTZ_ARRAY),
             (&self.channel, Type::TEXT),
         ];
-        let context = || format!("inserting {} messages into queue {queue:?}", messages.len());
+        let context = || format!("inserting {} into queue {queue:?}", crate::error::messages(messages.len()));
         let row = crate::exec::one_row(client, &self.insert, &params, &context()).await?;
         let inserted: i64 = row.try_get(0).map_err(|e| StorageError::database(context(), e))?;
         Ok(u64::try_from(inserted).unwrap_or(0))

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use relayer_core::{MessageId, Namespace};
+use relayer_core::{MessageId, Namespace, error_chain};
 use relayer_postgres::{Inbox, InboxEntry, StatementMode, StorageError};
 use sqlx::{Acquire, Postgres};
 
@@ -50,6 +50,10 @@ pub enum Handled<T> {
 
 /// Why [`SqlxInbox::handle`] or [`SqlxInbox::record`] did not complete. Whatever it is,
 /// nothing of the transaction was committed.
+///
+/// Its message says what failed and why, the whole cause chain, and it has no
+/// [`source`](std::error::Error::source) (as [`SqlxEnqueueError`](crate::SqlxEnqueueError)):
+/// the typed cause is the variant's field.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SqlxInboxError {
@@ -57,28 +61,26 @@ pub enum SqlxInboxError {
     #[error(transparent)]
     Refused(StorageError),
     /// A statement, the begin or the commit failed.
-    #[error("{context} through sqlx: {source}")]
+    #[error("{context} through sqlx: {}", error_chain(error))]
     Database {
         /// What was being done, naming the message and the consumer.
         context: String,
         /// What sqlx reported.
-        #[source]
-        source: sqlx::Error,
+        error: sqlx::Error,
     },
     /// The effects failed; their transaction was rolled back, the message is not recorded.
     ///
-    /// The effects' error is the [`source`](std::error::Error::source). If the rollback
-    /// failed too, `rollback` holds why and the message says so: the transaction still
-    /// ends uncommitted (PostgreSQL rolls back a transaction whose session is lost).
-    #[error("the effects of message {message_id} for {consumer:?} failed: {source}{}", RollbackFailure(rollback.as_ref()))]
+    /// The effects' error is `error`, its chain in the message. If the rollback failed
+    /// too, `rollback` holds why and the message says so: the transaction still ends
+    /// uncommitted (PostgreSQL rolls back a transaction whose session is lost).
+    #[error("the effects of message {message_id} for {consumer:?} failed: {}{}", error_chain(&**error), RollbackFailure(rollback.as_ref()))]
     Effects {
         /// The message.
         message_id: MessageId,
         /// The consumer.
         consumer: String,
         /// What the effects returned.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        error: Box<dyn std::error::Error + Send + Sync>,
         /// Why the rollback that followed failed, if it did.
         rollback: Option<sqlx::Error>,
     },
@@ -91,7 +93,7 @@ impl fmt::Display for RollbackFailure<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
             None => Ok(()),
-            Some(error) => write!(f, " (and rolling back then failed too: {error})"),
+            Some(error) => write!(f, " (and rolling back then failed too: {})", error_chain(error)),
         }
     }
 }
@@ -133,9 +135,9 @@ impl SqlxInbox {
             .bind(PgUuid(*message_id.as_uuid()))
             .execute(executor)
             .await
-            .map_err(|source| SqlxInboxError::Database {
+            .map_err(|error| SqlxInboxError::Database {
                 context: format!("recording message {message_id} in the inbox of {consumer:?}"),
-                source,
+                error,
             })?;
         Ok(InboxEntry::from_inserted(done.rows_affected()))
     }
@@ -157,7 +159,7 @@ impl SqlxInbox {
     {
         let database = |context: &str| {
             let context = format!("{context} for message {message_id} of {consumer:?}");
-            move |source| SqlxInboxError::Database { context, source }
+            move |error| SqlxInboxError::Database { context, error }
         };
         let mut tx = connection.begin().await.map_err(database("beginning the inbox transaction"))?;
         if !self.record(&mut *tx, consumer, message_id).await?.is_first() {
@@ -173,7 +175,7 @@ impl SqlxInbox {
                 return Err(SqlxInboxError::Effects {
                     message_id,
                     consumer: consumer.to_owned(),
-                    source: error.into(),
+                    error: error.into(),
                     rollback,
                 });
             }

@@ -52,3 +52,15 @@ mod writer;
 pub use inbox::{Handled, SqlxInbox, SqlxInboxError};
 pub use queue_writer::SqlxQueueWriter;
 pub use writer::{SqlxEnqueueError, SqlxWriter};
+
+/// `1 message`, `2 messages`: a batch's size in an error message.
+struct Messages(usize);
+
+impl std::fmt::Display for Messages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            1 => f.write_str("1 message"),
+            count => write!(f, "{count} messages"),
+        }
+    }
+}

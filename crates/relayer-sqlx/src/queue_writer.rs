@@ -80,7 +80,7 @@ impl SqlxQueueWriter {
         let count = batch.len();
         crate::bind::run_enqueue(executor, batch.statement(), batch.params(), self.persistent)
             .await
-            .map_err(|source| SqlxEnqueueError::Database { count, source })
+            .map_err(|error| SqlxEnqueueError::Database { count, error })
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`SqlxWriter`]: the outbox writer on sqlx connections and transactions.
 
-use relayer_core::{MessageError, Namespace, NewMessage, TransportRegistry};
+use relayer_core::{MessageError, Namespace, NewMessage, TransportRegistry, error_chain};
 use relayer_postgres::{Enqueued, OutboxWriter, StatementMode};
 use sqlx::Postgres;
 
@@ -16,6 +16,10 @@ pub struct SqlxWriter {
 
 /// Why [`SqlxWriter::enqueue`] or [`SqlxQueueWriter::enqueue`](crate::SqlxQueueWriter::enqueue)
 /// wrote nothing.
+///
+/// As every top-level relayer error, its message says what failed and why, the whole cause
+/// chain, and it has no [`source`](std::error::Error::source): printing the chain says
+/// nothing twice; the typed cause is the variant's field.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SqlxEnqueueError {
@@ -23,13 +27,12 @@ pub enum SqlxEnqueueError {
     #[error(transparent)]
     Invalid(#[from] MessageError),
     /// The statement failed; the caller's transaction is likely aborted.
-    #[error("enqueueing {count} messages through sqlx: {source}")]
+    #[error("enqueueing {} through sqlx: {}", crate::Messages(*count), error_chain(error))]
     Database {
         /// How many messages the batch had.
         count: usize,
         /// What sqlx reported.
-        #[source]
-        source: sqlx::Error,
+        error: sqlx::Error,
     },
 }
 
@@ -84,7 +87,7 @@ impl SqlxWriter {
         let count = batch.len();
         crate::bind::run_enqueue(executor, batch.statement(), batch.params(), self.persistent)
             .await
-            .map_err(|source| SqlxEnqueueError::Database { count, source })
+            .map_err(|error| SqlxEnqueueError::Database { count, error })
     }
 }
 

@@ -10,7 +10,7 @@ use relayer::core::MessageProblem;
 use relayer::postgres::{OutboxWriter, StatementMode, migrate};
 use relayer::{Delivery, DispatcherOptions, NewMessage, Relayer, Timestamp};
 use relayer_sqlx::{SqlxEnqueueError, SqlxWriter};
-use relayer_test_support::{PoolMode, TestDb, eventually, pgbouncer};
+use relayer_test_support::{HeldServers, PoolMode, TestDb, eventually, pgbouncer};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 async fn migrated() -> (TestDb, tokio_postgres::Client, PgPool) {
@@ -147,8 +147,11 @@ async fn a_database_failure_says_what_and_why() {
     let writer = SqlxWriter::new(db.namespace(), ["queue"]);
     let error = writer.enqueue(&pool, &[NewMessage::new("queue", "orders", Vec::new())]).await.unwrap_err();
     let text = error.to_string();
-    assert!(text.starts_with("enqueueing 1 messages through sqlx: "), "{text}");
+    assert!(text.starts_with("enqueueing 1 message through sqlx: "), "{text}");
     assert!(text.contains("does not exist"), "{text}");
+    // Said once: in the message, not again by a chain printer.
+    assert_eq!(relayer::error_chain(&error), text);
+    assert_eq!(text.matches("does not exist").count(), 1, "{text}");
 }
 
 /// OUT-1, OUT-4: a rolled-back sqlx enqueue is never sent; a committed one wakes the
@@ -200,8 +203,24 @@ async fn a_rollback_is_never_sent_and_a_commit_wakes_the_dispatcher_out_1_out_4(
     host.shutdown().await;
 }
 
+/// One transaction on `pool` enqueuing `messages` with `writer`; the backend it ran on.
+async fn enqueue_through(
+    pool: &PgPool,
+    writer: &SqlxWriter,
+    messages: &[NewMessage],
+) -> Result<i32, SqlxEnqueueError> {
+    let mut tx = pool.begin().await.unwrap();
+    let pid =
+        sqlx::query_scalar("SELECT pg_backend_pid()").persistent(false).fetch_one(&mut *tx).await.unwrap();
+    writer.enqueue(&mut *tx, messages).await?;
+    tx.commit().await.unwrap();
+    Ok(pid)
+}
+
 /// DRV-1b: behind a transaction-mode pooler that does not track prepared statements, an
-/// sqlx writer with unnamed statements enqueues; a rollback still writes nothing.
+/// sqlx writer with unnamed statements enqueues, while other clients hold the server
+/// connection of its last transaction so the next one runs on another; a rollback still
+/// writes nothing. The control: a writer that lets sqlx prepare its statement fails there.
 #[tokio::test]
 async fn unnamed_statements_enqueue_behind_a_transaction_mode_pooler_drv_1b() {
     let (db, client, _) = migrated().await;
@@ -216,15 +235,42 @@ async fn unnamed_statements_enqueue_behind_a_transaction_mode_pooler_drv_1b() {
         config.get_dbname().unwrap(),
         db.schema()
     );
-    let pool = PgPoolOptions::new().max_connections(4).connect(&url).await.unwrap();
+    // One connection: every transaction is that client's, whatever server runs it.
+    let pool = PgPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
     let writer = SqlxWriter::new(db.namespace(), ["queue"]).with_statement_mode(StatementMode::Unnamed);
+    let mut last = enqueue_through(&pool, &writer, &every_shape()).await.unwrap();
+    let mut moved = 0;
     for round in 0..5 {
-        let mut tx = pool.begin().await.unwrap();
-        writer.enqueue(&mut *tx, &every_shape()).await.unwrap();
-        tx.commit().await.unwrap();
+        let (held, holds) = HeldServers::hold_backend(&config, last, 3).await;
+        moved += usize::from(holds);
+        last = enqueue_through(&pool, &writer, &every_shape()).await.unwrap();
         let mut tx = pool.begin().await.unwrap();
         writer.enqueue(&mut *tx, &every_shape()[..1]).await.unwrap();
         tx.rollback().await.unwrap();
-        assert_eq!(count(&client, &db, "outbox").await, 6 * (round + 1));
+        assert_eq!(count(&client, &db, "outbox").await, 6 * (round + 2));
+        drop(held);
     }
+    assert!(moved >= 1, "no transaction was moved to another server connection");
+
+    // The control: sqlx prepares the statement on the server connection of its first
+    // transaction, and a later one on another server connection cannot find it.
+    let prepared = SqlxWriter::new(db.namespace(), ["queue"]);
+    let mut last = enqueue_through(&pool, &prepared, &every_shape()).await.unwrap();
+    let mut failure = None;
+    for _ in 0..5 {
+        let (held, _) = HeldServers::hold_backend(&config, last, 3).await;
+        match enqueue_through(&pool, &prepared, &every_shape()).await {
+            Ok(pid) => last = pid,
+            Err(error) => {
+                failure = Some(error);
+                break;
+            }
+        }
+        drop(held);
+    }
+    let Some(SqlxEnqueueError::Database { error, .. }) = failure else {
+        panic!("a prepared statement survived a change of server connection: {failure:?}");
+    };
+    let code = error.as_database_error().and_then(|e| e.code()).map(|code| code.into_owned());
+    assert_eq!(code.as_deref(), Some("26000"), "{error}");
 }

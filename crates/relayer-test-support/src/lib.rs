@@ -70,11 +70,13 @@ mod fault;
 mod faulty_error;
 mod faulty_store;
 mod faulty_transport;
+mod home;
 mod owned;
 mod pooler;
 mod proxy;
 mod server;
 mod wait;
+mod warnings;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,11 +90,13 @@ pub use crate::fault::{Fault, FaultAction, FaultHandle, StoreCall, Transience};
 pub use crate::faulty_error::FaultyError;
 pub use crate::faulty_store::{FaultySession, FaultyStore};
 pub use crate::faulty_transport::{FaultyTransport, Sink};
+pub use crate::home::in_empty_home;
 pub use crate::owned::OwnedCluster;
-pub use crate::pooler::{PoolMode, pgbouncer};
+pub use crate::pooler::{HeldServers, PoolMode, pgbouncer};
 pub use crate::proxy::TcpProxy;
 use crate::server::{Server, Sources};
 pub use crate::wait::{PATIENCE, eventually, within};
+pub use crate::warnings::Warnings;
 
 /// Table prefix of every test namespace.
 const PREFIX: &str = "relayer_";

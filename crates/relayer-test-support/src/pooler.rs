@@ -116,3 +116,72 @@ pub async fn pgbouncer(db: &TestDb, mode: PoolMode, test: &str) -> Option<Config
         }
     }
 }
+
+/// Clients of a transaction-mode pooler that each hold one server connection inside an
+/// open transaction, so the pooler must hand every other client another one. Dropping it
+/// closes them, and the pooler takes the server connections back.
+#[derive(Default)]
+pub struct HeldServers {
+    clients: Vec<tokio_postgres::Client>,
+    pids: Vec<i32>,
+}
+
+impl HeldServers {
+    /// Holds `count` server connections of the pooler at `config`.
+    ///
+    /// # Panics
+    ///
+    /// When the pooler refuses a client or a statement.
+    pub async fn hold(config: &Config, count: usize) -> HeldServers {
+        let mut held = HeldServers::default();
+        for _ in 0..count {
+            held.hold_one(config).await;
+        }
+        held
+    }
+
+    /// Holds server connections of the pooler at `config`, at most `attempts`, until one of
+    /// them is the backend `pid`; whether one is. A transaction-mode PgBouncer hands the
+    /// most recently released server connection out first, so one attempt suffices unless
+    /// another client took it meanwhile.
+    ///
+    /// # Panics
+    ///
+    /// When the pooler refuses a client or a statement.
+    pub async fn hold_backend(config: &Config, pid: i32, attempts: usize) -> (HeldServers, bool) {
+        let mut held = HeldServers::default();
+        for _ in 0..attempts {
+            if held.hold_one(config).await == pid {
+                return (held, true);
+            }
+        }
+        (held, false)
+    }
+
+    /// The backend process ids of the held server connections.
+    pub fn pids(&self) -> &[i32] {
+        &self.pids
+    }
+
+    async fn hold_one(&mut self, config: &Config) -> i32 {
+        let client = match crate::server::connect(config).await {
+            Ok(client) => client,
+            Err(e) => panic!("connecting to the pooler: {}", crate::server::describe(&e)),
+        };
+        // The simple query protocol: no statement is left on the server connection.
+        let messages = match client.simple_query("BEGIN; SELECT pg_backend_pid()").await {
+            Ok(messages) => messages,
+            Err(e) => panic!("holding a server connection: {}", crate::server::describe(&e)),
+        };
+        let pid = messages
+            .iter()
+            .find_map(|message| match message {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).and_then(|pid| pid.parse().ok()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("pg_backend_pid() returned no row"));
+        self.clients.push(client);
+        self.pids.push(pid);
+        pid
+    }
+}

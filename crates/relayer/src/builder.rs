@@ -204,10 +204,17 @@ impl RelayerBuilder {
     /// application already has, instead of opening a maintenance pool.
     ///
     /// The host only borrows connections from it: shutting the host down leaves the pool
-    /// open for the application. Its connections keep the [`StatementMode`] the pool was
-    /// built with. The dispatcher (its passes and its LISTEN session), the queue transport,
-    /// the consumers and advisory-lock sessions still connect with the builder's database:
-    /// they need connections of their own (docs/connections.md says what each worker needs).
+    /// open for the application. It holds at most one connection per led worker (sweeper,
+    /// cleanup, dead-letter policies) plus one for its bookkeeping at once, e.g. 3 for the
+    /// sweeper and cleanup; a pool whose `max_size` is smaller is logged at WARN once, at
+    /// start (the passes then wait for each other and for the application). Size it for
+    /// that plus what the application holds. Its connections keep the [`StatementMode`] the
+    /// pool was built with, which must be the builder's
+    /// [`statement_mode`](Self::statement_mode): [`start`](Self::start) refuses a
+    /// contradiction. The dispatcher (its passes and its LISTEN session), the queue
+    /// transport, the consumers and advisory-lock sessions still connect with the builder's
+    /// database: they need connections of their own (docs/connections.md says what each
+    /// worker needs).
     ///
     /// [`StatementMode`]: crate::postgres::StatementMode
     pub fn pool(mut self, pool: relayer_postgres::PgPool) -> Self {

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use relayer_core::TransportRegistry;
-use relayer_postgres::{Connector, PgPool, connect_pool_with, verify_schema};
+use relayer_postgres::{Connector, PgPool, StatementMode, connect_pool_with, verify_schema};
 
 use crate::error::StartError;
 use crate::validate::Setup;
@@ -41,7 +41,16 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
         connect_pool_with(labeled(&database, &pool), size, setup.statements)
     };
     let maintenance = match (&setup.lent_pool, setup.pools.maintenance) {
-        (Some(lent), _) => lent.clone(),
+        (Some(lent), _) => {
+            let max_size = lent.config().max_size;
+            if max_size < setup.maintenance_connections {
+                tracing::warn!(target: "relayer::host", max_size, needed = setup.maintenance_connections,
+                    "the lent pool is smaller than the maintenance work may hold at once (one connection \
+                     per led worker and one for the bookkeeping): passes will wait for each other and \
+                     for the application; lend a larger pool");
+            }
+            lent.clone()
+        }
         (None, size) => {
             // The plan sizes the maintenance pool whenever none is lent.
             let size = size.unwrap_or(1);
@@ -50,6 +59,9 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
     };
     {
         let connection = maintenance.get().await.map_err(StartError::Pool)?;
+        if setup.lent_pool.is_some() {
+            check_lent_statement_mode(connection.statements().is_enabled(), setup.statements)?;
+        }
         verify_schema(&**connection, &setup.namespace).await.map_err(StartError::Schema)?;
     }
 
@@ -84,6 +96,24 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
     }
 
     Ok(Connected { maintenance, dispatcher, consumers, transports: Arc::new(transports) })
+}
+
+/// Refuses a lent pool whose connections send statements otherwise than the builder's
+/// `statement_mode` says, which the host's own pools follow: behind a transaction-mode
+/// pooler one of the two would break.
+fn check_lent_statement_mode(lent_prepares: bool, builder: StatementMode) -> Result<(), StartError> {
+    let reason = match (lent_prepares, builder) {
+        (true, StatementMode::Prepared) | (false, StatementMode::Unnamed) => return Ok(()),
+        (true, StatementMode::Unnamed) => {
+            "is Unnamed, but the lent pool's connections prepare their statements; build the pool with \
+             connect_pool_with(…, StatementMode::Unnamed), or leave statement_mode at Prepared"
+        }
+        (false, StatementMode::Prepared) => {
+            "is Prepared (the default), but the lent pool's connections send their statements unnamed; \
+             set .statement_mode(StatementMode::Unnamed) so the host's own pools do too"
+        }
+    };
+    Err(StartError::Setting { setting: "statement_mode", reason: reason.to_owned() })
 }
 
 /// The dispatcher's sessions commit asynchronously (safe for its statements only, see

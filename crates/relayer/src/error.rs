@@ -6,10 +6,12 @@ use relayer_postgres::StorageError;
 /// Why [`RelayerBuilder::start`](crate::RelayerBuilder::start) refused to start the host.
 /// Nothing was started: no worker runs, no lease or instance row was written.
 ///
-/// The message says what failed, where and why — the whole cause chain, e.g. `relayer
-/// could not connect to PostgreSQL: connecting to PostgreSQL at host=db port=5432 …:
-/// no pooled connection available: … Connection refused` — so logging it with `%` is
-/// enough; [`source`](std::error::Error::source) still gives the typed cause.
+/// The message says what failed, where and why — the whole cause chain, each cause once,
+/// e.g. `relayer could not connect to PostgreSQL: connecting to PostgreSQL at host=db
+/// port=5432 …: database error: … Connection refused` — so logging it with `%` is enough.
+/// It has no [`source`](std::error::Error::source), so a chain printer (`anyhow`'s `{:#}`,
+/// [`error_chain`](crate::error_chain)) says nothing twice; the typed cause is the
+/// variant's field.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
@@ -23,7 +25,7 @@ pub enum StartError {
     },
     /// Two transports were registered under one name.
     #[error("relayer setup: two transports are named {:?}; transport names must be unique", .0.0)]
-    DuplicateTransport(#[source] DuplicateTransport),
+    DuplicateTransport(DuplicateTransport),
     /// A builder setting cannot be used as given, or not with the others (a pool size of
     /// zero, a size for a pool the host does not open); the message names the setting.
     #[error("relayer setup: {setting}: {reason}")]
@@ -35,8 +37,8 @@ pub enum StartError {
     },
     /// Options that are valid alone do not fit together, e.g. the dispatcher's
     /// `send_timeout` and the sweeper's `lease_duration` (TRN-5); the message names both.
-    #[error("relayer setup: {0}")]
-    Options(#[source] relayer_core::OptionsError),
+    #[error("relayer setup: {}", error_chain(.0))]
+    Options(relayer_core::OptionsError),
     /// A queue subscription does not fit the host (OPT-5).
     #[cfg(feature = "consumer")]
     #[error("relayer setup: queue {queue:?} {reason}")]
@@ -53,21 +55,21 @@ pub enum StartError {
     EmptyInstanceId,
     /// PostgreSQL could not be reached.
     #[error("relayer could not connect to PostgreSQL: {}", error_chain(.0))]
-    Connect(#[source] StorageError),
+    Connect(StorageError),
     /// No pooled connection could be had while starting.
     #[error("relayer could not get a pooled connection while starting: {}", error_chain(.0))]
-    Pool(#[source] bb8::RunError<tokio_postgres::Error>),
+    Pool(bb8::RunError<tokio_postgres::Error>),
     /// The namespace's schema is missing or older than this build needs (NS-3).
-    #[error("relayer cannot start: {0}")]
-    Schema(#[source] StorageError),
+    #[error("relayer cannot start: {}", error_chain(.0))]
+    Schema(StorageError),
     /// The dispatcher refused its setup.
     #[cfg(feature = "dispatcher")]
     #[error("relayer could not set up the dispatcher: {}", error_chain(.0))]
-    Dispatcher(#[source] relayer_dispatcher::DispatchError),
+    Dispatcher(relayer_dispatcher::DispatchError),
     /// The dead-letter policies do not fit the host's subscriptions (DLP-6).
     #[cfg(feature = "dead-letters")]
-    #[error("relayer setup: {0}")]
-    DeadLetters(#[source] relayer_core::DeadLetterSetupError),
+    #[error("relayer setup: {}", error_chain(.0))]
+    DeadLetters(relayer_core::DeadLetterSetupError),
     /// An outbox dead-letter policy names a transport the host does not register (OPT-5).
     #[cfg(feature = "dead-letters")]
     #[error(
@@ -79,5 +81,5 @@ pub enum StartError {
     },
     /// Recording this instance's settings fingerprints failed (OPT-4).
     #[error("relayer could not record this instance's settings fingerprints: {}", error_chain(.0))]
-    Fingerprints(#[source] StorageError),
+    Fingerprints(StorageError),
 }

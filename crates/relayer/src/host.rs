@@ -153,7 +153,7 @@ impl RelayerHost {
     /// (QUE-4): for messages to relayer's own queue in this database, without the outbox
     /// hop. Clones share the NOTIFY throttle; keep one and clone it.
     pub fn queue_writer(&self) -> relayer_postgres::QueueWriter {
-        relayer_postgres::QueueWriter::new(&self.namespace, "queue")
+        relayer_postgres::QueueWriter::new(&self.namespace, crate::writer::QUEUE_TRANSPORT)
     }
 
     /// The counters of the pump consuming `queue`, when this host runs one.

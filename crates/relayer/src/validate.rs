@@ -37,6 +37,9 @@ pub(crate) struct Setup {
     pub(crate) pools: PoolPlan,
     /// The application's pool, lent for the maintenance work.
     pub(crate) lent_pool: Option<PgPool>,
+    /// The most connections the maintenance work holds at once: one per led worker
+    /// (sweeper, cleanup, dead-letter policies) and one for the bookkeeping.
+    pub(crate) maintenance_connections: u32,
 }
 
 /// Checks `builder`'s whole setup for the instance `instance_id` (the builder's, or the
@@ -135,6 +138,7 @@ pub(crate) fn validate(builder: RelayerBuilder, instance_id: String) -> Result<S
         consumers,
         pools,
         lent_pool: pool,
+        maintenance_connections: demand.led_workers.saturating_add(1),
     })
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use relayer::postgres::connect_pool;
 use relayer::{CleanupOptions, Relayer};
-use relayer_test_support::{TestDb, eventually};
+use relayer_test_support::{TestDb, Warnings, eventually};
 
 /// The host runs its passes on the application's pool, opens no pool of its own for them,
 /// and leaves that pool open and usable after shutdown.
@@ -39,8 +39,11 @@ async fn a_host_on_the_applications_pool_uses_it_and_leaves_it_open_lif_1() {
             client.query_one(sql, &[&name]).await.unwrap().get::<_, i64>(0)
         }
     };
-    // Every connection the host used came from the lent pool of one.
-    assert_eq!(sessions(db.schema().to_owned()).await, 1, "only this test's own client uses the config");
+    // Every connection the host used came from the lent pool of one: the host opened no
+    // pool of its own, whose sessions would be named `{schema}/{pool}`.
+    let own = "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1 || '/%'";
+    let own_sessions: i64 = client.query_one(own, &[&db.schema()]).await.unwrap().get(0);
+    assert_eq!(own_sessions, 0, "the host opened a pool of its own");
     assert_eq!(sessions(app_name.clone()).await, 1);
 
     host.shutdown().await;
@@ -123,4 +126,89 @@ async fn a_host_on_the_applications_pool_opens_no_maintenance_pool_and_never_clo
     drop(host);
     assert_eq!(answers(pool.clone()).await, 7, "the application's pool still works after the host shut down");
     assert!(named(app_name).await >= lent_sessions, "a connection of the lent pool was closed");
+}
+
+/// LIF-2: the maintenance work holds at most one connection of a lent pool per led worker
+/// plus one for the bookkeeping. A lent pool smaller than that is warned about once, at
+/// start; one that large plus what the application holds runs every led worker while the
+/// application keeps a connection of its own, without a warning.
+#[tokio::test]
+async fn a_lent_pool_too_small_for_the_led_workers_is_warned_about_lif_2() {
+    use relayer::SweeperOptions;
+
+    let warnings = Warnings::default();
+    let _capture = warnings.capture();
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    relayer::postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    let ms = Duration::from_millis;
+    let start = |pool: relayer::postgres::PgPool| {
+        Relayer::builder(db.config(), db.namespace().clone())
+            .pool(pool)
+            .queue_transport()
+            .sweeper(SweeperOptions::builder().sweep_interval(ms(50)).build().unwrap())
+            .cleanup(CleanupOptions::builder().cleanup_interval(ms(50)).build().unwrap())
+            .start()
+    };
+
+    // Sweeper and cleanup lead: 2 + 1 for the bookkeeping = 3.
+    let host = start(connect_pool(db.config(), 2).await.unwrap()).await.unwrap();
+    host.shutdown().await;
+    let text = warnings.text();
+    assert_eq!(text.matches("the lent pool is smaller").count(), 1, "{text}");
+    assert!(text.contains("max_size=2") && text.contains("needed=3"), "{text}");
+
+    let warned = warnings.text().len();
+    let pool = connect_pool(db.config(), 4).await.unwrap();
+    let held = pool.get().await.unwrap();
+    let host = start(pool.clone()).await.unwrap();
+    let leases = format!("SELECT count(*) FROM {} WHERE owner = $1", db.namespace().table("leases"));
+    eventually("the sweeper and cleanup lead on the lent pool", || async {
+        client.query_one(&leases, &[&host.instance_id()]).await.unwrap().get::<_, i64>(0) == 2
+    })
+    .await;
+    let answer: i32 = held.query_one("SELECT 7", &[]).await.unwrap().get(0);
+    assert_eq!(answer, 7, "the application's own connection works meanwhile");
+    host.shutdown().await;
+    let text = warnings.text();
+    assert_eq!(&text[warned..], "", "a sufficient lent pool was warned about");
+}
+
+/// DRV-1b: a lent pool whose statement mode contradicts the builder's `statement_mode`
+/// (which the host's own pools follow) is refused, naming the setting and both modes.
+#[tokio::test]
+async fn a_lent_pool_in_another_statement_mode_than_the_builders_is_refused_drv_1b() {
+    use relayer::StartError;
+    use relayer::postgres::{StatementMode, connect_pool_with};
+
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    relayer::postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    for (lent, builder, expected) in [
+        (StatementMode::Unnamed, StatementMode::Prepared, "is Prepared (the default), but the lent pool's"),
+        (StatementMode::Prepared, StatementMode::Unnamed, "is Unnamed, but the lent pool's"),
+    ] {
+        let pool = connect_pool_with(db.config(), 2, lent).await.unwrap();
+        let error = Relayer::builder(db.config(), db.namespace().clone())
+            .pool(pool)
+            .statement_mode(builder)
+            .cleanup(CleanupOptions::default())
+            .start()
+            .await
+            .unwrap_err();
+        assert!(matches!(error, StartError::Setting { setting: "statement_mode", .. }), "{error:?}");
+        let text = error.to_string();
+        assert!(text.starts_with("relayer setup: statement_mode: ") && text.contains(expected), "{text}");
+    }
+    for mode in [StatementMode::Prepared, StatementMode::Unnamed] {
+        let pool = connect_pool_with(db.config(), 2, mode).await.unwrap();
+        let host = Relayer::builder(db.config(), db.namespace().clone())
+            .pool(pool)
+            .statement_mode(mode)
+            .cleanup(CleanupOptions::default())
+            .start()
+            .await
+            .unwrap();
+        host.shutdown().await;
+    }
 }

@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use relayer::advisory_lock::PgAdvisoryLock;
 use relayer::core::LockErrorKind;
-use relayer::postgres::StatementMode;
+use relayer::postgres::{Executor, PgClient, Prepared, StatementMode};
 use relayer::{
     CleanupOptions, DispatcherOptions, DistributedLock, LeaderElection, Led, NewMessage, QUEUE_TRANSPORT,
     Relayer, SweeperOptions,
 };
-use relayer_test_support::{PoolMode, TestDb, eventually, pgbouncer};
+use relayer_test_support::{HeldServers, PoolMode, TestDb, Warnings, eventually, pgbouncer};
+use relayer_worker::WorkerEvent;
+use tokio::sync::broadcast::error::TryRecvError;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};
 
 async fn migrated() -> (TestDb, Client) {
@@ -67,10 +70,15 @@ async fn writers_enqueue_through_pgbouncer_in_both_pool_modes_out_1() {
 }
 
 /// DRV-1b: a host whose every connection goes through a transaction-mode pooler, with
-/// unnamed statements, dispatches, sweeps and cleans; its passes keep succeeding across
-/// many server-connection switches.
+/// unnamed statements, dispatches, sweeps and cleans, and none of its passes fails while
+/// the pooler keeps moving its transactions to other server connections: between rounds,
+/// other clients hold server connections in open transactions. A failed pass (a
+/// statement lost on another server connection, even if retried) or a statement cache
+/// that gives up logs a WARN and fails the test.
 #[tokio::test]
 async fn workers_pass_with_unnamed_statements_behind_a_transaction_mode_pooler_drv_1b() {
+    let warnings = Warnings::default();
+    let _capture = warnings.capture();
     let (db, direct) = migrated().await;
     let test = "workers_pass_with_unnamed_statements_behind_a_transaction_mode_pooler_drv_1b";
     let Some(config) = pgbouncer(&db, PoolMode::Transaction, test).await else {
@@ -88,41 +96,99 @@ async fn workers_pass_with_unnamed_statements_behind_a_transaction_mode_pooler_d
         .start()
         .await
         .unwrap();
+    let mut events = host.dispatcher().unwrap().subscribe();
     let mut client = connect(&config).await;
     let writer = host.writer();
-    for round in 0..10 {
+    // The sweeper (no recovery delay) may send a row before the dispatcher does: at least
+    // once, so count distinct messages.
+    let distinct = format!("SELECT count(DISTINCT message_id) FROM {}", db.namespace().table("queue"));
+    let mut held_pids = Vec::new();
+    for round in 0..10_i64 {
+        // 0 to 3 server connections held by others during the round.
+        let held = HeldServers::hold(&config, usize::try_from(round % 4).unwrap()).await;
+        held_pids.extend_from_slice(held.pids());
         let batch: Vec<_> = (0..10)
             .map(|n| NewMessage::new(QUEUE_TRANSPORT, "orders", format!("{round}-{n}").into_bytes()))
             .collect();
         let tx = client.transaction().await.unwrap();
         writer.enqueue(&tx, &batch).await.unwrap();
         tx.commit().await.unwrap();
+        eventually("the round's messages are in the queue and the outbox is empty", || async {
+            let queued: i64 = direct.query_one(&distinct, &[]).await.unwrap().get(0);
+            queued == 10 * (round + 1) && count(&direct, &db, "outbox").await == 0
+        })
+        .await;
+        drop(held);
     }
-    // The sweeper (no recovery delay) may send a row before the dispatcher does: at least
-    // once, so count distinct messages.
-    let distinct = format!("SELECT count(DISTINCT message_id) FROM {}", db.namespace().table("queue"));
-    eventually("all 100 messages are in the queue and the outbox is empty", || async {
-        let queued: i64 = direct.query_one(&distinct, &[]).await.unwrap().get(0);
-        queued == 100 && count(&direct, &db, "outbox").await == 0
-    })
-    .await;
+    held_pids.sort_unstable();
+    held_pids.dedup();
+    assert!(held_pids.len() >= 2, "the pooler handed out a single server connection: {held_pids:?}");
     // The led workers ran passes through the pooler too: their leases exist.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let rows = direct
-        .query(&format!("SELECT job, owner, expires_at::text FROM {}", db.namespace().table("leases")), &[])
-        .await
-        .unwrap();
-    for r in rows {
-        eprintln!(
-            "LEASE {:?} {:?} {:?}",
-            r.get::<_, String>(0),
-            r.get::<_, String>(1),
-            r.get::<_, String>(2)
-        );
-    }
     eventually("the sweeper and cleanup hold leases", || async { count(&direct, &db, "leases").await >= 2 })
         .await;
     host.shutdown().await;
+    loop {
+        match events.try_recv() {
+            Ok(WorkerEvent::PassFailed { consecutive, .. }) => {
+                panic!("a dispatcher pass failed ({consecutive} in a row):\n{}", warnings.text())
+            }
+            Ok(_) | Err(TryRecvError::Lagged(_)) => {}
+            Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+        }
+    }
+    let text = warnings.text();
+    assert!(text.is_empty(), "the host warned behind the pooler:\n{text}");
+}
+
+/// The control of the test above: behind a transaction-mode pooler that does not track
+/// prepared statements, a connection that prepares its statements fails as soon as its
+/// transaction lands on another server connection than the one that prepared them, while
+/// one with unnamed statements keeps working. Another client holds the server connection
+/// of the last transaction, so the next one cannot land there.
+#[tokio::test]
+async fn prepared_statements_fail_and_unnamed_ones_work_behind_a_transaction_mode_pooler_drv_1b() {
+    let db = TestDb::new().await;
+    let test = "prepared_statements_fail_and_unnamed_ones_work_behind_a_transaction_mode_pooler_drv_1b";
+    let Some(config) = pgbouncer(&db, PoolMode::Transaction, test).await else {
+        return;
+    };
+    // A transaction running one cached statement; the backend it ran on.
+    async fn pass(client: &mut PgClient) -> Result<i32, tokio_postgres::Error> {
+        let (client, statements) = client.split();
+        let tx = client.transaction().await?;
+        let rows = Prepared::new(&tx, statements).rows("SELECT pg_backend_pid()", &[]).await?;
+        tx.commit().await?;
+        Ok(rows[0].get(0))
+    }
+    for mode in [StatementMode::Prepared, StatementMode::Unnamed] {
+        let mut client = PgClient::with_mode(connect(&config).await, mode);
+        let mut last = pass(&mut client).await.unwrap();
+        let mut moved = 0;
+        let mut failure = None;
+        for _ in 0..10 {
+            let (held, holds) = HeldServers::hold_backend(&config, last, 3).await;
+            moved += usize::from(holds);
+            match pass(&mut client).await {
+                Ok(pid) => last = pid,
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
+            }
+            drop(held);
+        }
+        match mode {
+            StatementMode::Prepared => {
+                let error = failure.expect("prepared statements survived a change of server connection");
+                assert_eq!(error.code(), Some(&SqlState::INVALID_SQL_STATEMENT_NAME), "{error}");
+            }
+            StatementMode::Unnamed => {
+                assert!(failure.is_none(), "{failure:?}");
+                assert!(client.statements().is_empty());
+                assert!(moved >= 1, "no transaction was moved to another server connection");
+            }
+        }
+    }
 }
 
 /// LDR-6: advisory-lock leadership refuses a transaction-mode pooler with an error that

@@ -17,4 +17,11 @@ async fn an_unreachable_database_is_named_with_its_address_and_reason_opt_5() {
     {
         assert!(text.contains(part), "{part:?} missing from {text:?}");
     }
+    // Each cause once: the message carries the chain, so a chain printer adds nothing.
+    assert!(std::error::Error::source(&error).is_none(), "{error:?}");
+    let chain = relayer::error_chain(&error);
+    assert_eq!(chain, text);
+    for part in ["connecting to PostgreSQL at", "refused"] {
+        assert_eq!(chain.matches(part).count(), 1, "{part:?} more than once in {chain:?}");
+    }
 }

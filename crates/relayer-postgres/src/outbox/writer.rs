@@ -188,7 +188,7 @@ impl OutboxWriter {
         let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded.iter().map(EnqueueParam::typed).collect();
         let count = messages.len();
         let rows =
-            crate::exec::rows(client, batch.statement(), &params, format!("enqueueing {count} messages"))
+            crate::exec::rows(client, batch.statement(), &params, format!("enqueueing {}", crate::error::messages(count)))
                 .await?;
         Ok(rows
             .iter()

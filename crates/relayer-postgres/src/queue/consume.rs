@@ -127,7 +127,9 @@ impl ConsumeStatements {
         let (seqs, tokens) = split(receipts.iter().copied());
         let params: [(&(dyn ToSql + Sync), Type); 2] =
             [(&seqs, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY)];
-        settled(client.rows(&self.ack, &params).await, || format!("acknowledging {} messages", seqs.len()))
+        settled(client.rows(&self.ack, &params).await, || {
+            format!("acknowledging {}", crate::error::messages(seqs.len()))
+        })
     }
 
     /// Makes messages visible again after their delay, one more handled each; returns the
@@ -141,7 +143,9 @@ impl ConsumeStatements {
         let delays: Vec<i64> = requeues.iter().map(|r| database_micros(r.delay)).collect();
         let params: [(&(dyn ToSql + Sync), Type); 3] =
             [(&seqs, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&delays, Type::INT8_ARRAY)];
-        settled(client.rows(&self.requeue, &params).await, || format!("requeueing {} messages", seqs.len()))
+        settled(client.rows(&self.requeue, &params).await, || {
+            format!("requeueing {}", crate::error::messages(seqs.len()))
+        })
     }
 
     /// Moves messages to their dead-letter queues with the QUE-2 stamps; returns the seqs
@@ -167,7 +171,7 @@ impl ConsumeStatements {
             (&handled, Type::INT4_ARRAY),
         ];
         settled(client.rows(&self.dead_letter, &params).await, || {
-            format!("dead-lettering {} messages", seqs.len())
+            format!("dead-lettering {}", crate::error::messages(seqs.len()))
         })
     }
 
@@ -184,7 +188,10 @@ impl ConsumeStatements {
         let params: [(&(dyn ToSql + Sync), Type); 3] =
             [(&seqs, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY), (&visibility, Type::INT8)];
         client.affected(&self.extend, &params).await.map_err(|e| {
-            StorageError::database(format!("extending the visibility of {} messages", seqs.len()), e)
+            StorageError::database(
+                format!("extending the visibility of {}", crate::error::messages(seqs.len())),
+                e,
+            )
         })
     }
 }

@@ -133,7 +133,10 @@ impl QueueWriter {
         let encoded = batch.params();
         let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded.iter().map(EnqueueParam::typed).collect();
         let rows = client.rows(batch.statement(), &params).await.map_err(|e| {
-            StorageError::database(format!("enqueueing {count} messages into the queue table"), e)
+            StorageError::database(
+                format!("enqueueing {} into the queue table", crate::error::messages(count)),
+                e,
+            )
         })?;
         Ok(rows
             .iter()
