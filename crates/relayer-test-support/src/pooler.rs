@@ -164,14 +164,14 @@ impl HeldServers {
     }
 
     async fn hold_one(&mut self, config: &Config) -> i32 {
-        let client = match crate::server::connect(config).await {
+        let client = match crate::client::connect(config).await {
             Ok(client) => client,
-            Err(e) => panic!("connecting to the pooler: {}", crate::server::describe(&e)),
+            Err(e) => panic!("connecting to the pooler: {}", relayer_core::error_chain(&e)),
         };
         // The simple query protocol: no statement is left on the server connection.
         let messages = match client.simple_query("BEGIN; SELECT pg_backend_pid()").await {
             Ok(messages) => messages,
-            Err(e) => panic!("holding a server connection: {}", crate::server::describe(&e)),
+            Err(e) => panic!("holding a server connection: {}", relayer_core::error_chain(&e)),
         };
         let pid = messages
             .iter()

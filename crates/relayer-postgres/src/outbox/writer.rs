@@ -187,9 +187,13 @@ impl OutboxWriter {
         let encoded = batch.params();
         let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded.iter().map(EnqueueParam::typed).collect();
         let count = messages.len();
-        let rows =
-            crate::exec::rows(client, batch.statement(), &params, format!("enqueueing {}", crate::error::messages(count)))
-                .await?;
+        let rows = crate::exec::rows(
+            client,
+            batch.statement(),
+            &params,
+            format!("enqueueing {}", crate::error::messages(count)),
+        )
+        .await?;
         Ok(rows
             .iter()
             .map(|row| Enqueued { seq: row.get(0), id: MessageId::from_uuid(row.get(1)) })
