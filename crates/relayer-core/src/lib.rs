@@ -41,14 +41,16 @@ pub use async_trait::async_trait;
 /// One line even when a part spans several: a server error's `DETAIL` and `HINT` lines are
 /// joined with `; `, so one failure is one log line.
 ///
-/// Each cause is said once: a cause whose text the line already ends with (an error whose
-/// message repeats its source's, as some libraries' errors do) is skipped.
+/// Each cause is said once: a cause that the line already ends with, as a whole part after
+/// `: ` (an error whose message repeats its source's, as some libraries' errors do), is
+/// skipped; a cause that merely ends with the same characters is kept.
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut chain = one_line(&error.to_string());
     let mut source = error.source();
     while let Some(cause) = source {
         let text = one_line(&cause.to_string());
-        if !chain.ends_with(&text) {
+        let repeated = chain == text || chain.ends_with(&format!(": {text}"));
+        if !repeated {
             chain.push_str(": ");
             chain.push_str(&text);
         }
@@ -148,6 +150,35 @@ mod error_chain_tests {
             "the sweeper stopped: claiming due rows: ERROR: relation \"x\" does not exist; DETAIL: none; \
              HINT: create it"
         );
+    }
+
+    /// A cause whose text only happens to end the line (`…due rows` / `rows`) is a cause of
+    /// its own, and is kept.
+    #[derive(Debug)]
+    struct Rows;
+    impl std::fmt::Display for Rows {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("rows")
+        }
+    }
+    impl std::error::Error for Rows {}
+
+    #[derive(Debug)]
+    struct Claiming(Rows);
+    impl std::fmt::Display for Claiming {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("claiming due rows")
+        }
+    }
+    impl std::error::Error for Claiming {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_that_only_shares_the_last_characters_is_kept() {
+        assert_eq!(error_chain(&Claiming(Rows)), "claiming due rows: rows");
     }
 
     #[test]

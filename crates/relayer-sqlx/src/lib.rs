@@ -5,7 +5,8 @@
 //! [`OutboxWriter`](relayer_postgres::OutboxWriter) runs, byte for byte, with the same
 //! parameters of the same types: both take the statement text and the parameter columns
 //! from [`OutboxWriter::batch`](relayer_postgres::OutboxWriter::batch), the one place
-//! they are made. So an sqlx enqueue is one round trip, its rows exist iff the caller's
+//! they are made. So an sqlx enqueue is one statement (one round trip once sqlx has prepared
+//! it; an unnamed one costs sqlx two), its rows exist iff the caller's
 //! transaction commits, and the same `pg_notify` inside that statement wakes every
 //! listening dispatcher at the commit (OUT-1, OUT-4). A rolled-back enqueue is never sent.
 //!

@@ -49,7 +49,8 @@ impl SqlxQueueWriter {
         SqlxQueueWriter { writer: self.writer.with_notify_interval(interval), ..self }
     }
 
-    /// How the statement is sent (see [`SqlxWriter::with_statement_mode`](crate::SqlxWriter::with_statement_mode)).
+    /// How the statement is sent (see [`SqlxWriter::with_statement_mode`](crate::SqlxWriter::with_statement_mode):
+    /// unnamed behind a transaction-mode pooler only inside a transaction).
     #[must_use]
     pub fn with_statement_mode(mut self, mode: StatementMode) -> Self {
         self.persistent = mode == StatementMode::Prepared;
@@ -62,7 +63,7 @@ impl SqlxQueueWriter {
     }
 
     /// Writes `messages` on `executor` (`&mut *transaction`, a `&mut PgConnection`, or a
-    /// `&PgPool`, which commits at once) in one round trip and returns their rows in order.
+    /// `&PgPool`, which commits at once) in one statement and returns their rows in order.
     /// Every message is validated first (OUT-3, and no lane); on any refusal nothing is
     /// written.
     pub async fn enqueue<'c, E>(

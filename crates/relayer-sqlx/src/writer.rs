@@ -56,6 +56,12 @@ impl SqlxWriter {
     /// prepare it once per connection and cache it; [`StatementMode::Unnamed`] sends it
     /// unnamed every time, as behind a transaction-mode pooler that does not track prepared
     /// statements (PgBouncer before 1.21).
+    ///
+    /// Behind such a pooler, run unnamed statements **inside a transaction** (`&mut *tx`):
+    /// sqlx sends an unnamed statement in two exchanges, and outside a transaction the
+    /// pooler may hand the server connection to another client between them (the second
+    /// then fails, or binds another client's statement). tokio-postgres's unnamed mode sends
+    /// everything at once and has no such gap.
     pub fn with_statement_mode(mut self, mode: StatementMode) -> Self {
         self.persistent = mode == StatementMode::Prepared;
         self
@@ -66,7 +72,7 @@ impl SqlxWriter {
         &self.writer
     }
 
-    /// Writes `messages` on `executor` in one round trip and returns their rows in order.
+    /// Writes `messages` on `executor` in one statement and returns their rows in order.
     ///
     /// `executor` is anything sqlx runs queries on: `&mut *transaction` (the usual case),
     /// a `&mut PgConnection`, or a `&PgPool` (the rows then commit at once). Every message

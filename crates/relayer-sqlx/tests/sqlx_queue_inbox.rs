@@ -13,7 +13,7 @@ use relayer::core::MessageProblem;
 use relayer::postgres::{Inbox, InboxEntry, QueueWriter, StatementMode, migrate};
 use relayer::{ConsumerOptions, Delivery, MessageId, NewMessage, Relayer, Timestamp};
 use relayer_sqlx::{Handled, SqlxEnqueueError, SqlxInbox, SqlxInboxError, SqlxQueueWriter};
-use relayer_test_support::{PoolMode, TestDb, eventually, pgbouncer};
+use relayer_test_support::{PoolMode, TestDb, eventually, pgbouncer, pooler_url};
 use sqlx::PgConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
@@ -282,13 +282,7 @@ async fn unnamed_inbox_statements_work_behind_a_transaction_mode_pooler_drv_1b()
     let Some(config) = pgbouncer(&db, PoolMode::Transaction, test).await else {
         return;
     };
-    let url = format!(
-        "postgres://{}@127.0.0.1:{}/{}?application_name={}",
-        config.get_user().unwrap(),
-        config.get_ports()[0],
-        config.get_dbname().unwrap(),
-        db.schema()
-    );
+    let url = pooler_url(&config);
     let pool = PgPoolOptions::new().max_connections(4).connect(&url).await.unwrap();
     let inbox = SqlxInbox::new(db.namespace()).with_statement_mode(StatementMode::Unnamed);
     let messages: Vec<MessageId> = (0..20).map(|_| MessageId::new()).collect();

@@ -10,7 +10,7 @@ use relayer::core::MessageProblem;
 use relayer::postgres::{OutboxWriter, StatementMode, migrate};
 use relayer::{Delivery, DispatcherOptions, NewMessage, Relayer, Timestamp};
 use relayer_sqlx::{SqlxEnqueueError, SqlxWriter};
-use relayer_test_support::{HeldServers, PoolMode, TestDb, eventually, pgbouncer};
+use relayer_test_support::{HeldServers, PoolMode, TestDb, eventually, pgbouncer, pooler_url};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 async fn migrated() -> (TestDb, tokio_postgres::Client, PgPool) {
@@ -228,13 +228,7 @@ async fn unnamed_statements_enqueue_behind_a_transaction_mode_pooler_drv_1b() {
     let Some(config) = pgbouncer(&db, PoolMode::Transaction, test).await else {
         return;
     };
-    let url = format!(
-        "postgres://{}@127.0.0.1:{}/{}?application_name={}",
-        config.get_user().unwrap(),
-        config.get_ports()[0],
-        config.get_dbname().unwrap(),
-        db.schema()
-    );
+    let url = pooler_url(&config);
     // One connection: every transaction is that client's, whatever server runs it.
     let pool = PgPoolOptions::new().max_connections(1).connect(&url).await.unwrap();
     let writer = SqlxWriter::new(db.namespace(), ["queue"]).with_statement_mode(StatementMode::Unnamed);

@@ -26,14 +26,27 @@ pub fn in_empty_home(test: &str) -> bool {
         panic!("{test}: creating an empty home directory {}: {e}", home.display());
     }
     let binary = std::env::current_exe().unwrap_or_else(|e| panic!("{test}: the test binary: {e}"));
-    let status = Command::new(binary)
+    let output = Command::new(binary)
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env("HOME", &home)
         .env(MARK, "1")
-        .status();
+        .output();
     let _ = std::fs::remove_dir_all(&home);
-    match status {
-        Ok(status) => assert!(status.success(), "{test} failed with an empty HOME ({status})"),
+    match output {
+        Ok(output) => {
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                output.status.success(),
+                "{test} failed with an empty HOME ({}):\n{stdout}\n{stderr}",
+                output.status
+            );
+            // A name that matches no test runs nothing and succeeds: that must not pass.
+            assert!(
+                stdout.contains("test result: ok. 1 passed"),
+                "{test} did not run with an empty HOME (is it the test's exact name?):\n{stdout}"
+            );
+        }
         Err(e) => panic!("{test}: starting the test binary again: {e}"),
     }
     false

@@ -92,7 +92,7 @@ pub use crate::faulty_store::{FaultySession, FaultyStore};
 pub use crate::faulty_transport::{FaultyTransport, Sink};
 pub use crate::home::in_empty_home;
 pub use crate::owned::OwnedCluster;
-pub use crate::pooler::{HeldServers, PoolMode, pgbouncer};
+pub use crate::pooler::{HeldServers, PoolMode, pgbouncer, pooler_url};
 pub use crate::proxy::TcpProxy;
 use crate::server::{Server, Sources};
 pub use crate::wait::{PATIENCE, eventually, within};

@@ -49,6 +49,25 @@ impl std::fmt::Display for PoolMode {
     }
 }
 
+/// A `postgres://` URL for `config` as [`pgbouncer`] returns it (its user, the first port on
+/// 127.0.0.1, its database and `application_name`), for drivers that take a URL (sqlx).
+///
+/// # Panics
+///
+/// When `config` lacks a user, a port or a database name.
+pub fn pooler_url(config: &Config) -> String {
+    let mut url = format!(
+        "postgres://{}@127.0.0.1:{}/{}",
+        config.get_user().expect("the pooler settings name a user"),
+        config.get_ports().first().expect("the pooler settings name a port"),
+        config.get_dbname().expect("the pooler settings name a database"),
+    );
+    if let Some(name) = config.get_application_name() {
+        url.push_str(&format!("?application_name={name}"));
+    }
+    url
+}
+
 /// Settings that reach `db`'s database through PgBouncer in `mode`, with `db`'s user,
 /// database and `application_name`; `None` when no such pooler answers, after `test` has
 /// been reported skipped (see the [module docs](self)).

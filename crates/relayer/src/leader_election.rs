@@ -163,9 +163,10 @@ impl Electorate<'_> {
                             .with_shutdown(self.shutdown.clone()),
                     ),
                     Some(tls) => {
-                        // The connector's sslmode is `prefer` with TLS only for libpq's
-                        // default (no sslmode, no CA file): its pools may fall back, so may
-                        // its lock sessions. Otherwise TLS stays required.
+                        // The connector's sslmode is `prefer` with TLS only when the URL
+                        // asked for it (`sslmode=prefer`, or libpq's default with no
+                        // sslmode and no CA file): its pools may fall back, so may its lock
+                        // sessions. Otherwise TLS stays required.
                         let prefer = config.get_ssl_mode() == tokio_postgres::config::SslMode::Prefer;
                         let lock = relayer_advisory_lock::PgAdvisoryLock::with_tls(config, tls.clone());
                         let lock = if prefer { lock.allow_plaintext_fallback() } else { lock };
