@@ -183,6 +183,8 @@ impl DerefMut for PgClient {
 /// behind a transaction-mode pooler use [`StatementMode::Unnamed`].
 #[derive(Debug, Default)]
 pub struct StatementCache {
+    /// The mode the connection was opened with, whatever the cache has since given up.
+    mode: StatementMode,
     state: Mutex<CacheState>,
 }
 
@@ -206,7 +208,14 @@ impl StatementCache {
     /// An empty cache; [`StatementMode::Unnamed`] makes it prepare nothing.
     pub fn new(mode: StatementMode) -> Self {
         let state = CacheState { disabled: mode == StatementMode::Unnamed, ..CacheState::default() };
-        StatementCache { state: Mutex::new(state) }
+        StatementCache { mode, state: Mutex::new(state) }
+    }
+
+    /// The mode the connection was opened with. A [`StatementMode::Prepared`] connection
+    /// whose server kept losing its statements still says `Prepared` here (see
+    /// [`is_enabled`](Self::is_enabled) for what it does now).
+    pub fn mode(&self) -> StatementMode {
+        self.mode
     }
 
     /// How many statements are prepared.

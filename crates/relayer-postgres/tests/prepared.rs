@@ -105,6 +105,8 @@ async fn lost_prepared_statements_are_prepared_again_and_then_no_longer_prepared
         assert!(client.statements().is_empty(), "loss {loss}: every entry is forgotten");
     }
     assert!(!client.statements().is_enabled());
+    // What the connection was opened as does not change: a lent pool is judged by it.
+    assert_eq!(client.statements().mode(), StatementMode::Prepared);
     OutboxWriter::new(db.namespace(), ["queue"]).enqueue(&client, &messages(2)).await.unwrap();
     assert_eq!(claim().await.unwrap().messages.len(), 1, "statements are sent unnamed and still work");
     assert!(client.statements().is_empty());

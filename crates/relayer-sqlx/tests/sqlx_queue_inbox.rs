@@ -13,7 +13,7 @@ use relayer::core::MessageProblem;
 use relayer::postgres::{Inbox, InboxEntry, QueueWriter, StatementMode, migrate};
 use relayer::{ConsumerOptions, Delivery, MessageId, NewMessage, Relayer, Timestamp};
 use relayer_sqlx::{Handled, SqlxEnqueueError, SqlxInbox, SqlxInboxError, SqlxQueueWriter};
-use relayer_test_support::{PoolMode, TestDb, eventually, pgbouncer, pooler_url};
+use relayer_test_support::{HeldServers, PoolMode, TestDb, eventually, pgbouncer, pooler_url};
 use sqlx::PgConnection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
@@ -312,6 +312,69 @@ async fn unnamed_inbox_statements_work_behind_a_transaction_mode_pooler_drv_1b()
     }
     let sql = format!("SELECT count(*) FROM {}", db.namespace().table("inbox"));
     assert_eq!(client.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0), 20);
+}
+
+/// The backend pid of the inbox transaction that handles a new message on `pool` (read by
+/// its effects, so the record and the effects ran on that server connection), or the error.
+async fn handle_new(pool: &PgPool, inbox: &SqlxInbox) -> Result<i32, SqlxInboxError> {
+    let handled = inbox
+        .handle(pool, "billing", MessageId::new(), async |tx: &mut PgConnection| {
+            // The simple protocol: this read leaves no statement of its own behind.
+            let row = sqlx::raw_sql("SELECT pg_backend_pid()").fetch_one(&mut *tx).await?;
+            Ok::<i32, sqlx::Error>(sqlx::Row::get(&row, 0))
+        })
+        .await?;
+    match handled {
+        Handled::Applied(pid) => Ok(pid),
+        Handled::Duplicate => panic!("a new message id was a duplicate"),
+    }
+}
+
+/// DRV-1b, QUE-3: each round holds the server connection the last inbox transaction ran on,
+/// so PgBouncer (transaction mode) runs the next one on another: unnamed record statements
+/// keep working there, and the control — sqlx preparing the record statement — fails once
+/// its transaction lands on a server connection that never prepared it.
+#[tokio::test]
+async fn unnamed_inbox_statements_survive_a_change_of_server_connection_drv_1b() {
+    let (db, client, _) = migrated(1).await;
+    let test = "unnamed_inbox_statements_survive_a_change_of_server_connection_drv_1b";
+    let Some(config) = pgbouncer(&db, PoolMode::Transaction, test).await else {
+        return;
+    };
+    // One connection: every transaction is that client's, whatever server runs it.
+    let pool = PgPoolOptions::new().max_connections(1).connect(&pooler_url(&config)).await.unwrap();
+    let unnamed = SqlxInbox::new(db.namespace()).with_statement_mode(StatementMode::Unnamed);
+    let mut last = handle_new(&pool, &unnamed).await.unwrap();
+    let mut moved = 0;
+    for _ in 0..5 {
+        let (held, holds) = HeldServers::hold_backend(&config, last, 3).await;
+        moved += usize::from(holds);
+        last = handle_new(&pool, &unnamed).await.unwrap();
+        drop(held);
+    }
+    assert!(moved >= 1, "no inbox transaction was moved to another server connection");
+    let sql = format!("SELECT count(*) FROM {}", db.namespace().table("inbox"));
+    assert_eq!(client.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0), 6);
+
+    let prepared = SqlxInbox::new(db.namespace());
+    let mut last = handle_new(&pool, &prepared).await.unwrap();
+    let mut failure = None;
+    for _ in 0..5 {
+        let (held, _) = HeldServers::hold_backend(&config, last, 3).await;
+        match handle_new(&pool, &prepared).await {
+            Ok(pid) => last = pid,
+            Err(error) => {
+                failure = Some(error);
+                break;
+            }
+        }
+        drop(held);
+    }
+    let Some(SqlxInboxError::Database { error, .. }) = failure else {
+        panic!("a prepared record statement survived a change of server connection: {failure:?}");
+    };
+    let code = error.as_database_error().and_then(|e| e.code()).map(|code| code.into_owned());
+    assert_eq!(code.as_deref(), Some("26000"), "{error}");
 }
 
 /// QUE-3: effects that fail roll back with the inbox record, so the next delivery runs

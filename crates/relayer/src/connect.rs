@@ -60,7 +60,7 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
     {
         let connection = maintenance.get().await.map_err(StartError::Pool)?;
         if setup.lent_pool.is_some() {
-            check_lent_statement_mode(connection.statements().is_enabled(), setup.statements)?;
+            check_lent_statement_mode(connection.statements().mode(), setup.statements)?;
         }
         verify_schema(&**connection, &setup.namespace).await.map_err(StartError::Schema)?;
     }
@@ -101,14 +101,20 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
 /// Refuses a lent pool whose connections send statements otherwise than the builder's
 /// `statement_mode` says, which the host's own pools follow: behind a transaction-mode
 /// pooler one of the two would break.
-fn check_lent_statement_mode(lent_prepares: bool, builder: StatementMode) -> Result<(), StartError> {
-    let reason = match (lent_prepares, builder) {
-        (true, StatementMode::Prepared) | (false, StatementMode::Unnamed) => return Ok(()),
-        (true, StatementMode::Unnamed) => {
+///
+/// The lent pool's connections were opened in `lent` mode (as configured: a prepared-mode
+/// connection whose cache gave up after lost statements is still a prepared-mode pool).
+fn check_lent_statement_mode(lent: StatementMode, builder: StatementMode) -> Result<(), StartError> {
+    let reason = match (lent, builder) {
+        (StatementMode::Prepared, StatementMode::Prepared)
+        | (StatementMode::Unnamed, StatementMode::Unnamed) => {
+            return Ok(());
+        }
+        (StatementMode::Prepared, StatementMode::Unnamed) => {
             "is Unnamed, but the lent pool's connections prepare their statements; build the pool with \
              connect_pool_with(…, StatementMode::Unnamed), or leave statement_mode at Prepared"
         }
-        (false, StatementMode::Prepared) => {
+        (StatementMode::Unnamed, StatementMode::Prepared) => {
             "is Prepared (the default), but the lent pool's connections send their statements unnamed; \
              set .statement_mode(StatementMode::Unnamed) so the host's own pools do too"
         }
