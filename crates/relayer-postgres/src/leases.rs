@@ -17,7 +17,7 @@
 //! A leader whose pass is many short transactions (cleanup's batches) cannot keep one row
 //! lock for the pass: each of its batches locks the lease row, acts only while the lease
 //! still has the same owner and term and has not expired, and renews it, in one statement
-//! ([`RetentionStatements`](crate::retention::RetentionStatements)' `*_leased`). A deposed
+//! ([`RetentionStatements::delete_expired`](crate::retention::RetentionStatements::delete_expired) under a lease). A deposed
 //! leader that wakes up late therefore changes nothing, and no contender can take the lease
 //! while a batch runs (its row is locked) or between batches (it was just renewed).
 //! [`fence_clause`] is that condition for other statements; [`LeaseStatements::holds`]
@@ -323,6 +323,9 @@ mod tests {
 
     use super::*;
     use crate::migrate;
+    use relayer_core::RetentionTable;
+    use relayer_core::store::UnderLease;
+
     use crate::retention::RetentionStatements;
 
     const LONG: Duration = Duration::from_secs(30);
@@ -461,7 +464,18 @@ mod tests {
         let month = Duration::from_secs(30 * 86_400);
         let batch = |lease: &Lease, limit| {
             let (retention, client, lease) = (&retention, &client, lease.clone());
-            async move { retention.delete_expired_dead_leased(client, month, limit, &lease, LONG).await.unwrap() }
+            async move {
+                retention
+                    .delete_expired(
+                        client,
+                        RetentionTable::Dead,
+                        month,
+                        limit,
+                        Some(UnderLease { lease: &lease, lease_duration: LONG }),
+                    )
+                    .await
+                    .unwrap()
+            }
         };
         assert_eq!(batch(&deposed, 100).await, None);
         let stale_term = Lease { term: 1, ..leader.clone() };
@@ -493,11 +507,27 @@ mod tests {
         let probe = prober.transaction().await.unwrap();
         assert_eq!(leases.acquire(&probe, "cleanup", "b", LONG).await.unwrap(), None);
         let month = Duration::from_secs(30 * 86_400);
-        let busy = within(retention.delete_expired_dead_leased(&client, month, 100, &lease, LONG)).await;
+        let busy = within(retention.delete_expired(
+            &client,
+            RetentionTable::Dead,
+            month,
+            100,
+            Some(UnderLease { lease: &lease, lease_duration: LONG }),
+        ))
+        .await;
         assert_eq!(busy.unwrap(), None);
         assert!(leases.holds(&client, &lease).await.unwrap(), "still ours: the row was only busy");
         probe.rollback().await.unwrap();
-        let done = retention.delete_expired_dead_leased(&client, month, 100, &lease, LONG).await.unwrap();
+        let done = retention
+            .delete_expired(
+                &client,
+                RetentionTable::Dead,
+                month,
+                100,
+                Some(UnderLease { lease: &lease, lease_duration: LONG }),
+            )
+            .await
+            .unwrap();
         assert_eq!(done, Some(3));
         assert_eq!(count_dead(&client, &db).await, 0);
     }

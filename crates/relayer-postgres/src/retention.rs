@@ -10,7 +10,7 @@
 //! pending, parked and scheduled rows never expire by age (RET-1).
 //!
 //! A cleanup leader runs each batch as its own short transaction, so the lease cannot be
-//! held by one transaction for the whole pass. The `*_leased` variants therefore carry the
+//! held by one transaction for the whole pass. A batch under a lease therefore carries the
 //! lease in the batch itself (LDR-2, LDR-6): one statement locks the lease row (`FOR UPDATE
 //! SKIP LOCKED`, never waiting), deletes only while the lease is still the caller's (same
 //! owner and term) and unexpired, and renews it from the end of the batch
@@ -22,6 +22,8 @@
 use std::time::Duration;
 
 use relayer_core::Namespace;
+use relayer_core::RetentionTable;
+use relayer_core::store::UnderLease;
 use relayer_core::time::database_micros;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -82,58 +84,46 @@ impl RetentionStatements {
         }
     }
 
-    /// Deletes up to `limit` dead rows that failed more than `retention` ago; returns how
-    /// many it deleted. Fewer than `limit` means the backlog is gone (for now).
-    pub async fn delete_expired_dead(
+    /// Deletes up to `limit` rows of `table` older than `retention` (dead rows by
+    /// `failed_at`, inbox rows by `processed_at`); returns how many. Fewer than `limit`
+    /// means the backlog is gone (for now). The outbox never expires by age (RET-1): for it
+    /// this deletes nothing.
+    ///
+    /// Under `lease` the one statement also locks the lease row, deletes only while the
+    /// lease is still its owner's, at the same term, and unexpired, and renews it for its
+    /// `lease_duration` (one transaction when `client` is not in one). `None` then means
+    /// the lease was not the caller's, or its row was locked by another session at that
+    /// instant ([`LeaseStatements::holds`](crate::LeaseStatements::holds) tells which);
+    /// nothing was deleted or renewed. Without a lease the answer is always `Some`.
+    pub async fn delete_expired(
         &self,
         client: &impl Executor,
+        table: RetentionTable,
         retention: Duration,
         limit: u32,
-    ) -> Result<u64, StorageError> {
-        batch(client, &self.delete_dead, "deleting expired dead rows", retention, limit).await
-    }
-
-    /// Deletes up to `limit` inbox rows processed more than `retention` ago; returns how
-    /// many it deleted.
-    pub async fn delete_expired_inbox(
-        &self,
-        client: &impl Executor,
-        retention: Duration,
-        limit: u32,
-    ) -> Result<u64, StorageError> {
-        batch(client, &self.delete_inbox, "deleting expired inbox rows", retention, limit).await
-    }
-
-    /// Like [`delete_expired_dead`](Self::delete_expired_dead), under `lease`: locks the lease
-    /// row, deletes only while `lease` is still its owner's, at the same term, and unexpired,
-    /// and renews it for `lease_duration`, all in one statement (one transaction when
-    /// `client` is not in one). `None`: the lease was not the caller's, or its row was locked
-    /// by another session at that instant ([`LeaseStatements::holds`](crate::LeaseStatements::holds)
-    /// tells which); nothing was deleted or renewed.
-    pub async fn delete_expired_dead_leased(
-        &self,
-        client: &impl Executor,
-        retention: Duration,
-        limit: u32,
-        lease: &Lease,
-        lease_duration: Duration,
+        lease: Option<UnderLease<'_>>,
     ) -> Result<Option<u64>, StorageError> {
-        let what = "deleting expired dead rows under the cleanup lease";
-        leased_batch(client, &self.delete_dead_leased, what, retention, limit, lease, lease_duration).await
-    }
-
-    /// Like [`delete_expired_inbox`](Self::delete_expired_inbox), under `lease`, as
-    /// [`delete_expired_dead_leased`](Self::delete_expired_dead_leased).
-    pub async fn delete_expired_inbox_leased(
-        &self,
-        client: &impl Executor,
-        retention: Duration,
-        limit: u32,
-        lease: &Lease,
-        lease_duration: Duration,
-    ) -> Result<Option<u64>, StorageError> {
-        let what = "deleting expired inbox rows under the cleanup lease";
-        leased_batch(client, &self.delete_inbox_leased, what, retention, limit, lease, lease_duration).await
+        let (unfenced, fenced, what, what_leased) = match table {
+            RetentionTable::Dead => (
+                &self.delete_dead,
+                &self.delete_dead_leased,
+                "deleting expired dead rows",
+                "deleting expired dead rows under the cleanup lease",
+            ),
+            RetentionTable::Inbox => (
+                &self.delete_inbox,
+                &self.delete_inbox_leased,
+                "deleting expired inbox rows",
+                "deleting expired inbox rows under the cleanup lease",
+            ),
+            RetentionTable::Outbox => return Ok(Some(0)),
+        };
+        match lease {
+            None => batch(client, unfenced, what, retention, limit).await.map(Some),
+            Some(UnderLease { lease, lease_duration }) => {
+                leased_batch(client, fenced, what_leased, retention, limit, lease, lease_duration).await
+            }
+        }
     }
 }
 

@@ -126,23 +126,7 @@ impl<C: Executor> DeleteExpired for PgStore<'_, C, RetentionStatements> {
         limit: u32,
         lease: Option<UnderLease<'_>>,
     ) -> Result<Option<u64>, StorageError> {
-        let (statements, client) = (self.statements, self.client);
-        match (table, lease) {
-            (RetentionTable::Dead, Some(UnderLease { lease, lease_duration })) => {
-                statements.delete_expired_dead_leased(client, retention, limit, lease, lease_duration).await
-            }
-            (RetentionTable::Dead, None) => {
-                statements.delete_expired_dead(client, retention, limit).await.map(Some)
-            }
-            (RetentionTable::Inbox, Some(UnderLease { lease, lease_duration })) => {
-                statements.delete_expired_inbox_leased(client, retention, limit, lease, lease_duration).await
-            }
-            (RetentionTable::Inbox, None) => {
-                statements.delete_expired_inbox(client, retention, limit).await.map(Some)
-            }
-            // The outbox never expires by age (RET-1).
-            (RetentionTable::Outbox, _) => Ok(Some(0)),
-        }
+        self.statements.delete_expired(self.client, table, retention, limit, lease).await
     }
 }
 

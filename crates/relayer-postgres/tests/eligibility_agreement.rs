@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use relayer_core::RetentionTable;
 use relayer_core::duration::Retention;
 use relayer_core::eligibility::{OutboxRow, dead_row_expired, inbox_row_expired, recovery_eligible};
 use relayer_core::store::PageRequest;
@@ -192,8 +193,16 @@ fn retention_sql_deletes_exactly_the_pure_expired_rows() {
                 let inbox_before = times(format!("SELECT processed_at FROM {inbox}")).await;
                 // Keep (`infinite`) never reaches SQL: the worker skips the table (RET-3).
                 if let Some(keep) = retention.duration() {
-                    statements.delete_expired_dead(tx, keep, 10_000).await.unwrap();
-                    statements.delete_expired_inbox(tx, keep, 10_000).await.unwrap();
+                    statements
+                        .delete_expired(tx, RetentionTable::Dead, keep, 10_000, None)
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    statements
+                        .delete_expired(tx, RetentionTable::Inbox, keep, 10_000, None)
+                        .await
+                        .unwrap()
+                        .unwrap();
                 }
                 let dead_after = times(format!("SELECT failed_at FROM {dead}")).await;
                 let inbox_after = times(format!("SELECT processed_at FROM {inbox}")).await;
@@ -219,7 +228,10 @@ async fn a_retention_batch_never_exceeds_its_limit_even_after_an_empty_first_run
     migrate(&mut client, db.namespace()).await.unwrap();
     let statements = RetentionStatements::new(db.namespace());
     let week = Duration::from_secs(7 * 86_400);
-    assert_eq!(statements.delete_expired_inbox(&client, week, 100).await.unwrap(), 0);
+    assert_eq!(
+        statements.delete_expired(&client, RetentionTable::Inbox, week, 100, None).await.unwrap().unwrap(),
+        0
+    );
     client
         .execute(
             &format!(
@@ -232,7 +244,14 @@ async fn a_retention_batch_never_exceeds_its_limit_even_after_an_empty_first_run
         .await
         .unwrap();
     for _ in 0..3 {
-        assert_eq!(statements.delete_expired_inbox(&client, week, 100).await.unwrap(), 100);
+        assert_eq!(
+            statements
+                .delete_expired(&client, RetentionTable::Inbox, week, 100, None)
+                .await
+                .unwrap()
+                .unwrap(),
+            100
+        );
     }
 }
 

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use relayer_core::RetentionTable;
 use relayer_core::message::{
     EARLIEST_DELIVERY, LATEST_DELIVERY, MAX_DELIVERY_DELAY, MAX_DESTINATION_BYTES, MAX_HEADERS_BYTES,
     MAX_LANE_KEY_BYTES, MAX_TRACE_CONTEXT_BYTES,
@@ -112,8 +113,22 @@ async fn the_largest_accepted_values_are_stored_by_postgresql_out_3() {
 async fn the_longest_retention_runs_a_cleanup_batch_opt_3() {
     let (db, client) = setup().await;
     let retention = RetentionStatements::new(db.namespace());
-    assert_eq!(retention.delete_expired_dead(&client, MAX_RETENTION, 10).await.unwrap(), 0);
-    assert_eq!(retention.delete_expired_inbox(&client, MAX_RETENTION, 10).await.unwrap(), 0);
+    assert_eq!(
+        retention
+            .delete_expired(&client, RetentionTable::Dead, MAX_RETENTION, 10, None)
+            .await
+            .unwrap()
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        retention
+            .delete_expired(&client, RetentionTable::Inbox, MAX_RETENTION, 10, None)
+            .await
+            .unwrap()
+            .unwrap(),
+        0
+    );
 }
 
 /// DSP-3, LAN-4: the locked completion (the sweeper's, whose row locks are its claim)
@@ -187,5 +202,12 @@ async fn any_duration_reaching_sql_is_clamped_to_what_postgresql_represents() {
         .get(0);
     assert!(far);
     let retention = RetentionStatements::new(db.namespace());
-    assert_eq!(retention.delete_expired_dead(&client, Duration::MAX, 10).await.unwrap(), 0);
+    assert_eq!(
+        retention
+            .delete_expired(&client, RetentionTable::Dead, Duration::MAX, 10, None)
+            .await
+            .unwrap()
+            .unwrap(),
+        0
+    );
 }

@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use relayer_core::store::{LeaderCheck, LockOutbox, PageRequest};
+use relayer_core::RetentionTable;
+use relayer_core::store::{LeaderCheck, LockOutbox, PageRequest, UnderLease};
 use relayer_core::{NewMessage, PassPlan, ScanWindow, Uuid};
 use relayer_postgres::recovery::RecoveryStatements;
 use relayer_postgres::retention::RetentionStatements;
@@ -188,7 +189,14 @@ async fn every_other_worker_statement_stays_bounded_under_a_generic_plan() {
     mixed.defer(2, CLAIM);
     assert_eq!(outbox.complete(&client, token, &mixed).await.unwrap().fenced_out, 2);
     assert!(lanes.claim(&client, token, CLAIM, 3, "", 12, &[]).await.unwrap().lanes.is_empty());
-    assert_eq!(retention.delete_expired_dead(&client, Duration::from_secs(60), 5).await.unwrap(), 0);
+    assert_eq!(
+        retention
+            .delete_expired(&client, RetentionTable::Dead, Duration::from_secs(60), 5, None)
+            .await
+            .unwrap()
+            .unwrap(),
+        0
+    );
     // Cleanup's batch under its lease, planned on an empty dead table too.
     let cleanup_lease = {
         let (connection, statements) = client.split();
@@ -202,7 +210,15 @@ async fn every_other_worker_statement_stays_bounded_under_a_generic_plan() {
         lease
     };
     let minute = Duration::from_secs(60);
-    let leased = retention.delete_expired_dead_leased(&client, minute, 5, &cleanup_lease, CLAIM).await;
+    let leased = retention
+        .delete_expired(
+            &client,
+            RetentionTable::Dead,
+            minute,
+            5,
+            Some(UnderLease { lease: &cleanup_lease, lease_duration: CLAIM }),
+        )
+        .await;
     assert_eq!(leased.unwrap(), Some(0));
 
     let writer = OutboxWriter::new(db.namespace(), ["queue"]);
@@ -254,9 +270,20 @@ async fn every_other_worker_statement_stays_bounded_under_a_generic_plan() {
         .await
         .unwrap();
     // Two dead rows: each batch statement takes exactly what its limit allows.
-    let leased = retention.delete_expired_dead_leased(&client, minute, 1, &cleanup_lease, CLAIM).await;
+    let leased = retention
+        .delete_expired(
+            &client,
+            RetentionTable::Dead,
+            minute,
+            1,
+            Some(UnderLease { lease: &cleanup_lease, lease_duration: CLAIM }),
+        )
+        .await;
     assert_eq!(leased.unwrap(), Some(1));
-    assert_eq!(retention.delete_expired_dead(&client, minute, 5).await.unwrap(), 1);
+    assert_eq!(
+        retention.delete_expired(&client, RetentionTable::Dead, minute, 5, None).await.unwrap().unwrap(),
+        1
+    );
 }
 
 /// The sweeper sends its page read in the same round trip as its lease acquisition: the
