@@ -25,7 +25,7 @@
 //!
 //! This library holds what they share: a queue transport that can be watched
 //! ([`QueueProbe`]), the child-process protocol ([`host_process`]), the pure delivery
-//! [`audit`], reading the tables as an observer, run sizes from the environment ([`scale`]),
+//! [`audit`](mod@audit), reading the tables as an observer, run sizes from the environment ([`scale`]),
 //! and a seeded random source ([`Rng`]).
 #![deny(missing_docs)]
 

@@ -183,6 +183,13 @@ fn ci(args: &[String]) -> Result<(), String> {
             &[("RUSTDOCFLAGS", "-D warnings")],
             &["doc", "-p", "relayer", "--all-features", "--no-deps"],
         ),
+        // Every other crate's docs with its default features, as docs.rs and a user's
+        // `cargo doc` build them: no link to a private or feature-gated item.
+        Step::cargo_with_env(
+            "crate docs",
+            &[("RUSTDOCFLAGS", "-D warnings")],
+            &["doc", "--workspace", "--exclude", "relayer", "--no-deps"],
+        ),
     ];
     for member in &members {
         steps.push(Step::cargo(&format!("check {member} on its own"), &["check", "-p", member]));

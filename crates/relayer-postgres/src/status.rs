@@ -3,8 +3,8 @@
 //! One snapshot, read in a few statements: the backlog and the age of the oldest pending
 //! row per transport and destination, scheduled rows, parked lanes with their reason, dead
 //! rows and dead letters by queue and reason (this module); leases, instances and their
-//! settings disagreements, and each worker's last successful pass ([`workers`]); the
-//! database's xmin horizon and dead tuples ([`database`]). Every age is measured on the
+//! settings disagreements, and each worker's last successful pass (`status/workers.rs`); the
+//! database's xmin horizon and dead tuples (`status/database.rs`). Every age is measured on the
 //! database clock (NS-4). Counting is O(table): this is for an operator's command or a
 //! scrape every few seconds, not for a worker's pass.
 

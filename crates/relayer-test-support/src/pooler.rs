@@ -70,7 +70,7 @@ pub fn pooler_url(config: &Config) -> String {
 
 /// Settings that reach `db`'s database through PgBouncer in `mode`, with `db`'s user,
 /// database and `application_name`; `None` when no such pooler answers, after `test` has
-/// been reported skipped (see the [module docs](self)).
+/// been reported skipped (see the `pooler` module docs).
 ///
 /// # Panics
 ///

@@ -103,7 +103,7 @@ impl QueueWriter {
     }
 
     /// Notifies each queue at most once per `interval` ([`Duration::ZERO`]: in every
-    /// writing transaction). See the [module docs](self) for the trade.
+    /// writing transaction). The `queue::direct` module docs weigh the trade.
     pub fn with_notify_interval(mut self, interval: Duration) -> Self {
         self.notify_interval = interval;
         self
