@@ -108,3 +108,20 @@ impl<'a> EnqueueBatch<'a> {
         params
     }
 }
+
+/// Runs an enqueue `statement` with its `encoded` parameters on `client` and returns the
+/// rows it read back, `(seq, message_id)` per message in enqueue order: the tokio-postgres
+/// side of both writers (outbox and direct queue), whose statements share that shape.
+pub(crate) async fn insert_and_read_back(
+    client: &impl crate::exec::Executor,
+    statement: &str,
+    encoded: &[EnqueueParam<'_>],
+    what: String,
+) -> Result<Vec<super::Enqueued>, crate::error::StorageError> {
+    let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded.iter().map(EnqueueParam::typed).collect();
+    let rows = crate::exec::rows(client, statement, &params, what).await?;
+    Ok(rows
+        .iter()
+        .map(|row| super::Enqueued { seq: row.get(0), id: relayer_core::MessageId::from_uuid(row.get(1)) })
+        .collect())
+}

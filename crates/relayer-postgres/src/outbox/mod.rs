@@ -32,6 +32,7 @@ mod writer;
 // `relayer_postgres::outbox::ClaimedMessage` and friends keep working.
 pub use relayer_core::store::{Claimed, ClaimedMessage, Completion, CompletionReport, UndecodableRow};
 
+pub(crate) use self::batch::insert_and_read_back;
 pub use self::batch::{EnqueueBatch, EnqueueParam};
 pub use self::channel::notify_channel;
 pub(crate) use self::channel::{channel, lane_lock_prefix};

@@ -4,9 +4,8 @@
 use std::collections::BTreeSet;
 
 use relayer_core::{MessageError, MessageId, Namespace, NewMessage, TransportRegistry, advisory_lock_key};
-use tokio_postgres::types::{ToSql, Type};
 
-use super::batch::{EnqueueBatch, EnqueueParam};
+use super::batch::EnqueueBatch;
 use super::channel::{lane_lock_prefix, notify_channel};
 use super::columns::WrittenColumns;
 use crate::error::StorageError;
@@ -184,20 +183,8 @@ impl OutboxWriter {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let encoded = batch.params();
-        let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded.iter().map(EnqueueParam::typed).collect();
-        let count = messages.len();
-        let rows = crate::exec::rows(
-            client,
-            batch.statement(),
-            &params,
-            format!("enqueueing {}", crate::error::messages(count)),
-        )
-        .await?;
-        Ok(rows
-            .iter()
-            .map(|row| Enqueued { seq: row.get(0), id: MessageId::from_uuid(row.get(1)) })
-            .collect())
+        let what = format!("enqueueing {}", crate::error::messages(messages.len()));
+        Ok(super::batch::insert_and_read_back(client, batch.statement(), &batch.params(), what).await?)
     }
 
     /// Validates `messages` and encodes them as the parameters of the one enqueue statement

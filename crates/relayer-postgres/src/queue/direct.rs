@@ -23,11 +23,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use relayer_core::{Delivery, MessageError, MessageId, Namespace, NewMessage};
+use relayer_core::{Delivery, MessageError, Namespace, NewMessage};
 use tokio::time::Instant;
-use tokio_postgres::types::{ToSql, Type};
 
-use crate::error::StorageError;
 use crate::exec::Executor;
 use crate::outbox::{DEFAULT_MAX_BODY_BYTES, EnqueueError, EnqueueParam, Enqueued, WrittenColumns};
 
@@ -129,19 +127,8 @@ impl QueueWriter {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let count = batch.len();
-        let encoded = batch.params();
-        let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded.iter().map(EnqueueParam::typed).collect();
-        let rows = client.rows(batch.statement(), &params).await.map_err(|e| {
-            StorageError::database(
-                format!("enqueueing {} into the queue table", crate::error::messages(count)),
-                e,
-            )
-        })?;
-        Ok(rows
-            .iter()
-            .map(|row| Enqueued { seq: row.get(0), id: MessageId::from_uuid(row.get(1)) })
-            .collect())
+        let what = format!("enqueueing {} into the queue table", crate::error::messages(batch.len()));
+        Ok(crate::outbox::insert_and_read_back(client, batch.statement(), &batch.params(), what).await?)
     }
 
     /// Validates `messages` and encodes them as the parameters of the one insert this
