@@ -18,6 +18,7 @@ use relayer::cleanup::{Cleanup, LEASE_JOB as CLEANUP_JOB};
 use relayer::core::store::{ClaimOutbox, CompleteOutbox, Completion};
 use relayer::core::{StoreError, StoreSource};
 use relayer::delivery::SendPath;
+use relayer::dispatcher::{DispatchSession, Dispatcher};
 use relayer::postgres::{LeaseStatements, OutboxWriter, PgSource, connect_pool};
 use relayer::sweeper::{LEASE_JOB as SWEEPER_JOB, Sweeper};
 use relayer::{
@@ -63,6 +64,34 @@ impl Scene {
     /// [`source`](Self::source), wrapped for faults.
     async fn faulty_source(&self) -> FaultyStore<PgSource> {
         FaultyStore::new(self.source().await)
+    }
+
+    /// Commits `n` messages of one lane, `lane`, to the queue destination `orders`.
+    async fn write_lane(&self, lane: &str, n: usize) -> Vec<Written> {
+        let messages: Vec<NewMessage> = (0..n)
+            .map(|i| NewMessage::new("queue", "orders", format!("{lane} {i}").into_bytes()).lane(lane))
+            .collect();
+        let rows =
+            OutboxWriter::new(self.db.namespace(), ["queue"]).enqueue(&self.client, &messages).await.unwrap();
+        Written::from_enqueued(&messages, &rows)
+    }
+
+    /// A dispatcher on `store` whose claims last `claim`, sending to the queue.
+    fn dispatcher<S>(&self, store: S, claim: Duration) -> Dispatcher<S>
+    where
+        S: StoreSource,
+        S::Session: DispatchSession,
+    {
+        let transports: Arc<TransportRegistry> =
+            Arc::new(TransportRegistry::new().with(Arc::clone(&self.queue) as Arc<dyn Transport>).unwrap());
+        let options = DispatcherOptions::builder().claim_duration(claim).build().unwrap();
+        Dispatcher::new(store, self.db.namespace().clone(), options, transports).unwrap()
+    }
+
+    /// The message ids the queue received, in the order it received them.
+    async fn delivered_in_order(&self) -> Vec<Uuid> {
+        let sql = format!("SELECT message_id FROM {} ORDER BY seq", self.db.namespace().table("queue"));
+        self.client.query(&sql, &[]).await.unwrap().iter().map(|row| row.get(0)).collect()
     }
 
     /// A sweeper on `store` leading as `owner` under a lease of `lease`, sending to the queue.
@@ -172,6 +201,72 @@ async fn a_completion_lost_after_the_send_is_sent_again_and_the_stale_claims_com
     let verdict = scene.audit(&written).await;
     assert!(verdict.is_clean(), "{verdict:?}");
     assert_eq!((verdict.delivered, verdict.duplicates), (3, 3), "each message delivered again, never lost");
+}
+
+/// DSP-3, DSP-7, through the dispatcher itself on a wrapped store: a pass sends its batch,
+/// then its completion never reaches the database. The pass fails (transient) and nothing
+/// is lost: the rows stay claimed until the claim lapses, and a later pass of the same
+/// dispatcher takes them and sends them again — each message delivered twice, never lost.
+#[tokio::test]
+async fn a_dispatch_pass_whose_completion_is_lost_fails_and_a_later_pass_sends_the_rows_again_dsp_3() {
+    let scene = Scene::new().await;
+    let written = scene.write(3).await;
+    let store = scene.faulty_source().await;
+    let dispatcher = scene.dispatcher(store.clone(), Duration::from_secs(1));
+    let lost = store.inject(Fault::fail_before(StoreCall::Complete, Transience::Transient));
+
+    let session = store.open().await.unwrap();
+    let error = dispatcher.run_once(&session).await.unwrap_err();
+    drop(session); // the pool has one connection
+    assert!(error.is_transient(), "{}", error_chain(&error));
+    assert_eq!(lost.strikes(), 1);
+    assert_eq!(scene.audit(&written).await.delivered, 3, "the batch was sent before the completion was lost");
+    assert_eq!(scene.outbox_rows().await, 3, "a lost completion deletes nothing: the rows are still owed");
+
+    eventually("a later pass sends the rows again once their claim lapsed", || async {
+        let session = store.open().await.unwrap();
+        dispatcher.run_once(&session).await.unwrap();
+        scene.outbox_rows().await == 0
+    })
+    .await;
+    let verdict = scene.audit(&written).await;
+    assert!(verdict.is_clean(), "{verdict:?}");
+    assert_eq!((verdict.delivered, verdict.duplicates), (3, 3), "each message delivered again, never lost");
+}
+
+/// LAN-1, DSP-7: a lane head is sent, then its delete never reaches the database. The pass
+/// fails; the lane stays claimed until its claim lapses, and the next owner sends the same
+/// head again — before any later head of the lane, so the lane's order holds even where a
+/// message is delivered twice.
+#[tokio::test]
+async fn a_lost_lane_head_delete_replays_the_head_before_any_later_head_lan_1() {
+    let scene = Scene::new().await;
+    let written = scene.write_lane("customer-7", 3).await;
+    let store = scene.faulty_source().await;
+    let dispatcher = scene.dispatcher(store.clone(), Duration::from_secs(1));
+    let lost = store.inject(Fault::fail_before(StoreCall::AcceptHead, Transience::Transient));
+
+    let session = store.open().await.unwrap();
+    let error = dispatcher.run_once(&session).await.unwrap_err();
+    drop(session); // the pool has one connection
+    assert!(error.is_transient(), "{}", error_chain(&error));
+    assert_eq!(lost.strikes(), 1);
+    assert_eq!(scene.outbox_rows().await, 3, "the head's delete was lost: every row is still owed");
+
+    eventually("the lane drains once its claim lapsed", || async {
+        let session = store.open().await.unwrap();
+        dispatcher.run_once(&session).await.unwrap();
+        scene.outbox_rows().await == 0
+    })
+    .await;
+    let ids: Vec<Uuid> = written.iter().map(|message| message.id).collect();
+    assert_eq!(
+        scene.delivered_in_order().await,
+        vec![ids[0], ids[0], ids[1], ids[2]],
+        "the head is replayed, and nothing behind it overtakes it"
+    );
+    let verdict = scene.audit(&written).await;
+    assert!(verdict.is_clean(), "{verdict:?}");
 }
 
 /// SWP-4, DSP-7: the recovery sweeper's completion reaches the database, then its answer is

@@ -6,7 +6,8 @@
 use std::path::Path;
 
 /// The worker crates that are generic over `relayer_core::session::StoreSource`.
-const WORKERS: [&str; 4] = ["relayer-sweeper", "relayer-cleanup", "relayer-dead-letters", "relayer-consumer"];
+const WORKERS: [&str; 5] =
+    ["relayer-dispatcher", "relayer-sweeper", "relayer-cleanup", "relayer-dead-letters", "relayer-consumer"];
 
 /// The crates a worker may never depend on (dev-dependencies aside): the storage crate,
 /// and the driver and pool it is built on.

@@ -304,14 +304,15 @@ async fn relayer_run(
         .concurrency(u32::try_from(*PUBLISHERS)?)
         .build()?;
     let pool = relayer_postgres::connect_pool(
-        relayer_dispatcher::asynchronous_commit(scratch.config.clone()),
+        relayer_postgres::asynchronous_commit(scratch.config.clone()),
         u32::try_from(*PUBLISHERS + 1)?,
     )
     .await?;
-    let dispatcher = Dispatcher::new(pool, scratch.namespace.clone(), options, registry)?
-        .listening(scratch.config.clone());
+    let writer = relayer_postgres::OutboxWriter::for_registry(&scratch.namespace, &registry).without_notify();
+    let source = relayer_postgres::PgSource::new(pool, &scratch.namespace).with_transports(registry.names());
+    let dispatcher = Dispatcher::new(source, scratch.namespace.clone(), options, registry)?
+        .listening(relayer_postgres::PgNotifications::outbox(scratch.config.clone(), &scratch.namespace));
     let client = connect(&scratch.config).await?;
-    let writer = dispatcher.writer().without_notify();
     for start in (0..messages).step_by(1000) {
         let batch: Vec<NewMessage> = (start..(start + 1000).min(messages))
             .map(|n| NewMessage::new(name, destination, body(n)))

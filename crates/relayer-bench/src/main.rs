@@ -51,8 +51,8 @@ use relayer_core::{
     DispatcherOptions, Envelope, Namespace, NewMessage, SendOutcome, Transport, TransportError,
     TransportRegistry, async_trait,
 };
-use relayer_dispatcher::{Dispatcher, asynchronous_commit};
-use relayer_postgres::{OutboxWriter, PgPool, connect_pool};
+use relayer_dispatcher::Dispatcher;
+use relayer_postgres::{OutboxWriter, PgNotifications, PgPool, PgSource, asynchronous_commit, connect_pool};
 use relayer_queue::PgQueueTransport;
 use tokio_util::sync::CancellationToken;
 
@@ -344,9 +344,11 @@ async fn relayer_run(
     };
     let registry = Arc::new(TransportRegistry::new().with(Arc::new(transport))?);
     let dispatch_pool = connect_pool(asynchronous_commit(scratch.config.clone()), 4).await?;
+    let outbox_writer = OutboxWriter::for_registry(&scratch.namespace, &registry);
+    let source = PgSource::new(dispatch_pool, &scratch.namespace).with_transports(registry.names());
     let dispatcher =
-        Dispatcher::new(dispatch_pool, scratch.namespace.clone(), DispatcherOptions::default(), registry)?
-            .listening(scratch.config.clone());
+        Dispatcher::new(source, scratch.namespace.clone(), DispatcherOptions::default(), registry)?
+            .listening(PgNotifications::outbox(scratch.config.clone(), &scratch.namespace));
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn({
         let (dispatcher, shutdown) = (dispatcher.clone(), shutdown.clone());
@@ -355,8 +357,8 @@ async fn relayer_run(
     tokio::time::sleep(Duration::from_millis(200)).await; // let it LISTEN
     let committed_at = Arc::new(Mutex::new(HashMap::new()));
     let writer = match wakeup {
-        Wakeup::InProcess => Arc::new(dispatcher.writer().without_notify()),
-        Wakeup::Notify => Arc::new(dispatcher.writer()),
+        Wakeup::InProcess => Arc::new(outbox_writer.without_notify()),
+        Wakeup::Notify => Arc::new(outbox_writer),
     };
     let local = (wakeup == Wakeup::InProcess).then(|| dispatcher.clone());
     let started = Instant::now();
@@ -414,7 +416,7 @@ async fn relayer_run(
 async fn write_messages(
     config: &tokio_postgres::Config,
     writer: &OutboxWriter,
-    local_dispatcher: Option<&Dispatcher>,
+    local_dispatcher: Option<&Dispatcher<PgSource>>,
     committed_at: &Mutex<HashMap<uuid::Uuid, Instant>>,
     writer_index: usize,
     share: usize,

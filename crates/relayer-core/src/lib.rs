@@ -75,9 +75,10 @@ pub use panic::panic_text;
 pub use queue_message::{QueueMessage, Receipt, Received, Undecodable};
 pub use session::{Session, StoreSource};
 pub use store::{
-    CheckLease, ClaimOutbox, Claimed, ClaimedMessage, CompleteOutbox, Completion, CompletionColumns,
-    CompletionReport, DeleteExpired, HoldBackDestination, HoldLease, LeaderCheck, Lease, LockOutbox,
-    LockedPage, MoveDeadLetters, PageRequest, ScanRecovery, Store, StoreError, UndecodableRow, VerifySchema,
+    AdministerLanes, CheckLease, ClaimOutbox, Claimed, ClaimedMessage, CompleteOutbox, Completion,
+    CompletionColumns, CompletionReport, DeleteExpired, Enqueued, HoldBackDestination, HoldLease,
+    LeaderCheck, Lease, LockOutbox, LockedPage, MoveDeadLetters, PageRequest, ScanRecovery, Store,
+    StoreError, UndecodableRow, VerifySchema, WorkLanes,
 };
 pub use time::Timestamp;
 pub use transport::{

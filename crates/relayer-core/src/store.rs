@@ -6,7 +6,9 @@
 //! ([`CompleteOutbox`]); the sweeper also scans for rows left behind ([`ScanRecovery`]);
 //! retention cleanup only deletes expired rows ([`DeleteExpired`]); leaders hold leases
 //! ([`HoldLease`], [`CheckLease`]); a tripped destination's rows are held back for its
-//! cool-down ([`HoldBackDestination`]); the dead-letter policy worker redrives and expires
+//! cool-down ([`HoldBackDestination`]); the dispatcher's lane loop owns ordered lanes and
+//! moves their heads ([`WorkLanes`]), and operators release and skip parked lanes
+//! ([`AdministerLanes`]); the dead-letter policy worker redrives and expires
 //! dead letters ([`MoveDeadLetters`]); the queue consumer receives ([`ReceiveQueue`]),
 //! settles ([`SettleQueue`]) and keeps its messages invisible ([`ExtendVisibility`]), and
 //! records them in its inbox ([`RecordInbox`]). A worker's bounds are therefore a readable list of what it may do to
@@ -68,6 +70,7 @@ use crate::time::Timestamp;
 mod check_lease;
 mod extend_visibility;
 mod hold_back;
+mod lanes;
 mod move_dead_letters;
 mod receive_queue;
 mod record_inbox;
@@ -76,6 +79,7 @@ mod settle_queue;
 pub use check_lease::CheckLease;
 pub use extend_visibility::ExtendVisibility;
 pub use hold_back::HoldBackDestination;
+pub use lanes::{AdministerLanes, HeadFailure, LaneClaim, LaneClaimRequest, LaneHead, WorkLanes};
 pub use move_dead_letters::MoveDeadLetters;
 pub use receive_queue::ReceiveQueue;
 pub use record_inbox::{InboxEntry, RecordInbox};
@@ -259,6 +263,16 @@ pub struct ClaimedMessage {
     pub destination: String,
     /// What the transport receives; `attempts` counts earlier failed sends.
     pub envelope: Envelope,
+}
+
+/// One message a writer wrote into the outbox: its row and its id. What
+/// `Dispatcher::dispatch_now` sends at once after the caller's commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Enqueued {
+    /// The outbox row's sequence number (the `seq` column), growing in enqueue order.
+    pub seq: i64,
+    /// The message id.
+    pub id: crate::message::MessageId,
 }
 
 /// What a claim returned: the rows decoded into messages, and those that could not be.

@@ -14,18 +14,25 @@
 use std::sync::PoisonError;
 
 use relayer_core::FailureDecision;
+use relayer_core::session::StoreSource;
+use relayer_core::store::{HeadFailure, LaneClaimRequest, LaneHead, WorkLanes};
 use relayer_delivery::HeadOutcome;
-use relayer_postgres::{Executor, HeadFailure, LaneHead, StorageError};
+use relayer_worker::WorkerError;
 use uuid::Uuid;
 
-use crate::error::DispatchError;
+use crate::error::store;
 use crate::report::PassReport;
+use crate::session::DispatchSession;
 use crate::shared::{Shared, TARGET};
 
 /// How many lanes a lane claim may visit per lane it may claim.
 const LANE_VISITS_PER_CLAIM: u32 = 4;
 
-impl Shared {
+impl<S> Shared<S>
+where
+    S: StoreSource,
+    S::Session: DispatchSession,
+{
     /// Whether the lane loop has lanes to work: once a lane row was seen, always. Until
     /// then each lane pass only asks whether one exists, and says nothing when it cannot
     /// ask: a namespace that never had a lane row gets no lane claims, and a database
@@ -35,11 +42,9 @@ impl Shared {
         if self.lanes_seen.load(Ordering::Relaxed) {
             return true;
         }
-        let found = match self.pool.get().await {
-            Ok(connection) => {
-                self.lanes.any_lane_row(&*connection).await.map_err(|e| relayer_core::error_chain(&e))
-            }
-            Err(error) => Err(error.to_string()),
+        let found = match self.source.open().await {
+            Ok(session) => session.any_lane_row().await.map_err(|e| relayer_core::error_chain(&e)),
+            Err(error) => Err(relayer_core::error_chain(&error)),
         };
         match found {
             Ok(found) => {
@@ -56,7 +61,7 @@ impl Shared {
     }
 
     /// Claims due lanes (skipping tripped destinations, DSP-6) and works them.
-    pub(crate) async fn lane_pass(&self, client: &impl Executor) -> Result<PassReport, DispatchError> {
+    pub(crate) async fn lane_pass(&self, session: &S::Session) -> Result<PassReport, WorkerError> {
         let token = Uuid::new_v4();
         let after = self.lane_cursor.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let limit = self.options.batch_size();
@@ -64,17 +69,21 @@ impl Shared {
         // (parked, scheduled, backing off, tripped) must not make a pass O(lanes).
         let visit_cap = limit.saturating_mul(LANE_VISITS_PER_CLAIM);
         let tripped = self.send.breakers().tripped();
-        let claim = self
-            .lanes
-            .claim(client, token, self.options.claim_duration(), limit, &after, visit_cap, &tripped)
-            .await?;
+        let request = LaneClaimRequest {
+            claim: self.options.claim_duration(),
+            limit,
+            after: &after,
+            visit_cap,
+            tripped: &tripped,
+        };
+        let claim = session.claim_lanes(token, &request).await.map_err(store("claiming lanes"))?;
         *self.lane_cursor.lock().unwrap_or_else(PoisonError::into_inner) = claim.resume_after;
         let mut report = PassReport { lanes: claim.lanes.len() as u64, ..PassReport::default() };
         if claim.lanes.is_empty() {
             return Ok(report);
         }
         let results = futures_util::future::join_all(
-            claim.lanes.iter().map(|lane| self.work_lane(client, token, lane)),
+            claim.lanes.iter().map(|lane| self.work_lane(session, token, lane)),
         )
         .await;
         // The first storage error is returned after every lane stopped (lanes left claimed
@@ -89,7 +98,7 @@ impl Shared {
             }
         }
         match first_error {
-            Some(error) => Err(error.into()),
+            Some(error) => Err(WorkerError::store("working a lane", error)),
             None => Ok(report),
         }
     }
@@ -97,22 +106,22 @@ impl Shared {
     /// Works the owned `lane` until it stops for this pass, then gives up the claim.
     async fn work_lane(
         &self,
-        client: &impl Executor,
+        session: &S::Session,
         token: Uuid,
         lane: &str,
-    ) -> Result<PassReport, StorageError> {
+    ) -> Result<PassReport, <S::Session as relayer_core::Store>::Error> {
         let mut tally = PassReport::default();
         let claim = self.options.claim_duration();
         let mut keep_claim = false;
         for _ in 0..self.options.batch_size() {
-            let head = match self.lanes.head(client, lane, token, claim).await? {
+            let head = match session.lane_head(lane, token, claim).await? {
                 LaneHead::Due(head) => head,
                 LaneHead::Undecodable(row) => {
                     // Park, never skip: nothing behind the head may overtake it (LAN-5).
                     tally.undecodable += 1;
                     let reason = row.to_string();
                     let failure = HeadFailure::Park { error: &reason };
-                    if self.lanes.fail_head(client, lane, token, row.seq, failure).await? {
+                    if session.fail_head(lane, token, row.seq, failure).await? {
                         tally.lanes_parked += 1;
                         tracing::error!(target: TARGET, lane, seq = row.seq, error = %reason,
                             "lane parked behind an undecodable head; fix or skip it, then release the lane");
@@ -130,7 +139,7 @@ impl Shared {
                 HeadOutcome::Tripped => break,
                 HeadOutcome::Accepted => {
                     tally.sent += 1;
-                    if !self.lanes.accept_head(client, lane, token, head.seq).await? {
+                    if !session.accept_head(lane, token, head.seq).await? {
                         keep_claim = true;
                         break;
                     }
@@ -144,7 +153,7 @@ impl Shared {
                         FailureDecision::Retry { after, .. } => HeadFailure::Retry { error: &error, after },
                     };
                     let park = matches!(decision, FailureDecision::Bury { .. });
-                    let recorded = self.lanes.fail_head(client, lane, token, head.seq, failure).await?;
+                    let recorded = session.fail_head(lane, token, head.seq, failure).await?;
                     // Not recorded: the lane claim was taken over; its new owner decides.
                     if park && recorded {
                         tally.lanes_parked += 1;
@@ -158,7 +167,7 @@ impl Shared {
             }
         }
         if !keep_claim {
-            self.lanes.release_claim(client, lane, token).await?;
+            session.release_lane_claim(lane, token).await?;
         }
         Ok(tally)
     }

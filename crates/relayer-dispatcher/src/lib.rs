@@ -2,7 +2,9 @@
 //!
 //! The model. A [`Dispatcher`] runs passes, like every relayer worker, on relayer-worker's
 //! [`PassLoop`](relayer_worker::PassLoop): `concurrency` loops of unordered passes and one
-//! loop of lane passes. A pass borrows one pooled connection and:
+//! loop of lane passes. It reaches its store only through the core capability traits its
+//! sessions implement ([`DispatchSession`]), never through a database type. A pass opens
+//! one session (one pooled connection, LIF-2) and:
 //!
 //! 1. claims up to `batch_size` due, unordered rows nobody holds (a conditional `UPDATE`
 //!    that commits on its own and stamps the pass's random token and a deadline,
@@ -30,17 +32,23 @@
 //! waiting for a pass. Tests and health checks follow the loops through
 //! [`Dispatcher::subscribe`].
 //!
+//! With relayer's PostgreSQL store:
+//!
 //! ```no_run
 //! # async fn example(transports: std::sync::Arc<relayer_core::TransportRegistry>)
 //! #     -> Result<(), Box<dyn std::error::Error>> {
 //! use relayer_core::{DispatcherOptions, Namespace, NewMessage};
-//! use relayer_dispatcher::{Dispatcher, asynchronous_commit};
+//! use relayer_dispatcher::Dispatcher;
+//! use relayer_postgres::{OutboxWriter, PgNotifications, PgSource, asynchronous_commit, connect_pool};
 //! use tokio_util::sync::CancellationToken;
 //!
 //! let config: tokio_postgres::Config = "host=127.0.0.1 user=postgres dbname=app".parse()?;
-//! let pool = relayer_postgres::connect_pool(asynchronous_commit(config.clone()), 2).await?;
-//! let dispatcher = Dispatcher::new(pool, Namespace::default(), DispatcherOptions::default(), transports)?
-//!     .listening(config.clone());
+//! let namespace = Namespace::default();
+//! let pool = connect_pool(asynchronous_commit(config.clone()), 2).await?;
+//! let source = PgSource::new(pool, &namespace).with_transports(transports.names());
+//! let writer = OutboxWriter::for_registry(&namespace, &transports);
+//! let dispatcher = Dispatcher::new(source, namespace.clone(), DispatcherOptions::default(), transports)?
+//!     .listening(PgNotifications::outbox(config.clone(), &namespace));
 //! let shutdown = CancellationToken::new();
 //! let worker = tokio::spawn({
 //!     let (dispatcher, shutdown) = (dispatcher.clone(), shutdown.clone());
@@ -50,7 +58,7 @@
 //! let (mut client, connection) = config.connect(tokio_postgres::NoTls).await?;
 //! tokio::spawn(connection);
 //! let tx = client.transaction().await?;
-//! let written = dispatcher.writer().enqueue(&tx, &[NewMessage::new("queue", "orders", b"{}".to_vec())]).await?;
+//! let written = writer.enqueue(&tx, &[NewMessage::new("queue", "orders", b"{}".to_vec())]).await?;
 //! tx.commit().await?;
 //! dispatcher.dispatch_now(&written).await?; // optional: send at once from this process
 //!
@@ -66,10 +74,11 @@ mod hosted;
 mod lanes;
 mod pass;
 mod report;
+mod session;
 mod shared;
 mod unordered;
 mod wake;
 
-pub use dispatcher::{Dispatcher, asynchronous_commit};
-pub use error::DispatchError;
+pub use dispatcher::Dispatcher;
 pub use report::PassReport;
+pub use session::DispatchSession;

@@ -4,11 +4,13 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use relayer_worker::{Pass, PassOutcome};
+use relayer_core::session::StoreSource;
+use relayer_worker::{Pass, PassOutcome, WorkerError};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::DispatchError;
+use crate::error::store;
 use crate::report::PassReport;
+use crate::session::DispatchSession;
 use crate::shared::Shared;
 
 /// Which kind of work a pass loop does.
@@ -20,29 +22,30 @@ pub(crate) enum Work {
     Lanes,
 }
 
-/// A pass of one kind of work on one pooled connection (LIF-2).
-pub(crate) struct DispatchPass {
-    pub(crate) shared: Arc<Shared>,
+/// A pass of one kind of work on one store session (LIF-2).
+pub(crate) struct DispatchPass<S> {
+    pub(crate) shared: Arc<Shared<S>>,
     pub(crate) work: Work,
 }
 
 #[async_trait]
-impl Pass for DispatchPass {
+impl<S> Pass for DispatchPass<S>
+where
+    S: StoreSource,
+    S::Session: DispatchSession,
+{
     type Report = PassReport;
-    type Error = DispatchError;
+    type Error = WorkerError;
 
-    async fn run_pass(
-        &self,
-        _shutdown: &CancellationToken,
-    ) -> Result<PassOutcome<PassReport>, DispatchError> {
+    async fn run_pass(&self, _shutdown: &CancellationToken) -> Result<PassOutcome<PassReport>, WorkerError> {
         let shared = &self.shared;
         if self.work == Work::Lanes && !shared.lanes_in_use().await {
             return Ok(PassOutcome::Led(PassReport::default()));
         }
-        let connection = shared.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
+        let session = shared.source.open().await.map_err(store("opening a store session"))?;
         let report = match self.work {
-            Work::Unordered => shared.unordered_pass(&*connection).await?,
-            Work::Lanes => shared.lane_pass(&*connection).await?,
+            Work::Unordered => shared.unordered_pass(&session).await?,
+            Work::Lanes => shared.lane_pass(&session).await?,
         };
         if self.work == Work::Unordered && self.again_at_once(&report) {
             // A backlog: bring in a sibling unordered loop too.

@@ -2,25 +2,31 @@
 //! through the [`SendPath`](relayer_delivery::SendPath), complete it in one statement
 //! fenced by the claim's token, and hold back the due rows of destinations that tripped.
 
-use relayer_core::store::{ClaimOutbox, Claimed, CompleteOutbox};
-use relayer_postgres::{Executor, PgStore};
+use relayer_core::session::StoreSource;
+use relayer_core::store::{ClaimOutbox, Claimed, CompleteOutbox, HoldBackDestination};
+use relayer_worker::WorkerError;
 use uuid::Uuid;
 
-use crate::error::DispatchError;
+use crate::error::store;
 use crate::report::PassReport;
+use crate::session::DispatchSession;
 use crate::shared::{Shared, TARGET};
 
-impl Shared {
+impl<S> Shared<S>
+where
+    S: StoreSource,
+    S::Session: DispatchSession,
+{
     /// Claims up to a batch of due unordered rows — leaving out tripped destinations
     /// (DSP-6) — sends them and completes them.
-    pub(crate) async fn unordered_pass(&self, client: &impl Executor) -> Result<PassReport, DispatchError> {
+    pub(crate) async fn unordered_pass(&self, session: &S::Session) -> Result<PassReport, WorkerError> {
         let token = Uuid::new_v4();
         let tripped = self.send.breakers().tripped();
-        let outbox = PgStore::new(client, &self.outbox);
-        let claimed = outbox
+        let claimed = session
             .claim_due(token, self.options.claim_duration(), self.options.batch_size(), &tripped)
-            .await?;
-        self.send_and_complete(client, token, claimed).await
+            .await
+            .map_err(store("claiming due outbox rows"))?;
+        self.send_and_complete(session, token, claimed).await
     }
 
     /// Sends rows claimed under `token`, completes them, and holds back the due rows of
@@ -28,10 +34,10 @@ impl Shared {
     /// dead table in the same completion (SPEC §15).
     pub(crate) async fn send_and_complete(
         &self,
-        client: &impl Executor,
+        session: &S::Session,
         token: Uuid,
         claimed: Claimed,
-    ) -> Result<PassReport, DispatchError> {
+    ) -> Result<PassReport, WorkerError> {
         let undecodable = claimed.undecodable.len() as u64;
         let mut report = PassReport {
             claimed: claimed.messages.len() as u64 + undecodable,
@@ -49,7 +55,8 @@ impl Shared {
         let deadline = tokio::time::Instant::now() + self.options.claim_duration() / 2;
         let mut tally = self.send.send(claimed.messages, deadline).await;
         tally.completion.bury_undecodable(&claimed.undecodable);
-        let written = PgStore::new(client, &self.outbox).complete(token, &tally.completion).await?;
+        let written =
+            session.complete(token, &tally.completion).await.map_err(store("completing sent outbox rows"))?;
         report.sent = tally.accepted;
         report.failed = tally.failed;
         report.panics = tally.panics;
@@ -62,13 +69,13 @@ impl Shared {
                 "claims expired before completion and were taken over; those rows are left to their new owner");
         }
         for (transport, destination) in &tally.tripped {
-            let held = self
-                .outbox
-                .hold_back(client, transport, destination, self.send.breakers().cool_down())
-                .await?;
+            let cool_down = self.send.breakers().cool_down();
+            let held = session
+                .hold_back(transport, destination, cool_down)
+                .await
+                .map_err(store("holding back a tripped destination's rows"))?;
             report.held_back += held;
-            tracing::warn!(target: TARGET, transport, destination, held_back = held,
-                cool_down = ?self.send.breakers().cool_down(),
+            tracing::warn!(target: TARGET, transport, destination, held_back = held, ?cool_down,
                 "circuit breaker tripped; the destination's due rows wait out its cool-down");
         }
         Ok(report)

@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{FaultyTransport, count, database, dispatcher, options};
+use common::{FaultyTransport, count, database, dispatcher, options, run_once, writer};
 use relayer_core::NewMessage;
 use relayer_postgres::OutboxWriter;
 use relayer_test_support::within;
@@ -43,11 +43,11 @@ async fn a_tripped_destinations_due_rows_are_held_back_so_claims_never_read_them
         options().breaker_threshold(NonZeroU32::new(1).unwrap()).breaker_cool_down(Duration::from_secs(3600));
     let dispatcher = dispatcher(&db, breaker, transport.clone(), 1).await;
     let client = db.connect().await;
-    let writer = dispatcher.writer();
+    let writer = writer(&dispatcher);
     writer.enqueue(&client, &(0..500).map(broken).collect::<Vec<_>>()).await.unwrap();
     writer.enqueue(&client, &[NewMessage::new("test", "healthy", b"ok".to_vec())]).await.unwrap();
 
-    let report = dispatcher.run_once(&client).await.unwrap();
+    let report = run_once(&dispatcher).await.unwrap();
     assert_eq!(report.failed, 50, "one batch (the transport's limit) failed and tripped the breaker");
     assert_eq!(report.held_back, 500, "every row of the destination due within the cool-down");
     assert_eq!(due_rows(&client, &db, "broken").await, 0, "nothing of it is due: claims never read it");
@@ -61,7 +61,7 @@ async fn a_tripped_destinations_due_rows_are_held_back_so_claims_never_read_them
         .get(0);
     assert_eq!(attempted, 50, "holding back counts no attempt");
 
-    dispatcher.run_once(&client).await.unwrap();
+    run_once(&dispatcher).await.unwrap();
     assert_eq!(count(&client, &db, "outbox").await, 500, "the healthy row went; the broken ones wait");
     assert_eq!(transport.accepted().len(), 1);
 }
@@ -83,7 +83,7 @@ async fn lane_claims_skip_lanes_whose_head_goes_to_a_tripped_destination_dsp_6()
         .collect();
     writer.enqueue(&client, &lane_rows).await.unwrap();
 
-    let first = dispatcher.run_once(&client).await.unwrap();
+    let first = run_once(&dispatcher).await.unwrap();
     assert_eq!(first.lanes, 3);
     assert!(first.failed >= 1, "the first failure trips the breaker");
     let calls = transport.calls.load(std::sync::atomic::Ordering::SeqCst);
@@ -91,9 +91,9 @@ async fn lane_claims_skip_lanes_whose_head_goes_to_a_tripped_destination_dsp_6()
         .enqueue(&client, &[NewMessage::new("test", "healthy", b"ok".to_vec()).lane("lane-ok")])
         .await
         .unwrap();
-    let second = dispatcher.run_once(&client).await.unwrap();
+    let second = run_once(&dispatcher).await.unwrap();
     assert_eq!((second.lanes, second.sent), (1, 1), "only the healthy lane is claimed");
-    let third = dispatcher.run_once(&client).await.unwrap();
+    let third = run_once(&dispatcher).await.unwrap();
     assert_eq!(third.lanes, 0, "tripped lanes are not claimed, not even to be released");
     assert_eq!(transport.calls.load(std::sync::atomic::Ordering::SeqCst), calls + 1);
 }
@@ -114,7 +114,7 @@ async fn a_running_dispatcher_reports_its_passes_and_its_stop_to_subscribers() {
     let client = db.connect().await;
     let messages: Vec<NewMessage> =
         (0..5).map(|n| NewMessage::new("test", "orders", format!("m{n}").into_bytes())).collect();
-    dispatcher.writer().enqueue(&client, &messages).await.unwrap();
+    writer(&dispatcher).enqueue(&client, &messages).await.unwrap();
     dispatcher.committed();
     let mut sent = 0;
     within(async {

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{FaultyTransport, Sink, count, database, dispatcher, eventually, options, passes_send};
+use common::{
+    FaultyTransport, Sink, count, database, dispatcher, eventually, options, passes_send, run_once, writer,
+};
 use relayer_core::{Delivery, NewMessage};
 use relayer_postgres::EnqueueError;
 use relayer_test_support::within;
@@ -20,7 +22,7 @@ fn message(n: usize) -> NewMessage {
 }
 
 fn spawn_run(
-    dispatcher: &relayer_dispatcher::Dispatcher,
+    dispatcher: &relayer_dispatcher::Dispatcher<relayer_postgres::PgSource>,
 ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let shutdown = CancellationToken::new();
     let task = tokio::spawn({
@@ -39,14 +41,14 @@ async fn committed_messages_are_sent_and_deleted_rolled_back_ones_never() {
     let mut client = db.connect().await;
 
     let tx = client.transaction().await.unwrap();
-    dispatcher.writer().enqueue(&tx, &[message(0)]).await.unwrap();
+    writer(&dispatcher).enqueue(&tx, &[message(0)]).await.unwrap();
     tx.rollback().await.unwrap();
     let tx = client.transaction().await.unwrap();
     let written =
-        dispatcher.writer().enqueue(&tx, &[message(1).header("k", "v").trace_context("tc")]).await.unwrap();
+        writer(&dispatcher).enqueue(&tx, &[message(1).header("k", "v").trace_context("tc")]).await.unwrap();
     tx.commit().await.unwrap();
 
-    let report = dispatcher.run_once(&client).await.unwrap();
+    let report = run_once(&dispatcher).await.unwrap();
     assert_eq!((report.claimed, report.sent), (1, 1));
     let accepted = transport.accepted();
     assert_eq!(accepted.len(), 1);
@@ -58,11 +60,7 @@ async fn committed_messages_are_sent_and_deleted_rolled_back_ones_never() {
     assert_eq!(envelope.headers.get("k").map(String::as_str), Some("v"));
     assert_eq!(envelope.trace_context.as_deref(), Some("tc"));
     assert_eq!(count(&client, &db, "outbox").await, 0);
-    assert_eq!(
-        dispatcher.run_once(&client).await.unwrap().claimed,
-        0,
-        "the rolled-back message never appears"
-    );
+    assert_eq!(run_once(&dispatcher).await.unwrap().claimed, 0, "the rolled-back message never appears");
 }
 
 /// OUT-4: the writing process sends its own rows at once after commit.
@@ -73,7 +71,7 @@ async fn dispatch_now_sends_the_rows_just_committed() {
     let dispatcher = dispatcher(&db, options(), transport.clone(), 1).await;
     let client = db.connect().await;
     let written =
-        dispatcher.writer().enqueue(&client, &(0..3).map(message).collect::<Vec<_>>()).await.unwrap();
+        writer(&dispatcher).enqueue(&client, &(0..3).map(message).collect::<Vec<_>>()).await.unwrap();
     let report = dispatcher.dispatch_now(&written).await.unwrap();
     assert_eq!(report.sent, 3);
     assert_eq!(transport.accepted().len(), 3);
@@ -88,9 +86,9 @@ async fn a_partially_failed_batch_deletes_accepted_rows_and_retries_the_failed_o
     transport.failing_bodies.lock().unwrap().insert(b"m1".to_vec());
     let dispatcher = dispatcher(&db, options(), transport.clone(), 2).await;
     let client = db.connect().await;
-    dispatcher.writer().enqueue(&client, &(0..3).map(message).collect::<Vec<_>>()).await.unwrap();
+    writer(&dispatcher).enqueue(&client, &(0..3).map(message).collect::<Vec<_>>()).await.unwrap();
 
-    let report = dispatcher.run_once(&client).await.unwrap();
+    let report = run_once(&dispatcher).await.unwrap();
     assert_eq!((report.claimed, report.sent, report.failed), (3, 2, 1));
     let row = client
         .query_one(&format!("SELECT body, attempts, last_error FROM {}", db.namespace().table("outbox")), &[])
@@ -102,7 +100,7 @@ async fn a_partially_failed_batch_deletes_accepted_rows_and_retries_the_failed_o
 
     transport.failing_bodies.lock().unwrap().clear();
     eventually("the failed row is retried and sent", || async {
-        dispatcher.run_once(&client).await.unwrap();
+        run_once(&dispatcher).await.unwrap();
         count(&client, &db, "outbox").await == 0
     })
     .await;
@@ -123,9 +121,9 @@ async fn a_send_slower_than_its_claim_is_cut_off_and_the_row_retried_never_fence
     let a = dispatcher(&db, short_claim, slow.clone(), 1).await;
     let b = dispatcher(&db, options(), fast.clone(), 1).await;
     let client = db.connect().await;
-    a.writer().enqueue(&client, &[message(0)]).await.unwrap();
+    writer(&a).enqueue(&client, &[message(0)]).await.unwrap();
 
-    let report = within(a.run_once(&client)).await.unwrap();
+    let report = within(run_once(&a)).await.unwrap();
     assert_eq!(
         (report.claimed, report.sent, report.failed, report.timed_out, report.fenced_out),
         (1, 0, 1, 1, 0),
@@ -138,7 +136,7 @@ async fn a_send_slower_than_its_claim_is_cut_off_and_the_row_retried_never_fence
         .get(0);
     assert_eq!(attempts, 1, "a timed-out send is a failed attempt");
     eventually("the row is retried and sent", || async {
-        b.run_once(&client).await.unwrap();
+        run_once(&b).await.unwrap();
         !fast.accepted().is_empty()
     })
     .await;
@@ -154,12 +152,12 @@ async fn scheduled_rows_are_not_sent_before_due() {
     let dispatcher = dispatcher(&db, options(), transport.clone(), 1).await;
     let client = db.connect().await;
     let later = message(0).delivery(Delivery::After(Duration::from_secs(3)));
-    let written = dispatcher.writer().enqueue(&client, &[later]).await.unwrap();
-    assert_eq!(dispatcher.run_once(&client).await.unwrap().claimed, 0);
+    let written = writer(&dispatcher).enqueue(&client, &[later]).await.unwrap();
+    assert_eq!(run_once(&dispatcher).await.unwrap().claimed, 0);
     assert_eq!(dispatcher.dispatch_now(&written).await.unwrap().claimed, 0);
     assert!(transport.accepted().is_empty(), "not yet");
     eventually("the scheduled row is sent once due", || async {
-        dispatcher.run_once(&client).await.unwrap();
+        run_once(&dispatcher).await.unwrap();
         !transport.accepted().is_empty()
     })
     .await;
@@ -174,9 +172,9 @@ async fn poison_rows_reach_dead_after_max_attempts_and_stay_pending_without_it()
     let capped = options().max_attempts(NonZeroU32::new(3)).breaker_threshold(NonZeroU32::new(1000).unwrap());
     let dispatcher = dispatcher(&db, capped, transport.clone(), 1).await;
     let client = db.connect().await;
-    dispatcher.writer().enqueue(&client, &[message(0)]).await.unwrap();
+    writer(&dispatcher).enqueue(&client, &[message(0)]).await.unwrap();
     eventually("the poison row is dead", || async {
-        dispatcher.run_once(&client).await.unwrap();
+        run_once(&dispatcher).await.unwrap();
         count(&client, &db, "dead").await == 1
     })
     .await;
@@ -192,14 +190,14 @@ async fn poison_rows_reach_dead_after_max_attempts_and_stay_pending_without_it()
     let uncapped = options().breaker_threshold(NonZeroU32::new(1000).unwrap());
     let dispatcher = common::dispatcher(&db, uncapped, transport.clone(), 1).await;
     let client = db.connect().await;
-    dispatcher.writer().enqueue(&client, &[message(1)]).await.unwrap();
+    writer(&dispatcher).enqueue(&client, &[message(1)]).await.unwrap();
     let attempts = || async {
         let row =
             client.query_one(&format!("SELECT attempts FROM {}", db.namespace().table("outbox")), &[]).await;
         row.unwrap().get::<_, i32>(0)
     };
     eventually("the row failed five times", || async {
-        dispatcher.run_once(&client).await.unwrap();
+        run_once(&dispatcher).await.unwrap();
         attempts().await >= 5
     })
     .await;
@@ -215,8 +213,8 @@ async fn a_panicking_transport_counts_as_a_failed_send_and_the_worker_lives() {
     transport.panic_first_calls.store(2, Ordering::SeqCst);
     let dispatcher = dispatcher(&db, options(), transport.clone(), 1).await;
     let client = db.connect().await;
-    dispatcher.writer().enqueue(&client, &[message(0)]).await.unwrap();
-    let report = dispatcher.run_once(&client).await.unwrap();
+    writer(&dispatcher).enqueue(&client, &[message(0)]).await.unwrap();
+    let report = run_once(&dispatcher).await.unwrap();
     assert_eq!((report.failed, report.panics), (1, 1));
     let error: String = client
         .query_one(&format!("SELECT last_error FROM {}", db.namespace().table("outbox")), &[])
@@ -246,22 +244,22 @@ async fn a_tripped_destination_is_skipped_while_others_flow() {
     let dispatcher = dispatcher(&db, breaker, transport.clone(), 1).await;
     let client = db.connect().await;
     let bad = || NewMessage::new("test", "broken", b"bad".to_vec());
-    dispatcher.writer().enqueue(&client, &[bad(), bad(), bad()]).await.unwrap();
+    writer(&dispatcher).enqueue(&client, &[bad(), bad(), bad()]).await.unwrap();
     // Each pass fails the whole "broken" batch once: two passes trip it.
     eventually("the broken destination trips", || async {
-        dispatcher.run_once(&client).await.unwrap();
+        run_once(&dispatcher).await.unwrap();
         transport.calls.load(Ordering::SeqCst) >= 2
     })
     .await;
     let calls_when_tripped = transport.calls.load(Ordering::SeqCst);
-    dispatcher.writer().enqueue(&client, &[message(0), message(1)]).await.unwrap();
+    writer(&dispatcher).enqueue(&client, &[message(0), message(1)]).await.unwrap();
     eventually("the healthy destination flows", || async {
-        dispatcher.run_once(&client).await.unwrap();
+        run_once(&dispatcher).await.unwrap();
         transport.accepted().len() == 2
     })
     .await;
     for _ in 0..5 {
-        dispatcher.run_once(&client).await.unwrap();
+        run_once(&dispatcher).await.unwrap();
     }
     assert_eq!(
         transport.calls.load(Ordering::SeqCst),
@@ -284,7 +282,7 @@ async fn bad_input_is_refused_and_nothing_is_written() {
         (NewMessage::new("test", "orders", vec![0; 17]), "the body is 17 bytes; the limit is 16"),
         (message(0).header("x:y", "1"), "invalid header name \"x:y\""),
     ] {
-        let error = dispatcher.writer().enqueue(&client, &[message(1), bad]).await.unwrap_err();
+        let error = writer(&dispatcher).enqueue(&client, &[message(1), bad]).await.unwrap_err();
         assert!(matches!(error, EnqueueError::Invalid(_)));
         assert!(error.to_string().contains(expected), "{error}");
         assert!(error.to_string().contains("message 1 of the batch"), "{error}");
@@ -326,7 +324,7 @@ async fn a_silent_writer_wakes_its_own_dispatcher_with_committed() {
     let mut events = dispatcher.subscribe();
     let (shutdown, task) = spawn_run(&dispatcher);
     let mut writer_client = db.connect().await;
-    let writer = dispatcher.writer().without_notify();
+    let writer = writer(&dispatcher).without_notify();
     for round in 0..3 {
         let tx = writer_client.transaction().await.unwrap();
         writer.enqueue(&tx, &[message(round)]).await.unwrap();
@@ -349,7 +347,7 @@ async fn a_pool_of_one_connection_works() {
     let client = db.connect().await;
     for n in 0..10 {
         let batch = vec![message(2 * n), message(2 * n + 1).lane("l")];
-        let written = dispatcher.writer().enqueue(&client, &batch).await.unwrap();
+        let written = writer(&dispatcher).enqueue(&client, &batch).await.unwrap();
         dispatcher.dispatch_now(&written).await.unwrap();
     }
     eventually("all 20 are delivered", || async { count(&client, &db, "outbox").await == 0 }).await;
@@ -368,9 +366,9 @@ async fn a_poison_lane_head_parks_the_lane_until_released() {
     let dispatcher = dispatcher(&db, capped, transport.clone(), 1).await;
     let client = db.connect().await;
     let batch: Vec<NewMessage> = (0..4).map(|n| message(n).lane("order-1")).collect();
-    dispatcher.writer().enqueue(&client, &batch).await.unwrap();
+    writer(&dispatcher).enqueue(&client, &batch).await.unwrap();
     eventually("the lane is parked", || async {
-        dispatcher.run_once(&client).await.unwrap();
+        run_once(&dispatcher).await.unwrap();
         client
             .query_one(
                 &format!(
@@ -386,7 +384,7 @@ async fn a_poison_lane_head_parks_the_lane_until_released() {
     })
     .await;
     for _ in 0..3 {
-        dispatcher.run_once(&client).await.unwrap();
+        run_once(&dispatcher).await.unwrap();
     }
     assert!(transport.accepted().is_empty(), "nothing behind a parked head is sent");
     assert_eq!(count(&client, &db, "outbox").await, 4);
@@ -394,7 +392,7 @@ async fn a_poison_lane_head_parks_the_lane_until_released() {
     transport.failing_bodies.lock().unwrap().clear();
     assert!(dispatcher.release_lane("order-1", "test-operator").await.unwrap());
     eventually("the released lane drains", || async {
-        dispatcher.run_once(&client).await.unwrap();
+        run_once(&dispatcher).await.unwrap();
         count(&client, &db, "outbox").await == 0
     })
     .await;
@@ -430,7 +428,7 @@ async fn two_dispatchers_deliver_everything_and_keep_lanes_ordered_under_failure
         }
         expected.extend(batch.iter().map(NewMessage::message_id));
         let tx = client.transaction().await.unwrap();
-        a.writer().enqueue(&tx, &batch).await.unwrap();
+        writer(&a).enqueue(&tx, &batch).await.unwrap();
         tx.commit().await.unwrap();
     }
     eventually("every message is delivered and the outbox is empty", || async {

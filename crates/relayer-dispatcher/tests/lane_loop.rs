@@ -8,9 +8,10 @@ mod common;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use common::{FaultyTransport, database, options};
+use common::{FaultyTransport, database, options, writer};
 use relayer_core::{NewMessage, TransportRegistry};
-use relayer_dispatcher::{Dispatcher, PassReport, asynchronous_commit};
+use relayer_dispatcher::{Dispatcher, PassReport};
+use relayer_postgres::{PgSource, asynchronous_commit};
 use relayer_test_support::{TcpProxy, within};
 use relayer_worker::{PassOutcome, WorkerEvent};
 use tokio_util::sync::CancellationToken;
@@ -39,8 +40,9 @@ async fn the_lane_loop_stays_quiet_until_the_namespace_has_a_lane_row() {
     let transport = Arc::new(FaultyTransport::new("test"));
     let registry = Arc::new(TransportRegistry::new().with(transport.clone()).unwrap());
     let pool = relayer_postgres::connect_pool(asynchronous_commit(through_proxy), 2).await.unwrap();
+    let source = PgSource::new(pool, db.namespace()).with_transports(registry.names());
     let dispatcher =
-        Dispatcher::new(pool, db.namespace().clone(), options().concurrency(1).build().unwrap(), registry)
+        Dispatcher::new(source, db.namespace().clone(), options().concurrency(1).build().unwrap(), registry)
             .unwrap();
     let mut events = dispatcher.subscribe();
     let shutdown = CancellationToken::new();
@@ -76,8 +78,7 @@ async fn the_lane_loop_stays_quiet_until_the_namespace_has_a_lane_row() {
     // Back, with a lane row: the lane loop finds it and delivers it.
     proxy.restore();
     let client = db.connect().await;
-    dispatcher
-        .writer()
+    writer(&dispatcher)
         .enqueue(&client, &[NewMessage::new("test", "orders", b"in a lane".to_vec()).lane("customer-1")])
         .await
         .unwrap();

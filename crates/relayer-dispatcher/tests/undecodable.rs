@@ -9,7 +9,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{FaultyTransport, count, database, dispatcher, options};
+use common::{FaultyTransport, count, database, dispatcher, options, run_once, writer};
 use relayer_core::NewMessage;
 use relayer_postgres::Enqueued;
 use relayer_test_support::TestDb;
@@ -80,14 +80,14 @@ async fn undecodable_claimed_rows_move_to_dead_and_the_batch_goes_on_spec_15() {
     let bad = write_bad_rows(&client, &db).await;
     let good: Vec<NewMessage> =
         (0..5).map(|n| NewMessage::new("test", "orders", format!("good-{n}").into_bytes())).collect();
-    dispatcher.writer().enqueue(&client, &good).await.unwrap();
+    writer(&dispatcher).enqueue(&client, &good).await.unwrap();
 
-    let report = dispatcher.run_once(&client).await.unwrap();
+    let report = run_once(&dispatcher).await.unwrap();
     assert_eq!((report.claimed, report.sent, report.undecodable, report.dead), (8, 5, 3, 3), "{report:?}");
     assert_eq!(transport.accepted().len(), 5);
     assert_eq!(count(&client, &db, "outbox").await, 0, "nothing is left claimed or pending");
     assert_eq!(dead_errors(&client, &db).await, expected_errors(&db, &bad));
-    assert_eq!(dispatcher.run_once(&client).await.unwrap().claimed, 0);
+    assert_eq!(run_once(&dispatcher).await.unwrap().claimed, 0);
 }
 
 /// SPEC §15 on commit-triggered dispatch: rows claimed by seq are decoded one by one too.
@@ -98,8 +98,7 @@ async fn undecodable_rows_dispatched_now_move_to_dead_spec_15() {
     let dispatcher = dispatcher(&db, options(), transport.clone(), 1).await;
     let client = db.connect().await;
     let bad = write_bad_rows(&client, &db).await;
-    let mut written = dispatcher
-        .writer()
+    let mut written = writer(&dispatcher)
         .enqueue(&client, &[NewMessage::new("test", "orders", b"good".to_vec())])
         .await
         .unwrap();
@@ -128,15 +127,14 @@ async fn an_undecodable_lane_head_parks_its_lane_with_the_reason_lan_5_spec_15()
         let behind: Vec<NewMessage> = (0..2)
             .map(|n| NewMessage::new("test", "orders", format!("{lane}:{n}").into_bytes()).lane(*lane))
             .collect();
-        dispatcher.writer().enqueue(&client, &behind).await.unwrap();
+        writer(&dispatcher).enqueue(&client, &behind).await.unwrap();
     }
-    dispatcher
-        .writer()
+    writer(&dispatcher)
         .enqueue(&client, &[NewMessage::new("test", "orders", b"ok:0".to_vec()).lane("lane-ok")])
         .await
         .unwrap();
 
-    let report = dispatcher.run_once(&client).await.unwrap();
+    let report = run_once(&dispatcher).await.unwrap();
     assert_eq!(
         (report.lanes, report.sent, report.undecodable, report.lanes_parked),
         (4, 1, 3, 3),
@@ -170,11 +168,11 @@ async fn an_undecodable_lane_head_parks_its_lane_with_the_reason_lan_5_spec_15()
         "every parked lane keeps its head and the rows behind"
     );
 
-    let again = dispatcher.run_once(&client).await.unwrap();
+    let again = run_once(&dispatcher).await.unwrap();
     assert_eq!((again.lanes, again.sent, again.undecodable), (0, 0, 0), "parked lanes are not claimed again");
 
     assert_eq!(dispatcher.skip_lane_head("lane-h", "test-operator").await.unwrap(), Some(heads[0]));
-    let drained = dispatcher.run_once(&client).await.unwrap();
+    let drained = run_once(&dispatcher).await.unwrap();
     assert_eq!(drained.sent, 2);
     let bodies: Vec<Vec<u8>> = transport.accepted().into_iter().map(|(_, e)| e.body).skip(1).collect();
     assert_eq!(bodies, vec![b"lane-h:0".to_vec(), b"lane-h:1".to_vec()], "in lane order");

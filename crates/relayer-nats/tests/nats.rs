@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures_util::StreamExt;
+use relayer::core::StoreSource;
 use relayer::dispatcher::Dispatcher;
+use relayer::postgres::{OutboxWriter, PgNotifications, PgSource, asynchronous_commit};
 use relayer::{
     DispatcherOptions, Envelope, NewMessage, Relayer, SendOutcome, Transport, TransportError,
     TransportRegistry, async_trait,
@@ -97,20 +99,22 @@ impl Fixture {
     }
 
     /// One pass of `dispatcher`, as the shared scenarios read it.
-    async fn pass(&self, dispatcher: &Dispatcher) -> Pass {
-        let report = dispatcher.run_once(&self.client).await.unwrap();
+    async fn pass(&self, dispatcher: &Dispatcher<PgSource>) -> Pass {
+        let report = dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap();
         Pass { claimed: report.claimed, sent: report.sent, failed: report.failed }
     }
 
-    async fn dispatcher(&self, transport: Arc<dyn Transport>, options: DispatcherOptions) -> Dispatcher {
+    async fn dispatcher(
+        &self,
+        transport: Arc<dyn Transport>,
+        options: DispatcherOptions,
+    ) -> Dispatcher<PgSource> {
         let registry = Arc::new(TransportRegistry::new().with(transport).unwrap());
-        let pool =
-            relayer::postgres::connect_pool(relayer::dispatcher::asynchronous_commit(self.db.config()), 1)
-                .await
-                .unwrap();
-        Dispatcher::new(pool, self.db.namespace().clone(), options, registry)
+        let pool = relayer::postgres::connect_pool(asynchronous_commit(self.db.config()), 1).await.unwrap();
+        let source = PgSource::new(pool, self.db.namespace()).with_transports(registry.names());
+        Dispatcher::new(source, self.db.namespace().clone(), options, registry)
             .unwrap()
-            .listening(self.db.config())
+            .listening(PgNotifications::outbox(self.db.config(), self.db.namespace()))
     }
 
     async fn finish(self) {
@@ -218,7 +222,7 @@ async fn an_unreachable_server_keeps_the_rows_trips_the_breaker_and_delivers_onc
         .await
         .unwrap();
     let dispatcher = fixture.dispatcher(Arc::new(nats), outage_options()).await;
-    let written = dispatcher.writer().enqueue(&fixture.client, &fixture.messages("outage", 5)).await.unwrap();
+    let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages("outage", 5)).await.unwrap();
 
     broker_scenarios::outage(&fixture.outbox(), &proxy, 5, async || fixture.pass(&dispatcher).await).await;
     let received = fixture.received().await;
@@ -264,13 +268,13 @@ async fn a_send_replayed_after_a_crash_is_dropped_by_jetstream_deduplication_trn
     let nats = NatsTransport::connect(&fixture.nats.to_string(), NatsOptions::default()).await.unwrap();
     let transport = Arc::new(CrashAfterPublish { nats, crashes: AtomicU32::new(1) });
     let dispatcher = fixture.dispatcher(transport.clone(), quick_retries().build().unwrap()).await;
-    let written = dispatcher.writer().enqueue(&fixture.client, &fixture.messages("replay", 3)).await.unwrap();
+    let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages("replay", 3)).await.unwrap();
 
-    let first = dispatcher.run_once(&fixture.client).await.unwrap();
+    let first = dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap();
     assert_eq!((first.claimed, first.failed), (3, 3), "the outcome was lost: the rows stay");
     assert_eq!(fixture.stored().await, 3, "yet the stream stored them");
     eventually("the replay completes the rows", || async {
-        dispatcher.run_once(&fixture.client).await.unwrap();
+        dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap();
         fixture.outbox().pending().await == 0
     })
     .await;
@@ -304,7 +308,7 @@ async fn stalled(test: &str, ack_timeout: Duration, send_timeout: Option<Duratio
     let proxy = TcpProxy::start(fixture.nats).await;
     let nats = NatsTransport::connect(&proxy.address().to_string(), options(ack_timeout)).await.unwrap();
     let dispatcher = fixture.dispatcher(Arc::new(nats), stall_options(send_timeout)).await;
-    let written = dispatcher.writer().enqueue(&fixture.client, &fixture.messages("silent", 4)).await.unwrap();
+    let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages("silent", 4)).await.unwrap();
 
     let pass = async || fixture.pass(&dispatcher).await;
     broker_scenarios::stall(&fixture.outbox(), &proxy, 4, expected_error, pass).await;
@@ -312,4 +316,9 @@ async fn stalled(test: &str, ack_timeout: Duration, send_timeout: Option<Duratio
     assert_eq!(ids(&received), written.iter().map(|w| w.id.to_string()).collect());
     assert_eq!(received.len(), 4, "publishes the stall held back were deduplicated");
     fixture.finish().await;
+}
+
+/// A writer for `dispatcher`'s namespace accepting exactly its transports.
+fn writer(dispatcher: &Dispatcher<PgSource>) -> OutboxWriter {
+    OutboxWriter::for_registry(dispatcher.source().namespace(), dispatcher.send_path().transports())
 }

@@ -33,50 +33,11 @@ use uuid::Uuid;
 
 use crate::error::StorageError;
 use crate::exec::{Executor, one_row};
-use crate::outbox::{ClaimedMessage, UndecodableRow};
 use crate::row_codec::{CLAIMED_COLUMNS, RowCodec};
 
-/// What a lane owner finds when it looks at its lane ([`LaneStatements::head`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LaneHead {
-    /// The lane is no longer ours (the claim expired and was taken, or it was parked).
-    Lost,
-    /// The lane has no rows left.
-    Empty,
-    /// The head waits for its delivery or retry time.
-    NotDue,
-    /// The head, due now; the lane claim was renewed.
-    Due(ClaimedMessage),
-    /// The head is due but cannot be decoded; the lane claim was renewed. Park the lane
-    /// with its description as the reason (LAN-5): nothing behind it may overtake it.
-    Undecodable(UndecodableRow),
-}
-
-/// What to do with a lane head whose send failed ([`LaneStatements::fail_head`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HeadFailure<'a> {
-    /// Retry the head `after` this delay; the lane waits behind it.
-    Retry {
-        /// The error chain, stored as `last_error`.
-        error: &'a str,
-        /// The retry delay.
-        after: Duration,
-    },
-    /// The head is poison: park the lane behind it.
-    Park {
-        /// The error chain, stored as `last_error` and `parked_reason`.
-        error: &'a str,
-    },
-}
-
-/// The outcome of a lane claim.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LaneClaim {
-    /// The lanes now owned, in key order.
-    pub lanes: Vec<String>,
-    /// The lane key after which the next claim starts (`""`: from the first lane again).
-    pub resume_after: String,
-}
+// The lane capability's data lives in the core (`relayer_core::store`), so a worker generic
+// over the store names it without this crate; the old paths keep working.
+pub use relayer_core::store::{HeadFailure, LaneClaim, LaneHead};
 
 /// A parked lane, as operators see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -203,12 +164,15 @@ impl LaneStatements {
                  WHERE lane = $1 AND claim_token = $2 AND NOT EXISTS (SELECT 1 FROM gone)"
             ),
             // Index: lanes_pkey, outbox_pkey. The head keeps its attempts and is due at once.
-            // (RETURNING gives new values, so the park is read from `old`.)
+            // (RETURNING gives new values, so the park is read from `old`.) Durable on any
+            // connection (`durable`, as for accept_head): an operator trusts an action that
+            // returned (AdministerLanes).
             release_lane: format!(
-                "WITH unparked AS ( \
+                "WITH durable AS (SELECT set_config('synchronous_commit', 'on', true) AS setting), \
+                 unparked AS ( \
                    UPDATE {lanes} l SET parked_at = NULL, parked_seq = NULL, parked_reason = NULL \
                    FROM (SELECT lane, parked_seq, parked_reason FROM {lanes} \
-                         WHERE lane = $1 AND parked_at IS NOT NULL FOR UPDATE) old \
+                         WHERE lane = $1 AND parked_at IS NOT NULL FOR UPDATE) old, durable \
                    WHERE l.lane = old.lane \
                    RETURNING old.lane, old.parked_seq, old.parked_reason), \
                  due AS ( \
@@ -220,12 +184,14 @@ impl LaneStatements {
                                            'head_found', (SELECT count(*) FROM due) > 0) \
                  FROM unparked u RETURNING id"
             ),
-            // Index: lanes_pkey, outbox_pkey; the head moves to dead in the same statement.
+            // Index: lanes_pkey, outbox_pkey; the head moves to dead in the same statement,
+            // durably on any connection (`durable`, as for release_lane).
             skip_head: format!(
-                "WITH unparked AS ( \
+                "WITH durable AS (SELECT set_config('synchronous_commit', 'on', true) AS setting), \
+                 unparked AS ( \
                    UPDATE {lanes} l SET parked_at = NULL, parked_seq = NULL, parked_reason = NULL \
                    FROM (SELECT lane, parked_seq, parked_reason FROM {lanes} \
-                         WHERE lane = $1 AND parked_at IS NOT NULL FOR UPDATE) old \
+                         WHERE lane = $1 AND parked_at IS NOT NULL FOR UPDATE) old, durable \
                    WHERE l.lane = old.lane \
                    RETURNING old.lane, old.parked_seq, old.parked_reason), \
                  buried AS ( \

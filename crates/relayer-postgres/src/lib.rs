@@ -60,7 +60,7 @@ pub use outbox::{
 };
 pub use pool::{
     LOST_STATEMENTS_BEFORE_GIVING_UP, PgClient, PgConnection, PgConnectionManager, PgPool, StatementCache,
-    StatementMode, connect_pool, connect_pool_with,
+    StatementMode, asynchronous_commit, connect_pool, connect_pool_with,
 };
 pub use queue::{
     ConsumeStatements, DEFAULT_NOTIFY_INTERVAL, DeadLetter, QueueBatch, QueueMessage, QueueStatements,

@@ -24,6 +24,12 @@ impl PgNotifications {
         PgNotifications { database: database.into(), channel: crate::queue::queue_channel(namespace) }
     }
 
+    /// The outbox's channel of `namespace`: writers notify it when they commit outbox rows
+    /// (OUT-4); dispatchers wake on it.
+    pub fn outbox(database: impl Into<Connector>, namespace: &Namespace) -> Self {
+        PgNotifications { database: database.into(), channel: crate::outbox::notify_channel(namespace) }
+    }
+
     /// The channel it listens on.
     pub fn channel(&self) -> &str {
         &self.channel

@@ -53,6 +53,28 @@ pub async fn connect_pool(database: impl Into<Connector>, max_size: u32) -> Resu
     connect_pool_with(database, max_size, StatementMode::Prepared).await
 }
 
+/// `config` with `synchronous_commit = off` on every session: build a dispatcher's pool
+/// from it.
+///
+/// Why this is safe for a dispatcher's connections (and only for them): the outbox row is
+/// the durable record of a message, and every write a dispatch pass makes to it — a claim,
+/// a fenced delete, a retry release, a park — only ever moves toward sending again. If a
+/// crash loses such a commit, the row is back as it was and is sent again: at least once,
+/// never lost (DSP-7). The exceptions commit durably on their own whatever the session
+/// says: a lane head's delete (losing a run of them would replay heads after later heads
+/// of their lane) and an operator's release or skip of a lane ([`crate::LaneStatements`]).
+/// What must be durable is the transport's acceptance, and transports commit on their own
+/// connections. Dropping the flush wait from claims and completions stops them competing
+/// with the writers' commits for WAL flushes (docs/performance.md).
+pub fn asynchronous_commit(mut config: tokio_postgres::Config) -> tokio_postgres::Config {
+    let options = match config.get_options() {
+        Some(existing) if !existing.trim().is_empty() => format!("{existing} -c synchronous_commit=off"),
+        _ => "-c synchronous_commit=off".to_owned(),
+    };
+    config.options(&options);
+    config
+}
+
 /// [`connect_pool`] with the [`StatementMode`] of its connections.
 pub async fn connect_pool_with(
     database: impl Into<Connector>,

@@ -15,16 +15,18 @@ use std::time::Duration;
 use async_trait::async_trait;
 use relayer_core::session::{Session, StoreSource};
 use relayer_core::store::{
-    CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeadLetter,
-    DeleteExpired, ExtendVisibility, HoldBackDestination, HoldLease, InboxEntry, Lease, LockOutbox,
-    LockedPage, MoveDeadLetters, PageRequest, ReceiveQueue, RecordInbox, Requeue, ScanRecovery, SettleQueue,
-    Store, UnderLease, VerifySchema,
+    AdministerLanes, CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport,
+    DeadLetter, DeleteExpired, ExtendVisibility, HeadFailure, HoldBackDestination, HoldLease, InboxEntry,
+    LaneClaim, LaneClaimRequest, LaneHead, Lease, LockOutbox, LockedPage, MoveDeadLetters, PageRequest,
+    ReceiveQueue, RecordInbox, Requeue, ScanRecovery, SettleQueue, Store, UnderLease, VerifySchema,
+    WorkLanes,
 };
 use relayer_core::{DeadLetterType, MessageId, Namespace, Receipt, Received, RetentionTable, Uuid};
 
 use crate::dead_letter_policy::DeadLetterPolicyStatements;
 use crate::error::StorageError;
 use crate::inbox::Inbox;
+use crate::lanes::LaneStatements;
 use crate::leases::LeaseStatements;
 use crate::outbox::OutboxStatements;
 use crate::pool::{PgConnectionManager, PgPool};
@@ -38,6 +40,7 @@ use crate::store::PgStore;
 struct Statements {
     namespace: Namespace,
     outbox: OutboxStatements,
+    lanes: LaneStatements,
     recovery: RecoveryStatements,
     retention: RetentionStatements,
     leases: LeaseStatements,
@@ -61,6 +64,7 @@ impl PgSource {
         let statements = Statements {
             namespace: namespace.clone(),
             outbox: OutboxStatements::new(namespace),
+            lanes: LaneStatements::new(namespace),
             recovery: RecoveryStatements::new(namespace),
             retention: RetentionStatements::new(namespace),
             leases: LeaseStatements::new(namespace),
@@ -85,6 +89,7 @@ impl PgSource {
         let statements = Statements {
             namespace: namespace.clone(),
             outbox: OutboxStatements::new(namespace).with_transports(names.iter().cloned()),
+            lanes: LaneStatements::new(namespace).with_transports(names.iter().cloned()),
             recovery: RecoveryStatements::new(namespace).with_transports(names.iter().cloned()),
             retention: RetentionStatements::new(namespace),
             leases: LeaseStatements::new(namespace),
@@ -273,6 +278,55 @@ impl HoldBackDestination for PgSession {
         cool_down: Duration,
     ) -> Result<u64, StorageError> {
         self.statements.outbox.hold_back(&*self.connection, transport, destination, cool_down).await
+    }
+}
+
+#[async_trait]
+impl WorkLanes for PgSession {
+    async fn any_lane_row(&self) -> Result<bool, StorageError> {
+        self.statements.lanes.any_lane_row(&*self.connection).await
+    }
+
+    async fn claim_lanes(
+        &self,
+        token: Uuid,
+        request: &LaneClaimRequest<'_>,
+    ) -> Result<LaneClaim, StorageError> {
+        let LaneClaimRequest { claim, limit, after, visit_cap, tripped } = *request;
+        self.statements.lanes.claim(&*self.connection, token, claim, limit, after, visit_cap, tripped).await
+    }
+
+    async fn lane_head(&self, lane: &str, token: Uuid, claim: Duration) -> Result<LaneHead, StorageError> {
+        self.statements.lanes.head(&*self.connection, lane, token, claim).await
+    }
+
+    async fn accept_head(&self, lane: &str, token: Uuid, seq: i64) -> Result<bool, StorageError> {
+        self.statements.lanes.accept_head(&*self.connection, lane, token, seq).await
+    }
+
+    async fn fail_head(
+        &self,
+        lane: &str,
+        token: Uuid,
+        seq: i64,
+        failure: HeadFailure<'_>,
+    ) -> Result<bool, StorageError> {
+        self.statements.lanes.fail_head(&*self.connection, lane, token, seq, failure).await
+    }
+
+    async fn release_lane_claim(&self, lane: &str, token: Uuid) -> Result<(), StorageError> {
+        self.statements.lanes.release_claim(&*self.connection, lane, token).await
+    }
+}
+
+#[async_trait]
+impl AdministerLanes for PgSession {
+    async fn release_lane(&self, lane: &str, actor: &str) -> Result<bool, StorageError> {
+        self.statements.lanes.release_lane(&*self.connection, lane, actor).await
+    }
+
+    async fn skip_lane_head(&self, lane: &str, actor: &str) -> Result<Option<i64>, StorageError> {
+        self.statements.lanes.skip_lane_head(&*self.connection, lane, actor).await
     }
 }
 

@@ -88,15 +88,16 @@ async fn outbox_messages_are_dispatched_into_the_queue_table() {
         PgQueueTransport::new(relayer_postgres::connect_pool(db.config(), 1).await.unwrap(), db.namespace())
             .with_batch_limit(NonZeroUsize::new(4).unwrap());
     let registry = Arc::new(TransportRegistry::new().with(Arc::new(transport)).unwrap());
-    let pool = relayer_postgres::connect_pool(relayer_dispatcher::asynchronous_commit(db.config()), 1)
-        .await
-        .unwrap();
+    let pool =
+        relayer_postgres::connect_pool(relayer_postgres::asynchronous_commit(db.config()), 1).await.unwrap();
+    let writer = relayer_postgres::OutboxWriter::for_registry(db.namespace(), &registry);
+    let source = relayer_postgres::PgSource::new(pool, db.namespace()).with_transports(registry.names());
     let dispatcher =
-        Dispatcher::new(pool, db.namespace().clone(), DispatcherOptions::default(), registry).unwrap();
+        Dispatcher::new(source, db.namespace().clone(), DispatcherOptions::default(), registry).unwrap();
     let client = db.connect().await;
     let batch: Vec<NewMessage> =
         (0..10).map(|n| NewMessage::new("queue", "invoices", vec![n]).header("n", n.to_string())).collect();
-    let written = dispatcher.writer().enqueue(&client, &batch).await.unwrap();
+    let written = writer.enqueue(&client, &batch).await.unwrap();
     let report = dispatcher.dispatch_now(&written).await.unwrap();
     assert_eq!(report.sent, 10);
     let outbox: i64 = client

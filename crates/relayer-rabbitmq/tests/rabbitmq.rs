@@ -13,7 +13,9 @@ use std::time::Duration;
 use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use relayer::core::StoreSource;
 use relayer::dispatcher::Dispatcher;
+use relayer::postgres::{OutboxWriter, PgNotifications, PgSource, asynchronous_commit};
 use relayer::{DispatcherOptions, Envelope, NewMessage, Relayer, SendOutcome, Transport, TransportRegistry};
 use relayer_rabbitmq::{RabbitMqOptions, RabbitMqTransport};
 use relayer_test_support::broker_scenarios::{self, Outbox, Pass, envelope, outage_options, stall_options};
@@ -68,20 +70,22 @@ impl Fixture {
     }
 
     /// One pass of `dispatcher`, as the shared scenarios read it.
-    async fn pass(&self, dispatcher: &Dispatcher) -> Pass {
-        let report = dispatcher.run_once(&self.client).await.unwrap();
+    async fn pass(&self, dispatcher: &Dispatcher<PgSource>) -> Pass {
+        let report = dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap();
         Pass { claimed: report.claimed, sent: report.sent, failed: report.failed }
     }
 
-    async fn dispatcher(&self, transport: Arc<dyn Transport>, options: DispatcherOptions) -> Dispatcher {
+    async fn dispatcher(
+        &self,
+        transport: Arc<dyn Transport>,
+        options: DispatcherOptions,
+    ) -> Dispatcher<PgSource> {
         let registry = Arc::new(TransportRegistry::new().with(transport).unwrap());
-        let pool =
-            relayer::postgres::connect_pool(relayer::dispatcher::asynchronous_commit(self.db.config()), 1)
-                .await
-                .unwrap();
-        Dispatcher::new(pool, self.db.namespace().clone(), options, registry)
+        let pool = relayer::postgres::connect_pool(asynchronous_commit(self.db.config()), 1).await.unwrap();
+        let source = PgSource::new(pool, self.db.namespace()).with_transports(registry.names());
+        Dispatcher::new(source, self.db.namespace().clone(), options, registry)
             .unwrap()
-            .listening(self.db.config())
+            .listening(PgNotifications::outbox(self.db.config(), self.db.namespace()))
     }
 
     fn messages(&self, count: u8) -> Vec<NewMessage> {
@@ -243,7 +247,7 @@ async fn a_broker_restart_keeps_the_rows_trips_the_breaker_and_the_transport_rec
     // Connected before the outage, so recovering means reconnecting.
     connect(&fixture, &rabbitmq).await;
     let dispatcher = fixture.dispatcher(rabbitmq, outage_options()).await;
-    let written = dispatcher.writer().enqueue(&fixture.client, &fixture.messages(5)).await.unwrap();
+    let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages(5)).await.unwrap();
 
     broker_scenarios::outage(&fixture.outbox(), &proxy, 5, async || fixture.pass(&dispatcher).await).await;
     let received = fixture.received().await;
@@ -282,7 +286,7 @@ async fn stalled(
     let rabbitmq = Arc::new(transport(proxy.address(), confirm_timeout));
     connect(&fixture, &rabbitmq).await; // the connection and a channel exist before the stall
     let dispatcher = fixture.dispatcher(rabbitmq, stall_options(send_timeout)).await;
-    let written = dispatcher.writer().enqueue(&fixture.client, &fixture.messages(4)).await.unwrap();
+    let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages(4)).await.unwrap();
 
     let pass = async || fixture.pass(&dispatcher).await;
     broker_scenarios::stall(&fixture.outbox(), &proxy, 4, expected_error, pass).await;
@@ -291,4 +295,9 @@ async fn stalled(
     let received = fixture.received().await;
     assert_eq!(ids(&received), written.iter().map(|w| w.id.to_string()).collect());
     fixture.finish().await;
+}
+
+/// A writer for `dispatcher`'s namespace accepting exactly its transports.
+fn writer(dispatcher: &Dispatcher<PgSource>) -> OutboxWriter {
+    OutboxWriter::for_registry(dispatcher.source().namespace(), dispatcher.send_path().transports())
 }

@@ -18,7 +18,7 @@ use common::{
 };
 use relayer_core::{MessageId, NewMessage, Timestamp};
 use relayer_dispatcher::Dispatcher;
-use relayer_postgres::{LeaseStatements, OutboxWriter};
+use relayer_postgres::{LeaseStatements, OutboxWriter, PgSource};
 use relayer_sweeper::LEASE_JOB;
 use relayer_test_support::TestDb;
 use relayer_worker::{Leadership, PassOutcome, WorkerEvent};
@@ -55,23 +55,19 @@ async fn recovery_resends_rows_whose_direct_dispatch_failed_preserving_the_envel
     // sweeper's first sends.
     transport.fail_first_calls.store(3, Ordering::SeqCst);
     let dispatch_pool =
-        relayer_postgres::connect_pool(relayer_dispatcher::asynchronous_commit(db.config()), 1)
-            .await
-            .unwrap();
-    let dispatcher = Dispatcher::new(
-        dispatch_pool,
-        db.namespace().clone(),
-        dispatch_options(),
-        registry(transport.clone()),
-    )
-    .unwrap();
+        relayer_postgres::connect_pool(relayer_postgres::asynchronous_commit(db.config()), 1).await.unwrap();
+    let registry = registry(transport.clone());
+    let source = PgSource::new(dispatch_pool, db.namespace()).with_transports(registry.names());
+    let dispatcher =
+        Dispatcher::new(source, db.namespace().clone(), dispatch_options(), Arc::clone(&registry)).unwrap();
     let chosen_id = MessageId::new();
     let messages = vec![
         message("orders", 0).id(chosen_id).header("kind", "created").trace_context("00-trace-span-01"),
         message("orders", 1).header("kind", "updated"),
         message("invoices", 2).trace_context("00-other-span-01"),
     ];
-    let written = dispatcher.writer().enqueue(&client, &messages).await.unwrap();
+    let written =
+        OutboxWriter::for_registry(db.namespace(), &registry).enqueue(&client, &messages).await.unwrap();
     assert_eq!(written[0].id, chosen_id);
     let direct = dispatcher.dispatch_now(&written).await.unwrap();
     assert_eq!((direct.sent, direct.failed), (0, 3), "direct dispatch failed");

@@ -49,6 +49,22 @@ pub enum StoreCall {
     Holds,
     /// `HoldBackDestination::hold_back`.
     HoldBack,
+    /// `WorkLanes::any_lane_row`.
+    AnyLaneRow,
+    /// `WorkLanes::claim_lanes`.
+    ClaimLanes,
+    /// `WorkLanes::lane_head`.
+    LaneHead,
+    /// `WorkLanes::accept_head`.
+    AcceptHead,
+    /// `WorkLanes::fail_head`.
+    FailHead,
+    /// `WorkLanes::release_lane_claim`.
+    ReleaseLaneClaim,
+    /// `AdministerLanes::release_lane`.
+    ReleaseLane,
+    /// `AdministerLanes::skip_lane_head`.
+    SkipLaneHead,
     /// `MoveDeadLetters::redrive_dead_letters`.
     RedriveDeadLetters,
     /// `MoveDeadLetters::expire_dead_letters`.
@@ -71,7 +87,7 @@ pub enum StoreCall {
 
 impl StoreCall {
     /// Every kind of call, in declaration order.
-    pub const ALL: [StoreCall; 25] = [
+    pub const ALL: [StoreCall; 33] = [
         StoreCall::Open,
         StoreCall::Begin,
         StoreCall::Commit,
@@ -88,6 +104,14 @@ impl StoreCall {
         StoreCall::Release,
         StoreCall::Holds,
         StoreCall::HoldBack,
+        StoreCall::AnyLaneRow,
+        StoreCall::ClaimLanes,
+        StoreCall::LaneHead,
+        StoreCall::AcceptHead,
+        StoreCall::FailHead,
+        StoreCall::ReleaseLaneClaim,
+        StoreCall::ReleaseLane,
+        StoreCall::SkipLaneHead,
         StoreCall::RedriveDeadLetters,
         StoreCall::ExpireDeadLetters,
         StoreCall::CountStuckDeadLetters,
@@ -118,6 +142,14 @@ impl StoreCall {
             StoreCall::Release => "release",
             StoreCall::Holds => "holds",
             StoreCall::HoldBack => "hold_back",
+            StoreCall::AnyLaneRow => "any_lane_row",
+            StoreCall::ClaimLanes => "claim_lanes",
+            StoreCall::LaneHead => "lane_head",
+            StoreCall::AcceptHead => "accept_head",
+            StoreCall::FailHead => "fail_head",
+            StoreCall::ReleaseLaneClaim => "release_lane_claim",
+            StoreCall::ReleaseLane => "release_lane",
+            StoreCall::SkipLaneHead => "skip_lane_head",
             StoreCall::RedriveDeadLetters => "redrive_dead_letters",
             StoreCall::ExpireDeadLetters => "expire_dead_letters",
             StoreCall::CountStuckDeadLetters => "count_stuck_dead_letters",
@@ -315,10 +347,17 @@ struct FaultState {
 
 /// The faults injected into one store and the calls made through it, shared by the store's
 /// sessions.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct FaultScript {
     faults: Mutex<Vec<Arc<FaultState>>>,
     calls: [AtomicU64; StoreCall::ALL.len()],
+}
+
+// By hand: `Default` for arrays stops at 32 elements.
+impl Default for FaultScript {
+    fn default() -> Self {
+        FaultScript { faults: Mutex::default(), calls: std::array::from_fn(|_| AtomicU64::new(0)) }
+    }
 }
 
 /// The fault a call is to suffer.

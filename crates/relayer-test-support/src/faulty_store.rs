@@ -37,10 +37,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use relayer_core::session::{Session, StoreSource};
 use relayer_core::store::{
-    CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport, DeadLetter,
-    DeleteExpired, ExtendVisibility, HoldBackDestination, HoldLease, InboxEntry, Lease, LockOutbox,
-    LockedPage, MoveDeadLetters, PageRequest, ReceiveQueue, RecordInbox, Requeue, ScanRecovery, SettleQueue,
-    Store, UnderLease, VerifySchema,
+    AdministerLanes, CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport,
+    DeadLetter, DeleteExpired, ExtendVisibility, HeadFailure, HoldBackDestination, HoldLease, InboxEntry,
+    LaneClaim, LaneClaimRequest, LaneHead, Lease, LockOutbox, LockedPage, MoveDeadLetters, PageRequest,
+    ReceiveQueue, RecordInbox, Requeue, ScanRecovery, SettleQueue, Store, UnderLease, VerifySchema,
+    WorkLanes,
 };
 use relayer_core::{DeadLetterType, MessageId, Receipt, Received, RetentionTable, Uuid};
 
@@ -356,6 +357,61 @@ impl<T: Session + HoldBackDestination> HoldBackDestination for FaultySession<T> 
             inner.hold_back(transport, destination, cool_down).await
         })
         .await
+    }
+}
+
+#[async_trait]
+impl<T: Session + WorkLanes> WorkLanes for FaultySession<T> {
+    async fn any_lane_row(&self) -> Result<bool, Self::Error> {
+        self.run(StoreCall::AnyLaneRow, |inner| async move { inner.any_lane_row().await }).await
+    }
+
+    async fn claim_lanes(
+        &self,
+        token: Uuid,
+        request: &LaneClaimRequest<'_>,
+    ) -> Result<LaneClaim, Self::Error> {
+        self.run(StoreCall::ClaimLanes, |inner| async move { inner.claim_lanes(token, request).await }).await
+    }
+
+    async fn lane_head(&self, lane: &str, token: Uuid, claim: Duration) -> Result<LaneHead, Self::Error> {
+        self.run(StoreCall::LaneHead, |inner| async move { inner.lane_head(lane, token, claim).await }).await
+    }
+
+    async fn accept_head(&self, lane: &str, token: Uuid, seq: i64) -> Result<bool, Self::Error> {
+        self.run(StoreCall::AcceptHead, |inner| async move { inner.accept_head(lane, token, seq).await })
+            .await
+    }
+
+    async fn fail_head(
+        &self,
+        lane: &str,
+        token: Uuid,
+        seq: i64,
+        failure: HeadFailure<'_>,
+    ) -> Result<bool, Self::Error> {
+        self.run(StoreCall::FailHead, |inner| async move { inner.fail_head(lane, token, seq, failure).await })
+            .await
+    }
+
+    async fn release_lane_claim(&self, lane: &str, token: Uuid) -> Result<(), Self::Error> {
+        self.run(
+            StoreCall::ReleaseLaneClaim,
+            |inner| async move { inner.release_lane_claim(lane, token).await },
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl<T: Session + AdministerLanes> AdministerLanes for FaultySession<T> {
+    async fn release_lane(&self, lane: &str, actor: &str) -> Result<bool, Self::Error> {
+        self.run(StoreCall::ReleaseLane, |inner| async move { inner.release_lane(lane, actor).await }).await
+    }
+
+    async fn skip_lane_head(&self, lane: &str, actor: &str) -> Result<Option<i64>, Self::Error> {
+        self.run(StoreCall::SkipLaneHead, |inner| async move { inner.skip_lane_head(lane, actor).await })
+            .await
     }
 }
 

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use relayer_core::TransportRegistry;
-use relayer_postgres::{Connector, PgPool, StatementMode, connect_pool_with, verify_schema};
+use relayer_postgres::{Connector, PgPool, StatementMode, StorageError, connect_pool_with, verify_schema};
 
 use crate::error::StartError;
 use crate::validate::Setup;
@@ -58,7 +58,10 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
         }
     };
     {
-        let connection = maintenance.get().await.map_err(StartError::Pool)?;
+        let connection = maintenance
+            .get()
+            .await
+            .map_err(|e| StartError::Pool(StorageError::pool("checking the schema", e)))?;
         if setup.lent_pool.is_some() {
             check_lent_statement_mode(connection.statements().mode(), setup.statements)?;
         }
@@ -123,10 +126,10 @@ fn check_lent_statement_mode(lent: StatementMode, builder: StatementMode) -> Res
 }
 
 /// The dispatcher's sessions commit asynchronously (safe for its statements only, see
-/// `relayer_dispatcher::asynchronous_commit`).
+/// `relayer_postgres::asynchronous_commit`).
 #[cfg(feature = "dispatcher")]
 fn dispatcher_session(database: &Connector) -> Connector {
-    database.with_config(relayer_dispatcher::asynchronous_commit(database.config().clone()))
+    database.with_config(relayer_postgres::asynchronous_commit(database.config().clone()))
 }
 
 /// Without the dispatcher feature no plan sizes a dispatcher pool.

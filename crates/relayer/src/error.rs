@@ -58,14 +58,14 @@ pub enum StartError {
     Connect(StorageError),
     /// No pooled connection could be had while starting.
     #[error("relayer could not get a pooled connection while starting: {}", error_chain(.0))]
-    Pool(bb8::RunError<tokio_postgres::Error>),
+    Pool(StorageError),
     /// The namespace's schema is missing or older than this build needs (NS-3).
     #[error("relayer cannot start: {}", error_chain(.0))]
     Schema(StorageError),
     /// The dispatcher refused its setup.
     #[cfg(feature = "dispatcher")]
     #[error("relayer could not set up the dispatcher: {}", error_chain(.0))]
-    Dispatcher(relayer_dispatcher::DispatchError),
+    Dispatcher(relayer_worker::WorkerError),
     /// The dead-letter policies do not fit the host's subscriptions (DLP-6).
     #[cfg(feature = "dead-letters")]
     #[error("relayer setup: {}", error_chain(.0))]

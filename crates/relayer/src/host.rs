@@ -26,7 +26,7 @@ pub struct RelayerHost {
     options: RelayerOptions,
     transports: Arc<TransportRegistry>,
     #[cfg(feature = "dispatcher")]
-    dispatcher: Option<relayer_dispatcher::Dispatcher>,
+    dispatcher: Option<relayer_dispatcher::Dispatcher<relayer_postgres::PgSource>>,
     #[cfg(feature = "consumer")]
     consumer_stats: Vec<(String, Arc<relayer_consumer::ConsumerStats>)>,
     record: SettingsRecord,
@@ -142,11 +142,11 @@ impl RelayerHost {
     /// A writer for this namespace accepting exactly this host's transports (and, with a
     /// dispatcher, its `max_body_bytes`). Enqueue inside your own transaction (OUT-1).
     pub fn writer(&self) -> OutboxWriter {
-        #[cfg(feature = "dispatcher")]
-        if let Some(dispatcher) = &self.dispatcher {
-            return dispatcher.writer();
+        let writer = OutboxWriter::for_registry(&self.namespace, &self.transports);
+        match self.options.dispatcher() {
+            Some(dispatcher) => writer.with_max_body_bytes(dispatcher.max_body_bytes()),
+            None => writer,
         }
-        OutboxWriter::for_registry(&self.namespace, &self.transports)
     }
 
     /// A writer straight into this namespace's queue table, inside your own transaction
@@ -166,7 +166,7 @@ impl RelayerHost {
     /// [`dispatch_now`](relayer_dispatcher::Dispatcher::dispatch_now) after a commit, and
     /// for lane operations.
     #[cfg(feature = "dispatcher")]
-    pub fn dispatcher(&self) -> Option<&relayer_dispatcher::Dispatcher> {
+    pub fn dispatcher(&self) -> Option<&relayer_dispatcher::Dispatcher<relayer_postgres::PgSource>> {
         self.dispatcher.as_ref()
     }
 

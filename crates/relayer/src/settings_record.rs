@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use relayer_core::Namespace;
-use relayer_postgres::{InstanceStatements, PgPool};
+use relayer_postgres::{InstanceStatements, PgPool, StorageError};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::StartError;
@@ -45,7 +45,10 @@ impl SettingsRecord {
             disagreements: Arc::default(),
         };
         if record.is_recorded() {
-            let connection = record.pool.get().await.map_err(StartError::Pool)?;
+            let connection =
+                record.pool.get().await.map_err(|e| {
+                    StartError::Pool(StorageError::pool("recording the workers' settings", e))
+                })?;
             if let Err(error) = record.statements.forget_unseen_for(&**connection, FORGET_AFTER).await {
                 // Only housekeeping: the comparison below does not depend on it.
                 tracing::debug!(target: TARGET, %error, "could not remove long-unseen instances");

@@ -207,19 +207,21 @@ impl Transport for SwitchTransport {
 /// sends goes to the dead table at once, until [`SwitchTransport::heal`].
 pub(crate) async fn failing_dispatcher(
     db: &TestDb,
-) -> (relayer_dispatcher::Dispatcher, Arc<SwitchTransport>) {
+) -> (relayer_dispatcher::Dispatcher<relayer_postgres::PgSource>, Arc<SwitchTransport>) {
     let transport = SwitchTransport::failing();
-    let pool = connect_pool(relayer_dispatcher::asynchronous_commit(db.config()), 1).await.unwrap();
+    let pool = connect_pool(relayer_postgres::asynchronous_commit(db.config()), 1).await.unwrap();
+    let registry = Arc::new(relayer_core::TransportRegistry::new().with(transport.clone()).unwrap());
+    let source = relayer_postgres::PgSource::new(pool, db.namespace()).with_transports(registry.names());
     let dispatcher = relayer_dispatcher::Dispatcher::new(
-        pool,
+        source,
         db.namespace().clone(),
         relayer_core::DispatcherOptions::builder()
             .max_attempts(std::num::NonZeroU32::new(1))
             .build()
             .unwrap(),
-        Arc::new(relayer_core::TransportRegistry::new().with(transport.clone()).unwrap()),
+        registry,
     )
     .unwrap()
-    .listening(db.config());
+    .listening(relayer_postgres::PgNotifications::outbox(db.config(), db.namespace()));
     (dispatcher, transport)
 }

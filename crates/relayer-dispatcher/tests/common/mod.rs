@@ -5,11 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use relayer_core::StoreSource;
 use relayer_core::{DispatcherOptions, DispatcherOptionsBuilder, TransportRegistry};
-use relayer_dispatcher::{Dispatcher, asynchronous_commit};
+use relayer_dispatcher::{Dispatcher, PassReport};
+use relayer_postgres::{OutboxWriter, PgNotifications, PgSource, asynchronous_commit};
 use relayer_test_support::TestDb;
 #[allow(unused_imports)] // Not every test file waits on state.
 pub(crate) use relayer_test_support::eventually;
+use relayer_worker::WorkerError;
 
 /// The recording transport with injectable faults that users get too.
 pub(crate) use relayer_test_support::FaultyTransport;
@@ -38,12 +41,26 @@ pub(crate) async fn dispatcher(
     options: DispatcherOptionsBuilder,
     transport: Arc<FaultyTransport>,
     pool_size: u32,
-) -> Dispatcher {
-    let registry = TransportRegistry::new().with(transport).unwrap();
+) -> Dispatcher<PgSource> {
+    let registry = Arc::new(TransportRegistry::new().with(transport).unwrap());
     let pool = relayer_postgres::connect_pool(asynchronous_commit(db.config()), pool_size).await.unwrap();
-    Dispatcher::new(pool, db.namespace().clone(), options.build().unwrap(), Arc::new(registry))
+    let source = PgSource::new(pool, db.namespace()).with_transports(registry.names());
+    Dispatcher::new(source, db.namespace().clone(), options.build().unwrap(), registry)
         .unwrap()
-        .listening(db.config())
+        .listening(PgNotifications::outbox(db.config(), db.namespace()))
+}
+
+/// One pass of each kind on a session of the dispatcher's own source.
+pub(crate) async fn run_once(dispatcher: &Dispatcher<PgSource>) -> Result<PassReport, WorkerError> {
+    let session = dispatcher.source().open().await.map_err(|e| WorkerError::store("opening a session", e))?;
+    dispatcher.run_once(&session).await
+}
+
+/// A writer for the dispatcher's namespace accepting exactly its transports and its
+/// `max_body_bytes`.
+pub(crate) fn writer(dispatcher: &Dispatcher<PgSource>) -> OutboxWriter {
+    OutboxWriter::for_registry(dispatcher.source().namespace(), dispatcher.send_path().transports())
+        .with_max_body_bytes(dispatcher.options().max_body_bytes())
 }
 
 pub(crate) async fn count(client: &tokio_postgres::Client, db: &TestDb, table: &str) -> i64 {

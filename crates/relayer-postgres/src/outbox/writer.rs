@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use relayer_core::{MessageError, MessageId, Namespace, NewMessage, TransportRegistry, advisory_lock_key};
+use relayer_core::{MessageError, Namespace, NewMessage, TransportRegistry, advisory_lock_key};
 
 use super::batch::EnqueueBatch;
 use super::channel::{lane_lock_prefix, notify_channel};
@@ -14,14 +14,7 @@ use crate::exec::Executor;
 /// The default largest body [`OutboxWriter`] accepts: 1 MiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
 
-/// One message written by [`OutboxWriter::enqueue`]: its outbox row and its id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Enqueued {
-    /// The outbox row's sequence number (the `seq` column), growing in enqueue order.
-    pub seq: i64,
-    /// The message id.
-    pub id: MessageId,
-}
+pub use relayer_core::store::Enqueued;
 
 /// Why [`OutboxWriter::enqueue`] wrote nothing.
 #[derive(Debug, thiserror::Error)]

@@ -1,9 +1,11 @@
-//! The dispatcher, built for a host: its own pool (asynchronous commit) and its own LISTEN
-//! session on the builder's config; every instance runs it.
+//! The dispatcher, built for a host: relayer's PostgreSQL source on its own pool
+//! (asynchronous commit) and its own LISTEN session on the builder's config; every
+//! instance runs it.
 
 use std::sync::Arc;
 
 use relayer_dispatcher::Dispatcher;
+use relayer_postgres::{PgNotifications, PgSource};
 
 use crate::error::StartError;
 use crate::fingerprints::WorkerSettings;
@@ -16,14 +18,12 @@ pub(crate) fn build(context: &WorkerContext<'_>, hosted: &mut HostedWorkers) -> 
         return Ok(());
     };
     let setup = context.setup;
-    let dispatcher = Dispatcher::new(
-        pool.clone(),
-        setup.namespace.clone(),
-        options.clone(),
-        Arc::clone(&context.connected.transports),
-    )
-    .map_err(StartError::Dispatcher)?
-    .listening(setup.database.clone());
+    let transports = Arc::clone(&context.connected.transports);
+    // Rows naming a transport this host lacks are set aside, never retried forever.
+    let source = PgSource::new(pool.clone(), &setup.namespace).with_transports(transports.names());
+    let dispatcher = Dispatcher::new(source, setup.namespace.clone(), options.clone(), transports)
+        .map_err(StartError::Dispatcher)?
+        .listening(PgNotifications::outbox(setup.database.clone(), &setup.namespace));
     #[cfg(feature = "metrics")]
     crate::metrics::observe(relayer_worker::WorkerKind::Dispatcher, dispatcher.subscribe());
     hosted.dispatcher = Some(dispatcher.clone());

@@ -13,7 +13,7 @@ pub(crate) struct HostedWorkers {
     pub(crate) settings: Vec<WorkerSettings>,
     /// The dispatcher, for [`RelayerHost::dispatcher`](crate::RelayerHost::dispatcher).
     #[cfg(feature = "dispatcher")]
-    pub(crate) dispatcher: Option<relayer_dispatcher::Dispatcher>,
+    pub(crate) dispatcher: Option<relayer_dispatcher::Dispatcher<relayer_postgres::PgSource>>,
     /// Each pump's counters, by queue.
     #[cfg(feature = "consumer")]
     pub(crate) consumer_stats: Vec<(String, std::sync::Arc<relayer_consumer::ConsumerStats>)>,
