@@ -22,6 +22,8 @@ pub mod namespace;
 pub mod notifications;
 pub mod options;
 mod panic;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod poison;
 pub mod queue_message;
 pub mod retention;
