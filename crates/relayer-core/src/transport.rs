@@ -87,6 +87,21 @@ impl Capabilities {
     }
 }
 
+/// What an operator reads in the start log and the send-timeout warning:
+/// `deduplicates by id, native scheduling`, or `no optional capability`.
+impl fmt::Display for Capabilities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let declared: Vec<&str> = [
+            (self.deduplicates_by_id, "deduplicates by id"),
+            (self.native_scheduling, "native scheduling"),
+        ]
+        .into_iter()
+        .filter_map(|(declared, name)| declared.then_some(name))
+        .collect();
+        if declared.is_empty() { f.write_str("no optional capability") } else { f.write_str(&declared.join(", ")) }
+    }
+}
+
 /// The outcome of sending one message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SendOutcome {
@@ -268,6 +283,17 @@ mod tests {
         let err = registry.register(Arc::new(Named("a"))).err().unwrap();
         assert_eq!(err.to_string(), "a transport named \"a\" is already registered");
         assert!(registry.contains("a") && !registry.contains("b"));
+    }
+
+    #[test]
+    fn capabilities_read_as_what_they_declare_trn_1() {
+        assert_eq!(Capabilities::NONE.to_string(), "no optional capability");
+        assert_eq!(Capabilities::NONE.with_deduplication().to_string(), "deduplicates by id");
+        assert_eq!(
+            Capabilities::NONE.with_native_scheduling().with_deduplication().to_string(),
+            "deduplicates by id, native scheduling"
+        );
+        assert_eq!(Named("a").capabilities(), Capabilities::NONE, "nothing is declared unless a transport says so");
     }
 
     #[test]
