@@ -46,7 +46,10 @@ pub trait Transport: Send + Sync + 'static {
     /// The most messages one [`send`](Transport::send) call may carry.
     fn batch_limit(&self) -> NonZeroUsize;
 
-    /// Optional capabilities, declared rather than guessed.
+    /// Optional capabilities, declared rather than guessed (TRN-1). relayer reads them
+    /// where an operator needs them: the host's start line names each transport with its
+    /// declaration, and a send-timeout warning says whether a late acceptance reaches
+    /// consumers twice (`deduplicates_by_id`, DSP-7).
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
     }
