@@ -22,9 +22,9 @@ pub mod namespace;
 pub mod notifications;
 pub mod options;
 mod panic;
+pub mod poison;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-pub mod poison;
 pub mod queue_message;
 pub mod retention;
 pub mod retry;

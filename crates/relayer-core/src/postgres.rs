@@ -371,7 +371,8 @@ mod tests {
 
     #[test]
     fn malformed_headers_name_the_reason() {
-        let refused = |json: serde_json::Value| reason(&round_trip(&json, &Type::JSONB).unwrap_err()).unwrap();
+        let refused =
+            |json: serde_json::Value| reason(&round_trip(&json, &Type::JSONB).unwrap_err()).unwrap();
         assert_eq!(refused(serde_json::Value::Null), "expected a JSON object of strings, found null");
         assert_eq!(refused(serde_json::json!(["a"])), "expected a JSON object of strings, found an array");
         assert_eq!(refused(serde_json::json!(7)), "expected a JSON object of strings, found a number");

@@ -94,14 +94,16 @@ impl Capabilities {
 /// `deduplicates by id, native scheduling`, or `no optional capability`.
 impl fmt::Display for Capabilities {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let declared: Vec<&str> = [
-            (self.deduplicates_by_id, "deduplicates by id"),
-            (self.native_scheduling, "native scheduling"),
-        ]
-        .into_iter()
-        .filter_map(|(declared, name)| declared.then_some(name))
-        .collect();
-        if declared.is_empty() { f.write_str("no optional capability") } else { f.write_str(&declared.join(", ")) }
+        let declared: Vec<&str> =
+            [(self.deduplicates_by_id, "deduplicates by id"), (self.native_scheduling, "native scheduling")]
+                .into_iter()
+                .filter_map(|(declared, name)| declared.then_some(name))
+                .collect();
+        if declared.is_empty() {
+            f.write_str("no optional capability")
+        } else {
+            f.write_str(&declared.join(", "))
+        }
     }
 }
 
@@ -296,7 +298,11 @@ mod tests {
             Capabilities::NONE.with_native_scheduling().with_deduplication().to_string(),
             "deduplicates by id, native scheduling"
         );
-        assert_eq!(Named("a").capabilities(), Capabilities::NONE, "nothing is declared unless a transport says so");
+        assert_eq!(
+            Named("a").capabilities(),
+            Capabilities::NONE,
+            "nothing is declared unless a transport says so"
+        );
     }
 
     #[test]

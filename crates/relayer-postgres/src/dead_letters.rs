@@ -503,10 +503,7 @@ fn touched(rows: &[Row]) -> Result<Vec<Touched>, DeadLetterApiError> {
     rows.iter()
         .map(|row| {
             let decode = |e| StorageError::database("decoding a dead letter's seq and id", e);
-            Ok(Touched {
-                seq: row.try_get(0).map_err(decode)?,
-                message_id: row.try_get(1).map_err(decode)?,
-            })
+            Ok(Touched { seq: row.try_get(0).map_err(decode)?, message_id: row.try_get(1).map_err(decode)? })
         })
         .collect()
 }
@@ -526,7 +523,9 @@ fn read_headers(
     match row.try_get::<_, JsonbHeaders<'_>>(index) {
         Ok(headers) => Ok(headers.into_headers()),
         Err(e) => Err(match malformed(&e) {
-            Some(reason) => StorageError::new(format!("{}: {reason}", row_name()), StorageErrorKind::MalformedRow),
+            Some(reason) => {
+                StorageError::new(format!("{}: {reason}", row_name()), StorageErrorKind::MalformedRow)
+            }
             None => StorageError::database(what, e),
         }),
     }

@@ -75,7 +75,8 @@ impl QueueStatements {
     ) -> Result<u64, StorageError> {
         let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
         let bodies: Vec<&[u8]> = messages.iter().map(|m| m.body.as_slice()).collect();
-        let headers: Vec<JsonbHeaders<'_>> = messages.iter().map(|m| JsonbHeaders::from(&m.headers)).collect();
+        let headers: Vec<JsonbHeaders<'_>> =
+            messages.iter().map(|m| JsonbHeaders::from(&m.headers)).collect();
         let trace_contexts: Vec<Option<&str>> = messages.iter().map(|m| m.trace_context.as_deref()).collect();
         let created_at: Vec<SystemTime> = messages.iter().map(|m| m.created_at.to_system_time()).collect();
         let params: [(&(dyn ToSql + Sync), Type); 7] = [

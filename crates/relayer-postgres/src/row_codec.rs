@@ -20,9 +20,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use relayer_core::postgres::{JsonbHeaders, MalformedHeaders};
 use relayer_core::store::{Claimed, ClaimedMessage, UndecodableRow};
 use relayer_core::{Envelope, MessageId, Namespace, Timestamp};
-use relayer_core::postgres::{JsonbHeaders, MalformedHeaders};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 

@@ -522,7 +522,8 @@ async fn written_headers_read_back_identical_and_are_stored_as_a_jsonb_object_of
     let messages = vec![with_headers, message(1)];
     writer(&db).enqueue(&client, &messages).await.unwrap();
 
-    let claimed = OutboxStatements::new(db.namespace()).claim_due(&client, Uuid::new_v4(), CLAIM, 10, &[]).await;
+    let claimed =
+        OutboxStatements::new(db.namespace()).claim_due(&client, Uuid::new_v4(), CLAIM, 10, &[]).await;
     let claimed = claimed.unwrap();
     assert!(claimed.undecodable.is_empty());
     assert_eq!(claimed.messages.len(), 2);
@@ -530,7 +531,8 @@ async fn written_headers_read_back_identical_and_are_stored_as_a_jsonb_object_of
         assert_eq!(&read.envelope.headers, written.header_map());
     }
     // The stored value equals the object a JSON encoder of the same map gives.
-    let expected: serde_json::Value = tricky.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect();
+    let expected: serde_json::Value =
+        tricky.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect();
     let outbox = db.namespace().table("outbox");
     let row = client
         .query_one(

@@ -24,7 +24,9 @@ where
     let bound: Vec<Bound<'_>> = params
         .into_iter()
         .map(|param| match param {
-            EnqueueParam::MessageIds(values) => Bound::Uuids(values.iter().map(|id| PgUuid(*id.as_uuid())).collect()),
+            EnqueueParam::MessageIds(values) => {
+                Bound::Uuids(values.iter().map(|id| PgUuid(*id.as_uuid())).collect())
+            }
             EnqueueParam::Headers(values) => Bound::Jsons(values.iter().map(PgJsonb).collect()),
             EnqueueParam::OptionalTimestamps(values) => {
                 Bound::Timestamps(values.iter().map(|at| at.map(PgTimestamptz)).collect())

@@ -5,12 +5,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use relayer_core::postgres::JsonbHeaders;
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
 use sqlx::postgres::types::Oid;
 use sqlx::postgres::{PgArgumentBuffer, PgHasArrayType, PgTypeInfo, PgValueFormat, PgValueRef};
 use sqlx::{Decode, Encode, Postgres, Type};
-use relayer_core::postgres::JsonbHeaders;
 use uuid::Uuid;
 
 /// A `uuid` value.

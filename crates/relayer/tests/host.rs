@@ -394,13 +394,16 @@ async fn the_start_line_names_each_transport_with_its_declared_capabilities_trn_
     let logs = Warnings::default();
     let _capture = logs.capture_from(tracing::Level::INFO);
     let (db, _client) = migrated().await;
-    let host = builder(&db).queue_transport().transport(std::sync::Arc::new(Deduplicating)).start().await.unwrap();
+    let host =
+        builder(&db).queue_transport().transport(std::sync::Arc::new(Deduplicating)).start().await.unwrap();
     host.shutdown().await;
     let text = logs.text();
     let started: Vec<&str> = text.lines().filter(|line| line.contains("relayer host started")).collect();
     assert_eq!(started.len(), 1, "{text}");
     assert!(
-        started[0].contains(r#"transports=["deduplicating (deduplicates by id)", "queue (no optional capability)"]"#),
+        started[0].contains(
+            r#"transports=["deduplicating (deduplicates by id)", "queue (no optional capability)"]"#
+        ),
         "{text}"
     );
 }

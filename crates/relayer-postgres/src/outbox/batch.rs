@@ -121,8 +121,5 @@ pub(crate) async fn insert_and_read_back(
 ) -> Result<Vec<super::Enqueued>, crate::error::StorageError> {
     let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded.iter().map(EnqueueParam::typed).collect();
     let rows = crate::exec::rows(client, statement, &params, what).await?;
-    Ok(rows
-        .iter()
-        .map(|row| super::Enqueued { seq: row.get(0), id: row.get(1) })
-        .collect())
+    Ok(rows.iter().map(|row| super::Enqueued { seq: row.get(0), id: row.get(1) }).collect())
 }

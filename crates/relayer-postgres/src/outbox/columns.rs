@@ -3,8 +3,8 @@
 
 use std::time::SystemTime;
 
-use relayer_core::time::database_micros;
 use relayer_core::postgres::JsonbHeaders;
+use relayer_core::time::database_micros;
 use relayer_core::{Delivery, MessageId, NewMessage};
 
 /// The columns every writer binds (outbox and direct queue), one array per column, in the

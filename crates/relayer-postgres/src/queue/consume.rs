@@ -11,8 +11,8 @@
 
 use std::time::{Duration, SystemTime};
 
-use relayer_core::time::database_micros;
 use relayer_core::postgres::JsonbHeaders;
+use relayer_core::time::database_micros;
 use relayer_core::{Namespace, Timestamp, Uuid};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
