@@ -23,6 +23,8 @@ pub mod notifications;
 pub mod options;
 mod panic;
 pub mod poison;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod queue_message;
 pub mod retention;
 pub mod retry;

@@ -46,7 +46,10 @@ pub trait Transport: Send + Sync + 'static {
     /// The most messages one [`send`](Transport::send) call may carry.
     fn batch_limit(&self) -> NonZeroUsize;
 
-    /// Optional capabilities, declared rather than guessed.
+    /// Optional capabilities, declared rather than guessed (TRN-1). relayer reads them
+    /// where an operator needs them: the host's start line names each transport with its
+    /// declaration, and a send-timeout warning says whether a late acceptance reaches
+    /// consumers twice (`deduplicates_by_id`, DSP-7).
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
     }
@@ -84,6 +87,23 @@ impl Capabilities {
     pub const fn with_native_scheduling(mut self) -> Self {
         self.native_scheduling = true;
         self
+    }
+}
+
+/// What an operator reads in the start log and the send-timeout warning:
+/// `deduplicates by id, native scheduling`, or `no optional capability`.
+impl fmt::Display for Capabilities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let declared: Vec<&str> =
+            [(self.deduplicates_by_id, "deduplicates by id"), (self.native_scheduling, "native scheduling")]
+                .into_iter()
+                .filter_map(|(declared, name)| declared.then_some(name))
+                .collect();
+        if declared.is_empty() {
+            f.write_str("no optional capability")
+        } else {
+            f.write_str(&declared.join(", "))
+        }
     }
 }
 
@@ -268,6 +288,21 @@ mod tests {
         let err = registry.register(Arc::new(Named("a"))).err().unwrap();
         assert_eq!(err.to_string(), "a transport named \"a\" is already registered");
         assert!(registry.contains("a") && !registry.contains("b"));
+    }
+
+    #[test]
+    fn capabilities_read_as_what_they_declare_trn_1() {
+        assert_eq!(Capabilities::NONE.to_string(), "no optional capability");
+        assert_eq!(Capabilities::NONE.with_deduplication().to_string(), "deduplicates by id");
+        assert_eq!(
+            Capabilities::NONE.with_native_scheduling().with_deduplication().to_string(),
+            "deduplicates by id, native scheduling"
+        );
+        assert_eq!(
+            Named("a").capabilities(),
+            Capabilities::NONE,
+            "nothing is declared unless a transport says so"
+        );
     }
 
     #[test]

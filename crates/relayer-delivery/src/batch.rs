@@ -28,8 +28,16 @@ pub(crate) async fn send_batch(
     let all_failed = |error: TransportError| vec![SendOutcome::Failed(error); batch.len()];
     let sending = AssertUnwindSafe(transport.send(destination, batch)).catch_unwind();
     let Ok(sent) = tokio::time::timeout(timeout, sending).await else {
+        // The broker may still accept what timed out, and the retry sends it again (DSP-7):
+        // whether consumers then see it twice is the transport's declaration (TRN-1).
+        let deduplicates_by_id = transport.capabilities().deduplicates_by_id;
+        let repeat = if deduplicates_by_id {
+            "the broker drops the repeat of a late acceptance by message id"
+        } else {
+            "a late acceptance reaches consumers twice: the transport does not deduplicate by id"
+        };
         tracing::warn!(target: TARGET, transport = transport.name(), destination, ?timeout, messages = batch.len(),
-            "send timed out; each message of the batch counts as a transient failure");
+            deduplicates_by_id, repeat, "send timed out; each message of the batch counts as a transient failure");
         let error = TransportError::transient(format!(
             "transport {:?} did not answer within the send timeout ({timeout:?})",
             transport.name()

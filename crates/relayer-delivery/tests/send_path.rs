@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use relayer_core::breaker::DEFAULT_TRACKED_DESTINATIONS;
 use relayer_core::{
-    ClaimedMessage, DispatcherOptions, Envelope, MessageId, SendOutcome, Timestamp, Transport,
+    Capabilities, ClaimedMessage, DispatcherOptions, Envelope, MessageId, SendOutcome, Timestamp, Transport,
     TransportError, TransportRegistry, async_trait,
 };
 use relayer_delivery::SendPath;
+use relayer_test_support::Warnings;
 use tokio::time::Instant;
 
 /// Answers never (`hang`), or fails every send, or accepts every send.
@@ -21,6 +22,28 @@ struct Scripted {
     hang: bool,
     fail: bool,
     limit: usize,
+}
+
+/// A [`Scripted`] transport declaring broker-side deduplication by message id.
+struct Deduplicating(Scripted);
+
+#[async_trait]
+impl Transport for Deduplicating {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn batch_limit(&self) -> NonZeroUsize {
+        self.0.batch_limit()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::NONE.with_deduplication()
+    }
+
+    async fn send(&self, destination: &str, batch: &[Envelope]) -> Result<Vec<SendOutcome>, TransportError> {
+        self.0.send(destination, batch).await
+    }
 }
 
 #[async_trait]
@@ -44,7 +67,7 @@ impl Transport for Scripted {
     }
 }
 
-fn path(transport: Scripted, options: DispatcherOptions) -> SendPath {
+fn path(transport: impl Transport + 'static, options: DispatcherOptions) -> SendPath {
     let registry = TransportRegistry::new().with(Arc::new(transport)).unwrap();
     SendPath::new(Arc::new(registry), options)
 }
@@ -81,6 +104,27 @@ async fn a_send_that_never_answers_fails_each_message_of_its_batch_at_the_send_t
     assert_eq!(columns.failed_seq, &[1, 2, 3]);
     assert!(columns.failed_error.iter().all(|e| e.contains("did not answer within the send timeout")));
     assert!(columns.failed_dead.iter().all(|dead| !dead), "a timeout is transient: retried");
+}
+
+/// DSP-7, TRN-1: a timed-out batch is retried, and the broker may still accept the first
+/// send; the warning says whether consumers then see it twice, as the transport declares.
+#[tokio::test(start_paused = true)]
+async fn a_send_timeout_warning_says_whether_a_late_acceptance_reaches_consumers_twice_dsp_7() {
+    let options = DispatcherOptions::builder().send_timeout(Some(Duration::from_secs(5))).build().unwrap();
+    let hung = || Scripted { name: "hung", hang: true, fail: false, limit: 10 };
+    let cases = [
+        (path(hung(), options.clone()), "deduplicates_by_id=false", "reaches consumers twice"),
+        (path(Deduplicating(hung()), options), "deduplicates_by_id=true", "the broker drops the repeat"),
+    ];
+    for (send, declared, repeat) in cases {
+        let warnings = Warnings::default();
+        let _capture = warnings.capture();
+        let tally = send.send(vec![claimed(1, "hung", "orders")], far()).await;
+        assert_eq!(tally.timed_out, 1);
+        let text = warnings.text();
+        assert_eq!(text.matches("send timed out").count(), 1, "{text}");
+        assert!(text.contains(declared) && text.contains(repeat), "{text}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -47,6 +47,7 @@
 use std::time::SystemTime;
 
 use relayer_core::options::MAX_BATCH_SIZE;
+use relayer_core::postgres::JsonbHeaders;
 use relayer_core::{Headers, MessageId, Namespace, Timestamp, advisory_lock_key};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
@@ -56,7 +57,7 @@ pub use crate::dead_letter_filter::{DEFAULT_LIMIT, OutboxDeadFilter, QueueDeadLe
 use crate::error::{StorageError, StorageErrorKind};
 use crate::exec::Executor;
 use crate::outbox::{lane_lock_prefix, notify_channel};
-use crate::row_codec::headers_from_json;
+use crate::row_codec::malformed;
 
 /// Why a dead-letter call did nothing.
 #[derive(Debug, thiserror::Error)]
@@ -502,10 +503,7 @@ fn touched(rows: &[Row]) -> Result<Vec<Touched>, DeadLetterApiError> {
     rows.iter()
         .map(|row| {
             let decode = |e| StorageError::database("decoding a dead letter's seq and id", e);
-            Ok(Touched {
-                seq: row.try_get(0).map_err(decode)?,
-                message_id: MessageId::from_uuid(row.try_get(1).map_err(decode)?),
-            })
+            Ok(Touched { seq: row.try_get(0).map_err(decode)?, message_id: row.try_get(1).map_err(decode)? })
         })
         .collect()
 }
@@ -515,16 +513,32 @@ fn timestamp(row: &Row, index: usize, what: &'static str) -> Result<Timestamp, S
     Ok(Timestamp::from_system_time(time))
 }
 
+/// Column `index`'s headers; a value of another shape is a malformed row named by `row_name`.
+fn read_headers(
+    row: &Row,
+    index: usize,
+    row_name: impl FnOnce() -> String,
+    what: &'static str,
+) -> Result<Headers, StorageError> {
+    match row.try_get::<_, JsonbHeaders<'_>>(index) {
+        Ok(headers) => Ok(headers.into_headers()),
+        Err(e) => Err(match malformed(&e) {
+            Some(reason) => {
+                StorageError::new(format!("{}: {reason}", row_name()), StorageErrorKind::MalformedRow)
+            }
+            None => StorageError::database(what, e),
+        }),
+    }
+}
+
 fn decode_queue(row: &Row) -> Result<QueueDeadLetter, StorageError> {
     let what = "decoding a queue dead letter";
     let decode = |e| StorageError::database(what, e);
     let seq: i64 = row.try_get(0).map_err(decode)?;
-    let headers = headers_from_json(row.try_get(9).map_err(decode)?).map_err(|e| {
-        StorageError::new(format!("queue dead letter seq {seq}: {e}"), StorageErrorKind::MalformedRow)
-    })?;
+    let headers = read_headers(row, 9, || format!("queue dead letter seq {seq}"), what)?;
     Ok(QueueDeadLetter {
         seq,
-        message_id: MessageId::from_uuid(row.try_get(1).map_err(decode)?),
+        message_id: row.try_get(1).map_err(decode)?,
         queue: row.try_get(2).map_err(decode)?,
         original_topic: row.try_get(3).map_err(decode)?,
         rejection_reason: row.try_get(4).map_err(decode)?,
@@ -542,12 +556,10 @@ fn decode_dead(row: &Row) -> Result<OutboxDeadRow, StorageError> {
     let what = "decoding a dead outbox row";
     let decode = |e| StorageError::database(what, e);
     let seq: i64 = row.try_get(0).map_err(decode)?;
-    let headers = headers_from_json(row.try_get(9).map_err(decode)?).map_err(|e| {
-        StorageError::new(format!("dead outbox row seq {seq}: {e}"), StorageErrorKind::MalformedRow)
-    })?;
+    let headers = read_headers(row, 9, || format!("dead outbox row seq {seq}"), what)?;
     Ok(OutboxDeadRow {
         seq,
-        message_id: MessageId::from_uuid(row.try_get(1).map_err(decode)?),
+        message_id: row.try_get(1).map_err(decode)?,
         transport: row.try_get(2).map_err(decode)?,
         destination: row.try_get(3).map_err(decode)?,
         lane: row.try_get(4).map_err(decode)?,

@@ -15,7 +15,8 @@
 
 use std::time::SystemTime;
 
-use relayer_core::{Envelope, Namespace};
+use relayer_core::postgres::JsonbHeaders;
+use relayer_core::{Envelope, MessageId, Namespace};
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::StorageError;
@@ -72,10 +73,10 @@ impl QueueStatements {
         queue: &str,
         messages: &[Envelope],
     ) -> Result<u64, StorageError> {
-        let ids: Vec<_> = messages.iter().map(|m| *m.id.as_uuid()).collect();
+        let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
         let bodies: Vec<&[u8]> = messages.iter().map(|m| m.body.as_slice()).collect();
-        let headers: Vec<serde_json::Value> =
-            messages.iter().map(|m| crate::row_codec::headers_to_json(&m.headers)).collect();
+        let headers: Vec<JsonbHeaders<'_>> =
+            messages.iter().map(|m| JsonbHeaders::from(&m.headers)).collect();
         let trace_contexts: Vec<Option<&str>> = messages.iter().map(|m| m.trace_context.as_deref()).collect();
         let created_at: Vec<SystemTime> = messages.iter().map(|m| m.created_at.to_system_time()).collect();
         let params: [(&(dyn ToSql + Sync), Type); 7] = [

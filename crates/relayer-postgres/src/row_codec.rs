@@ -20,11 +20,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use relayer_core::postgres::{JsonbHeaders, MalformedHeaders};
 use relayer_core::store::{Claimed, ClaimedMessage, UndecodableRow};
-use relayer_core::{Envelope, Headers, MessageId, Namespace, Timestamp};
+use relayer_core::{Envelope, MessageId, Namespace, Timestamp};
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
-use uuid::Uuid;
 
 use crate::error::{StorageError, StorageErrorKind};
 
@@ -121,8 +121,7 @@ impl RowCodec {
         if destination.trim().is_empty() {
             return Err(("destination", "is empty".to_owned()));
         }
-        let headers =
-            headers_from_json(column(row, at + 5, "headers")?).map_err(|reason| ("headers", reason))?;
+        let headers = column::<JsonbHeaders<'_>>(row, at + 5, "headers")?.into_headers();
         let created_at: SystemTime = column(row, at + 8, "created_at")?;
         let attempts: i32 = column(row, at + 9, "attempts")?;
         let attempts =
@@ -132,7 +131,7 @@ impl RowCodec {
             transport,
             destination,
             envelope: Envelope {
-                id: MessageId::from_uuid(column::<Uuid>(row, at + 1, "message_id")?),
+                id: column::<MessageId>(row, at + 1, "message_id")?,
                 body: column(row, at + 4, "body")?,
                 headers,
                 created_at: Timestamp::from_system_time(created_at),
@@ -151,111 +150,17 @@ fn column<'r, T: FromSql<'r>>(
     name: &'static str,
 ) -> Result<T, (&'static str, String)> {
     row.try_get(index).map_err(|e| {
-        let reason = std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string);
-        (name, format!("cannot be read: {reason}"))
+        let reason = malformed(&e).unwrap_or_else(|| {
+            let reason = std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string);
+            format!("cannot be read: {reason}")
+        });
+        (name, reason)
     })
 }
 
-pub(crate) fn headers_to_json(headers: &Headers) -> serde_json::Value {
-    serde_json::Value::Object(
-        headers
-            .iter()
-            .map(|(name, value)| (name.clone(), serde_json::Value::String(value.clone())))
-            .collect(),
-    )
-}
-
-/// The headers of a JSON object whose values are strings, or why `value` is not one.
-pub(crate) fn headers_from_json(value: serde_json::Value) -> Result<Headers, String> {
-    let serde_json::Value::Object(map) = value else {
-        return Err(format!("expected a JSON object of strings, found {}", json_kind(&value)));
-    };
-    map.into_iter()
-        .map(|(name, value)| match value {
-            serde_json::Value::String(text) => Ok((name, text)),
-            other => Err(format!(
-                "expected a JSON object of strings, but header {name:?} is {}",
-                json_kind(&other)
-            )),
-        })
-        .collect()
-}
-
-/// What kind of JSON value `value` is, for error messages (`a number`, `null`, …).
-pub(crate) fn json_kind(value: &serde_json::Value) -> &'static str {
-    match value {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)] // A failed unwrap is a failed test.
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    /// Any JSON value, a few levels deep.
-    fn json() -> impl Strategy<Value = serde_json::Value> {
-        let leaf = prop_oneof![
-            Just(serde_json::Value::Null),
-            any::<bool>().prop_map(serde_json::Value::Bool),
-            any::<i64>().prop_map(serde_json::Value::from),
-            ".{0,8}".prop_map(serde_json::Value::String),
-        ];
-        leaf.prop_recursive(3, 16, 4, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
-                proptest::collection::btree_map(".{0,6}", inner, 0..4)
-                    .prop_map(|map| serde_json::Value::Object(map.into_iter().collect())),
-            ]
-        })
-    }
-
-    proptest! {
-        /// SPEC §15: every headers map the writer stores reads back unchanged, and any other
-        /// JSON value is refused with a reason — never a panic, never a guess.
-        #[test]
-        fn headers_decode_exactly_the_objects_of_strings_spec_15(
-            headers in proptest::collection::btree_map(".{0,8}", ".{0,8}", 0..6),
-            other in json(),
-        ) {
-            prop_assert_eq!(headers_from_json(headers_to_json(&headers)).unwrap(), headers);
-            let is_headers = matches!(&other, serde_json::Value::Object(map) if map.values().all(serde_json::Value::is_string));
-            match headers_from_json(other.clone()) {
-                Ok(decoded) => {
-                    prop_assert!(is_headers);
-                    prop_assert_eq!(headers_to_json(&decoded), other);
-                }
-                Err(reason) => {
-                    prop_assert!(!is_headers);
-                    prop_assert!(reason.starts_with("expected a JSON object of strings"), "{}", reason);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn headers_round_trip_and_malformed_headers_name_the_reason() {
-        let headers: Headers =
-            [("a".to_owned(), "1".to_owned()), ("b-c".to_owned(), "x y".to_owned())].into();
-        assert_eq!(headers_from_json(headers_to_json(&headers)).unwrap(), headers);
-        assert_eq!(
-            headers_from_json(serde_json::json!({"a": 1})).unwrap_err(),
-            "expected a JSON object of strings, but header \"a\" is a number"
-        );
-        assert_eq!(
-            headers_from_json(serde_json::Value::Null).unwrap_err(),
-            "expected a JSON object of strings, found null"
-        );
-        assert_eq!(
-            headers_from_json(serde_json::json!(["a"])).unwrap_err(),
-            "expected a JSON object of strings, found an array"
-        );
-    }
+/// The codec's reason, when `e` is a headers value of a shape the writer never produces
+/// (`expected a JSON object of strings, found null`): it is the whole story, no driver
+/// wording around it.
+pub(crate) fn malformed(e: &tokio_postgres::Error) -> Option<String> {
+    std::error::Error::source(e)?.downcast_ref::<MalformedHeaders>().map(ToString::to_string)
 }

@@ -505,3 +505,46 @@ async fn a_lane_claim_visits_at_most_its_cap_and_resumes_after_it() {
     assert_eq!(claimed.resume_after, "", "the end of the lanes wraps to the start");
     assert_eq!(claims, 4, "31 lanes, 8 per claim");
 }
+
+/// SPEC §15: headers go in and come back through the one codec (`relayer_core::postgres`)
+/// unchanged, and are stored as the plain jsonb object of strings older rows have.
+#[tokio::test]
+async fn written_headers_read_back_identical_and_are_stored_as_a_jsonb_object_of_strings() {
+    let (db, client) = setup().await;
+    let tricky = [
+        ("content-type", "application/json; charset=\"utf-8\""),
+        ("x-escapes", "back\\slash \"quote\" tab\t newline\n"),
+        ("x-unicode", "zoë — 東京 🚀"),
+        ("x-empty", ""),
+        ("a", "shortest name first in jsonb, not in a BTreeMap"),
+    ];
+    let with_headers = tricky.iter().fold(message(0), |m, (name, value)| m.header(*name, *value));
+    let messages = vec![with_headers, message(1)];
+    writer(&db).enqueue(&client, &messages).await.unwrap();
+
+    let claimed =
+        OutboxStatements::new(db.namespace()).claim_due(&client, Uuid::new_v4(), CLAIM, 10, &[]).await;
+    let claimed = claimed.unwrap();
+    assert!(claimed.undecodable.is_empty());
+    assert_eq!(claimed.messages.len(), 2);
+    for (read, written) in claimed.messages.iter().zip(&messages) {
+        assert_eq!(&read.envelope.headers, written.header_map());
+    }
+    // The stored value equals the object a JSON encoder of the same map gives.
+    let expected: serde_json::Value =
+        tricky.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(*v))).collect();
+    let outbox = db.namespace().table("outbox");
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT headers = $1::jsonb, (SELECT bool_and(jsonb_typeof(value) = 'string') \
+                                               FROM jsonb_each(headers)), \
+                        (SELECT headers FROM {outbox} ORDER BY seq OFFSET 1) = '{{}}'::jsonb \
+                 FROM {outbox} ORDER BY seq LIMIT 1"
+            ),
+            &[&expected],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0) && row.get::<_, bool>(1) && row.get::<_, bool>(2));
+}

@@ -24,8 +24,10 @@ where
     let bound: Vec<Bound<'_>> = params
         .into_iter()
         .map(|param| match param {
-            EnqueueParam::Uuids(values) => Bound::Uuids(values.iter().copied().map(PgUuid).collect()),
-            EnqueueParam::Jsons(values) => Bound::Jsons(values.iter().map(PgJsonb).collect()),
+            EnqueueParam::MessageIds(values) => {
+                Bound::Uuids(values.iter().map(|id| PgUuid(*id.as_uuid())).collect())
+            }
+            EnqueueParam::Headers(values) => Bound::Jsons(values.iter().map(PgJsonb).collect()),
             EnqueueParam::OptionalTimestamps(values) => {
                 Bound::Timestamps(values.iter().map(|at| at.map(PgTimestamptz)).collect())
             }
@@ -65,7 +67,7 @@ where
 /// One enqueue parameter as sqlx binds it.
 enum Bound<'a> {
     Uuids(Vec<PgUuid>),
-    Jsons(Vec<PgJsonb<'a>>),
+    Jsons(Vec<PgJsonb<'a, 'a>>),
     Timestamps(Vec<Option<PgTimestamptz>>),
     AsIs(EnqueueParam<'a>),
 }

@@ -1,9 +1,11 @@
 //! The binary encodings of the enqueue statement's uuid, jsonb and timestamptz values,
 //! written exactly as tokio-postgres writes them, so both drivers send the same bytes
-//! without enabling sqlx's `uuid`, `json` or `chrono` features.
+//! without enabling sqlx's `uuid`, `json` or `chrono` features. Headers are written by
+//! the one codec relayer-postgres binds them with (`relayer_core::postgres::JsonbHeaders`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use relayer_core::postgres::JsonbHeaders;
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
 use sqlx::postgres::types::Oid;
@@ -15,9 +17,9 @@ use uuid::Uuid;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PgUuid(pub(crate) Uuid);
 
-/// A `jsonb` value.
+/// A message's headers as a `jsonb` value.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct PgJsonb<'a>(pub(crate) &'a serde_json::Value);
+pub(crate) struct PgJsonb<'a, 'h>(pub(crate) &'a JsonbHeaders<'h>);
 
 /// A `timestamptz` value.
 #[derive(Clone, Copy, Debug)]
@@ -49,7 +51,7 @@ macro_rules! builtin_type {
 }
 
 builtin_type!(PgUuid, UUID, UUID_ARRAY);
-builtin_type!(PgJsonb<'_>, JSONB, JSONB_ARRAY);
+builtin_type!(PgJsonb<'_, '_>, JSONB, JSONB_ARRAY);
 builtin_type!(PgTimestamptz, TIMESTAMPTZ, TIMESTAMPTZ_ARRAY);
 
 /// 2000-01-01T00:00:00Z, PostgreSQL's epoch, in seconds after the Unix epoch.
@@ -72,11 +74,11 @@ impl Decode<'_, Postgres> for PgUuid {
     }
 }
 
-impl Encode<'_, Postgres> for PgJsonb<'_> {
+impl Encode<'_, Postgres> for PgJsonb<'_, '_> {
     fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
         // jsonb's binary format: a version byte (1), then the JSON text.
         buf.push(1);
-        serde_json::to_writer(&mut **buf, self.0)?;
+        self.0.write_json(&mut **buf)?;
         Ok(IsNull::No)
     }
 }

@@ -13,9 +13,15 @@ impl Warnings {
     /// Starts capturing on this thread until the guard is dropped.
     #[must_use = "capturing stops when the guard is dropped"]
     pub fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        self.capture_from(tracing::Level::WARN)
+    }
+
+    /// Like [`capture`](Self::capture), from `level` up (INFO for a host's start line).
+    #[must_use = "capturing stops when the guard is dropped"]
+    pub fn capture_from(&self, level: tracing::Level) -> tracing::subscriber::DefaultGuard {
         let sink = self.clone();
         let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
+            .with_max_level(level)
             .with_ansi(false)
             .with_writer(move || sink.clone())
             .finish();

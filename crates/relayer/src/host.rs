@@ -99,8 +99,15 @@ impl RelayerHost {
         }
         let recorded = record.is_recorded();
         // The database with how its connections are secured (`TLS, chain and host name
-        // verified against …`, `plaintext`), so an operator sees it in the first line.
-        tracing::info!(target: TARGET, %namespace, instance = %instance_id, %database, transports = ?transports,
+        // verified against …`, `plaintext`), so an operator sees it in the first line; each
+        // transport with what it declares (TRN-1), so whether a resend after a crash or a
+        // late acceptance can reach consumers twice (DSP-7) is read there too.
+        let declared: Vec<String> = transports
+            .names()
+            .filter_map(|name| transports.get(name))
+            .map(|transport| format!("{} ({})", transport.name(), transport.capabilities()))
+            .collect();
+        tracing::info!(target: TARGET, %namespace, instance = %instance_id, %database, transports = ?declared,
             workers = ?tasks.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(), "relayer host started");
         if recorded {
             tasks.push((

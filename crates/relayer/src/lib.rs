@@ -96,9 +96,9 @@ mod connections {}
 
 pub use relayer_core as core;
 pub use relayer_core::{
-    CleanupOptions, ConsumerOptions, DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule,
-    Delivery, DispatcherOptions, DistributedLock, Envelope, Headers, LockGuard, MessageId, Namespace,
-    NewMessage, Retention, SendOutcome, SweeperOptions, Timestamp, Transport, TransportError,
+    Capabilities, CleanupOptions, ConsumerOptions, DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy,
+    DeadLetterRule, Delivery, DispatcherOptions, DistributedLock, Envelope, Headers, LockGuard, MessageId,
+    Namespace, NewMessage, Retention, SendOutcome, SweeperOptions, Timestamp, Transport, TransportError,
     TransportRegistry, async_trait, error_chain,
 };
 

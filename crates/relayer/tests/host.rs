@@ -10,7 +10,7 @@ use relayer::{
     CleanupOptions, DeadLetterOptions, DispatcherOptions, NewMessage, Relayer, RelayerBuilder, Retention,
     StartError, SweeperOptions,
 };
-use relayer_test_support::{TestDb, within};
+use relayer_test_support::{TestDb, Warnings, within};
 use tokio_postgres::Client;
 
 async fn migrated() -> (TestDb, Client) {
@@ -359,4 +359,51 @@ async fn two_hosts_with_different_dead_letter_policies_report_a_disagreement_opt
     for host in [first, second] {
         within(host.shutdown()).await;
     }
+}
+
+/// A transport that only declares broker-side deduplication; it is never sent to here.
+struct Deduplicating;
+
+#[relayer::async_trait]
+impl relayer::Transport for Deduplicating {
+    fn name(&self) -> &str {
+        "deduplicating"
+    }
+
+    fn batch_limit(&self) -> std::num::NonZeroUsize {
+        std::num::NonZeroUsize::MIN
+    }
+
+    fn capabilities(&self) -> relayer::Capabilities {
+        relayer::Capabilities::NONE.with_deduplication()
+    }
+
+    async fn send(
+        &self,
+        _: &str,
+        batch: &[relayer::Envelope],
+    ) -> Result<Vec<relayer::SendOutcome>, relayer::TransportError> {
+        Ok(vec![relayer::SendOutcome::Accepted; batch.len()])
+    }
+}
+
+/// TRN-1, DSP-7: the start line names each transport with what it declares, so an operator
+/// reads there whether a resend can reach consumers twice.
+#[tokio::test]
+async fn the_start_line_names_each_transport_with_its_declared_capabilities_trn_1() {
+    let logs = Warnings::default();
+    let _capture = logs.capture_from(tracing::Level::INFO);
+    let (db, _client) = migrated().await;
+    let host =
+        builder(&db).queue_transport().transport(std::sync::Arc::new(Deduplicating)).start().await.unwrap();
+    host.shutdown().await;
+    let text = logs.text();
+    let started: Vec<&str> = text.lines().filter(|line| line.contains("relayer host started")).collect();
+    assert_eq!(started.len(), 1, "{text}");
+    assert!(
+        started[0].contains(
+            r#"transports=["deduplicating (deduplicates by id)", "queue (no optional capability)"]"#
+        ),
+        "{text}"
+    );
 }

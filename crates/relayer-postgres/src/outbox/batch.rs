@@ -3,8 +3,9 @@
 
 use std::time::SystemTime;
 
+use relayer_core::MessageId;
+use relayer_core::postgres::JsonbHeaders;
 use tokio_postgres::types::{ToSql, Type};
-use uuid::Uuid;
 
 /// One validated batch of messages encoded for the enqueue statement (see
 /// [`OutboxWriter::batch`](crate::OutboxWriter::batch)): the statement text and its parameters in order.
@@ -16,11 +17,11 @@ use uuid::Uuid;
 #[derive(Debug)]
 pub struct EnqueueBatch<'a> {
     pub(super) statement: &'a str,
-    pub(super) ids: Vec<Uuid>,
+    pub(super) ids: Vec<MessageId>,
     pub(super) transports: Vec<&'a str>,
     pub(super) destinations: Vec<&'a str>,
     pub(super) bodies: Vec<&'a [u8]>,
-    pub(super) headers: Vec<serde_json::Value>,
+    pub(super) headers: Vec<JsonbHeaders<'a>>,
     pub(super) trace_contexts: Vec<Option<&'a str>>,
     pub(super) lanes: Vec<Option<&'a str>>,
     pub(super) deliver_at: Vec<Option<SystemTime>>,
@@ -34,16 +35,16 @@ pub struct EnqueueBatch<'a> {
 #[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub enum EnqueueParam<'b> {
-    /// `uuid[]`.
-    Uuids(&'b [Uuid]),
+    /// `uuid[]`: message ids.
+    MessageIds(&'b [MessageId]),
     /// `text[]` without NULLs.
     Texts(&'b [&'b str]),
     /// `text[]` with NULLs.
     OptionalTexts(&'b [Option<&'b str>]),
     /// `bytea[]`.
     Bytes(&'b [&'b [u8]]),
-    /// `jsonb[]`.
-    Jsons(&'b [serde_json::Value]),
+    /// `jsonb[]`: message headers, each a JSON object of strings.
+    Headers(&'b [JsonbHeaders<'b>]),
     /// `timestamptz[]` with NULLs.
     OptionalTimestamps(&'b [Option<SystemTime>]),
     /// `int8[]` with NULLs.
@@ -58,11 +59,11 @@ impl EnqueueParam<'_> {
     /// The value for tokio-postgres, with the PostgreSQL type it is bound as.
     pub fn typed(&self) -> (&(dyn ToSql + Sync), Type) {
         match self {
-            EnqueueParam::Uuids(values) => (values, Type::UUID_ARRAY),
+            EnqueueParam::MessageIds(values) => (values, Type::UUID_ARRAY),
             EnqueueParam::Texts(values) => (values, Type::TEXT_ARRAY),
             EnqueueParam::OptionalTexts(values) => (values, Type::TEXT_ARRAY),
             EnqueueParam::Bytes(values) => (values, Type::BYTEA_ARRAY),
-            EnqueueParam::Jsons(values) => (values, Type::JSONB_ARRAY),
+            EnqueueParam::Headers(values) => (values, Type::JSONB_ARRAY),
             EnqueueParam::OptionalTimestamps(values) => (values, Type::TIMESTAMPTZ_ARRAY),
             EnqueueParam::OptionalInt8s(values) => (values, Type::INT8_ARRAY),
             EnqueueParam::Int8s(values) => (values, Type::INT8_ARRAY),
@@ -91,11 +92,11 @@ impl<'a> EnqueueBatch<'a> {
     /// The statement's parameters, `$1` first.
     pub fn params(&self) -> Vec<EnqueueParam<'_>> {
         let mut params = vec![
-            EnqueueParam::Uuids(&self.ids),
+            EnqueueParam::MessageIds(&self.ids),
             EnqueueParam::Texts(&self.transports),
             EnqueueParam::Texts(&self.destinations),
             EnqueueParam::Bytes(&self.bodies),
-            EnqueueParam::Jsons(&self.headers),
+            EnqueueParam::Headers(&self.headers),
             EnqueueParam::OptionalTexts(&self.trace_contexts),
             EnqueueParam::OptionalTexts(&self.lanes),
             EnqueueParam::OptionalTimestamps(&self.deliver_at),
@@ -120,8 +121,5 @@ pub(crate) async fn insert_and_read_back(
 ) -> Result<Vec<super::Enqueued>, crate::error::StorageError> {
     let params: Vec<(&(dyn ToSql + Sync), Type)> = encoded.iter().map(EnqueueParam::typed).collect();
     let rows = crate::exec::rows(client, statement, &params, what).await?;
-    Ok(rows
-        .iter()
-        .map(|row| super::Enqueued { seq: row.get(0), id: relayer_core::MessageId::from_uuid(row.get(1)) })
-        .collect())
+    Ok(rows.iter().map(|row| super::Enqueued { seq: row.get(0), id: row.get(1) }).collect())
 }

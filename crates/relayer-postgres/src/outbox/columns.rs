@@ -3,18 +3,17 @@
 
 use std::time::SystemTime;
 
+use relayer_core::postgres::JsonbHeaders;
 use relayer_core::time::database_micros;
-use relayer_core::{Delivery, NewMessage};
-
-use crate::row_codec::headers_to_json;
+use relayer_core::{Delivery, MessageId, NewMessage};
 
 /// The columns every writer binds (outbox and direct queue), one array per column, in the
 /// messages' order.
 pub(crate) struct WrittenColumns<'a> {
-    pub(crate) ids: Vec<uuid::Uuid>,
+    pub(crate) ids: Vec<MessageId>,
     pub(crate) destinations: Vec<&'a str>,
     pub(crate) bodies: Vec<&'a [u8]>,
-    pub(crate) headers: Vec<serde_json::Value>,
+    pub(crate) headers: Vec<JsonbHeaders<'a>>,
     pub(crate) trace_contexts: Vec<Option<&'a str>>,
     /// A delivery instant, or `None`.
     pub(crate) deliver_at: Vec<Option<SystemTime>>,
@@ -33,10 +32,10 @@ impl<'a> WrittenColumns<'a> {
             })
             .unzip();
         WrittenColumns {
-            ids: messages.iter().map(|m| *m.message_id().as_uuid()).collect(),
+            ids: messages.iter().map(NewMessage::message_id).collect(),
             destinations: messages.iter().map(NewMessage::destination).collect(),
             bodies: messages.iter().map(NewMessage::body).collect(),
-            headers: messages.iter().map(|m| headers_to_json(m.header_map())).collect(),
+            headers: messages.iter().map(|m| JsonbHeaders::from(m.header_map())).collect(),
             trace_contexts: messages.iter().map(NewMessage::creation_context).collect(),
             deliver_at,
             delays,

@@ -11,14 +11,15 @@
 
 use std::time::{Duration, SystemTime};
 
+use relayer_core::postgres::JsonbHeaders;
 use relayer_core::time::database_micros;
-use relayer_core::{Headers, MessageId, Namespace, Timestamp, Uuid};
+use relayer_core::{Namespace, Timestamp, Uuid};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::error::StorageError;
 use crate::exec::Executor;
-use crate::row_codec::json_kind;
+use crate::row_codec::malformed;
 
 pub use relayer_core::queue_message::{QueueMessage, Receipt, Received, Undecodable};
 pub use relayer_core::store::{DeadLetter, Requeue};
@@ -215,57 +216,20 @@ fn decode_message(row: &Row, seq: i64) -> Result<QueueMessage, (&'static str, St
         index: usize,
         name: &'static str,
     ) -> Result<T, (&'static str, String)> {
-        row.try_get(index).map_err(|e| (name, e.to_string()))
+        row.try_get(index).map_err(|e| (name, malformed(&e).unwrap_or_else(|| e.to_string())))
     }
-    let id: Uuid = column(row, 1, "message_id")?;
-    let headers: serde_json::Value = column(row, 4, "headers")?;
+    let headers: JsonbHeaders<'_> = column(row, 4, "headers")?;
     let created_at: SystemTime = column(row, 6, "created_at")?;
     let handled_count: i32 = column(row, 7, "handled_count")?;
     Ok(QueueMessage {
         seq,
-        id: MessageId::from_uuid(id),
+        id: column(row, 1, "message_id")?,
         queue: column(row, 2, "queue")?,
         body: column(row, 3, "body")?,
-        headers: decode_headers(headers).map_err(|problem| ("headers", problem))?,
+        headers: headers.into_headers(),
         trace_context: column(row, 5, "trace_context")?,
         created_at: Timestamp::from_system_time(created_at),
         handled_count: u32::try_from(handled_count)
             .map_err(|_| ("handled_count", format!("{handled_count} is negative")))?,
     })
-}
-
-/// Headers are a JSON object of strings, as every writer stores them.
-fn decode_headers(value: serde_json::Value) -> Result<Headers, String> {
-    let serde_json::Value::Object(map) = value else {
-        return Err(format!("expected a JSON object of strings, found {}", json_kind(&value)));
-    };
-    map.into_iter()
-        .map(|(name, value)| match value {
-            serde_json::Value::String(text) => Ok((name, text)),
-            other => Err(format!("header {name:?} is {}, not a string", json_kind(&other))),
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn headers_must_be_an_object_of_strings_naming_the_problem() {
-        assert_eq!(
-            decode_headers(serde_json::json!(null)).unwrap_err(),
-            "expected a JSON object of strings, found null"
-        );
-        assert_eq!(
-            decode_headers(serde_json::json!([1])).unwrap_err(),
-            "expected a JSON object of strings, found an array"
-        );
-        assert_eq!(
-            decode_headers(serde_json::json!({"a": 1})).unwrap_err(),
-            "header \"a\" is a number, not a string"
-        );
-        let headers = decode_headers(serde_json::json!({"a": "b"})).unwrap();
-        assert_eq!(headers.get("a").map(String::as_str), Some("b"));
-    }
 }

@@ -208,10 +208,10 @@ impl<'a> QueueBatch<'a> {
     pub fn params(&self) -> Vec<EnqueueParam<'_>> {
         let c = &self.columns;
         vec![
-            EnqueueParam::Uuids(&c.ids),
+            EnqueueParam::MessageIds(&c.ids),
             EnqueueParam::Texts(&c.destinations),
             EnqueueParam::Bytes(&c.bodies),
-            EnqueueParam::Jsons(&c.headers),
+            EnqueueParam::Headers(&c.headers),
             EnqueueParam::OptionalTexts(&c.trace_contexts),
             EnqueueParam::OptionalTimestamps(&c.deliver_at),
             EnqueueParam::OptionalInt8s(&c.delays),
