@@ -31,17 +31,14 @@ impl Pass for DispatchPass {
     type Report = PassReport;
     type Error = DispatchError;
 
-    async fn run_pass(
-        &self,
-        _shutdown: &CancellationToken,
-    ) -> Result<PassOutcome<PassReport>, DispatchError> {
+    async fn run_pass(&self, shutdown: &CancellationToken) -> Result<PassOutcome<PassReport>, DispatchError> {
         let shared = &self.shared;
         if self.work == Work::Lanes && !shared.lanes_in_use().await {
             return Ok(PassOutcome::Led(PassReport::default()));
         }
         let connection = shared.pool.get().await.map_err(|e| DispatchError::pool(&e))?;
         let report = match self.work {
-            Work::Unordered => shared.unordered_pass(&*connection).await?,
+            Work::Unordered => shared.unordered_pass_until(&*connection, shutdown).await?,
             Work::Lanes => shared.lane_pass(&*connection).await?,
         };
         if self.work == Work::Unordered && self.again_at_once(&report) {
