@@ -214,7 +214,7 @@ where
     /// One pass of each kind of work on `session` (LIF-2: it uses no other connection):
     /// claim and send due unordered rows, then due lane heads.
     pub async fn run_once(&self, session: &S::Session) -> Result<PassReport, WorkerError> {
-        let mut report = self.shared.unordered_pass(session).await?;
+        let mut report = self.shared.unordered_pass(session, &CancellationToken::new()).await?;
         report.absorb(&self.shared.lane_pass(session).await?);
         Ok(report)
     }

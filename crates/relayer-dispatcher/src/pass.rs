@@ -37,14 +37,14 @@ where
     type Report = PassReport;
     type Error = WorkerError;
 
-    async fn run_pass(&self, _shutdown: &CancellationToken) -> Result<PassOutcome<PassReport>, WorkerError> {
+    async fn run_pass(&self, shutdown: &CancellationToken) -> Result<PassOutcome<PassReport>, WorkerError> {
         let shared = &self.shared;
         if self.work == Work::Lanes && !shared.lanes_in_use().await {
             return Ok(PassOutcome::Led(PassReport::default()));
         }
         let session = shared.source.open().await.map_err(store("opening a store session"))?;
         let report = match self.work {
-            Work::Unordered => shared.unordered_pass(&session).await?,
+            Work::Unordered => shared.unordered_pass(&session, shutdown).await?,
             Work::Lanes => shared.lane_pass(&session).await?,
         };
         if self.work == Work::Unordered && self.again_at_once(&report) {
