@@ -215,17 +215,14 @@ async fn a_dispatch_pass_whose_completion_is_lost_fails_and_a_later_pass_sends_t
     let dispatcher = scene.dispatcher(store.clone(), Duration::from_secs(1));
     let lost = store.inject(Fault::fail_before(StoreCall::Complete, Transience::Transient));
 
-    let session = store.open().await.unwrap();
-    let error = dispatcher.run_once(&session).await.unwrap_err();
-    drop(session); // the pool has one connection
+    let error = dispatcher.run_once().await.unwrap_err();
     assert!(error.is_transient(), "{}", error_chain(&error));
     assert_eq!(lost.strikes(), 1);
     assert_eq!(scene.audit(&written).await.delivered, 3, "the batch was sent before the completion was lost");
     assert_eq!(scene.outbox_rows().await, 3, "a lost completion deletes nothing: the rows are still owed");
 
     eventually("a later pass sends the rows again once their claim lapsed", || async {
-        let session = store.open().await.unwrap();
-        dispatcher.run_once(&session).await.unwrap();
+        dispatcher.run_once().await.unwrap();
         scene.outbox_rows().await == 0
     })
     .await;
@@ -246,16 +243,13 @@ async fn a_lost_lane_head_delete_replays_the_head_before_any_later_head_lan_1() 
     let dispatcher = scene.dispatcher(store.clone(), Duration::from_secs(1));
     let lost = store.inject(Fault::fail_before(StoreCall::AcceptHead, Transience::Transient));
 
-    let session = store.open().await.unwrap();
-    let error = dispatcher.run_once(&session).await.unwrap_err();
-    drop(session); // the pool has one connection
+    let error = dispatcher.run_once().await.unwrap_err();
     assert!(error.is_transient(), "{}", error_chain(&error));
     assert_eq!(lost.strikes(), 1);
     assert_eq!(scene.outbox_rows().await, 3, "the head's delete was lost: every row is still owed");
 
     eventually("the lane drains once its claim lapsed", || async {
-        let session = store.open().await.unwrap();
-        dispatcher.run_once(&session).await.unwrap();
+        dispatcher.run_once().await.unwrap();
         scene.outbox_rows().await == 0
     })
     .await;

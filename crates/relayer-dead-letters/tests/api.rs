@@ -224,7 +224,7 @@ async fn outbox_dead_rows_are_listed_redriven_by_id_delivered_and_purged_with_au
         NewMessage::new("switch", "audit", b"third".to_vec()),
     ];
     writer.enqueue(&*client, &messages).await.unwrap();
-    assert_eq!(dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap().dead, 3);
+    assert_eq!(dispatcher.run_once().await.unwrap().dead, 3);
     transport.heal();
     let api = DeadLetterApi::new(db.namespace());
 
@@ -250,7 +250,7 @@ async fn outbox_dead_rows_are_listed_redriven_by_id_delivered_and_purged_with_au
     let moved = api.redrive_outbox(&*client, &one, "ops:carol", Mode::Apply).await.unwrap();
     assert_eq!(moved, would);
     assert_eq!((count(&client, &db, "dead").await, count(&client, &db, "outbox").await), (2, 1));
-    assert_eq!(dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap().sent, 1);
+    assert_eq!(dispatcher.run_once().await.unwrap().sent, 1);
     let delivered = transport.accepted();
     assert_eq!(delivered.len(), 1);
     let (destination, envelope) = &delivered[0];
@@ -296,10 +296,7 @@ async fn a_skipped_lane_head_is_left_by_policies_and_redriven_by_hand_into_its_l
     let writer = OutboxWriter::new(db.namespace(), ["switch"]);
     let head = NewMessage::new("switch", "orders", b"head".to_vec()).lane("customer-7");
     writer.enqueue(&*client, std::slice::from_ref(&head)).await.unwrap();
-    assert_eq!(
-        dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap().lanes_parked,
-        1
-    );
+    assert_eq!(dispatcher.run_once().await.unwrap().lanes_parked, 1);
     let next = NewMessage::new("switch", "orders", b"next".to_vec()).lane("customer-7");
     writer.enqueue(&*client, std::slice::from_ref(&next)).await.unwrap();
     assert!(dispatcher.skip_lane_head("customer-7", "ops:erin").await.unwrap().is_some());
@@ -330,7 +327,7 @@ async fn a_skipped_lane_head_is_left_by_policies_and_redriven_by_hand_into_its_l
         .unwrap();
     assert_eq!(touched_ids(&moved), [head.message_id()]);
     for _ in 0..3 {
-        dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap();
+        dispatcher.run_once().await.unwrap();
     }
     let bodies: Vec<(Vec<u8>, Option<String>)> =
         transport.accepted().into_iter().map(|(_, e)| (e.body, e.lane)).collect();

@@ -336,7 +336,7 @@ async fn outbox_dead_rows_are_redriven_by_policy_and_the_dispatcher_delivers_the
         })
         .collect();
     writer.enqueue(&*client, &messages).await.unwrap();
-    assert_eq!(dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap().dead, 5);
+    assert_eq!(dispatcher.run_once().await.unwrap().dead, 5);
     transport.heal();
 
     let worker =
@@ -344,7 +344,7 @@ async fn outbox_dead_rows_are_redriven_by_policy_and_the_dispatcher_delivers_the
     let report = worker.run_once(&mut worker.source().open().await.unwrap()).await.unwrap();
     assert_eq!(report.redriven, 3);
     assert_eq!(count(&client, &db, "dead").await, 2, "invoices has no policy");
-    assert_eq!(dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap().sent, 3);
+    assert_eq!(dispatcher.run_once().await.unwrap().sent, 3);
     let mut delivered: Vec<_> =
         transport.accepted().into_iter().map(|(d, e)| (d, e.id, e.body, e.attempts)).collect();
     delivered.sort_by_key(|(_, _, body, _)| body.clone());

@@ -32,7 +32,7 @@ pub(crate) async fn send_batch(
         // whether consumers then see it twice is the transport's declaration (TRN-1).
         let deduplicates_by_id = transport.capabilities().deduplicates_by_id;
         let repeat = if deduplicates_by_id {
-            "the broker drops the repeat of a late acceptance by message id"
+            "the broker drops the repeat of a late acceptance by message id, within its deduplication window"
         } else {
             "a late acceptance reaches consumers twice: the transport does not deduplicate by id"
         };

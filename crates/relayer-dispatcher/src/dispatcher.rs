@@ -106,9 +106,9 @@ where
         self
     }
 
-    /// The source each pass opens its session from (for [`run_once`](Self::run_once)).
-    pub fn source(&self) -> &S {
-        &self.shared.source
+    /// The namespace whose outbox this dispatcher drains.
+    pub fn namespace(&self) -> &Namespace {
+        &self.shared.namespace
     }
 
     /// The options this dispatcher runs with (immutable, OPT-4).
@@ -211,11 +211,12 @@ where
         }
     }
 
-    /// One pass of each kind of work on `session` (LIF-2: it uses no other connection):
-    /// claim and send due unordered rows, then due lane heads.
-    pub async fn run_once(&self, session: &S::Session) -> Result<PassReport, WorkerError> {
-        let mut report = self.shared.unordered_pass(session, &CancellationToken::new()).await?;
-        report.absorb(&self.shared.lane_pass(session).await?);
+    /// One pass of each kind of work on one session of the dispatcher's source (LIF-2: it
+    /// uses no other connection): claim and send due unordered rows, then due lane heads.
+    pub async fn run_once(&self) -> Result<PassReport, WorkerError> {
+        let session = self.shared.source.open().await.map_err(store("opening a store session"))?;
+        let mut report = self.shared.unordered_pass(&session, &CancellationToken::new()).await?;
+        report.absorb(&self.shared.lane_pass(&session).await?);
         Ok(report)
     }
 

@@ -80,5 +80,7 @@ mod unordered;
 mod wake;
 
 pub use dispatcher::Dispatcher;
+/// The error every dispatcher operation returns: transient or not, with its cause chain.
+pub use relayer_worker::WorkerError;
 pub use report::PassReport;
 pub use session::DispatchSession;

@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use relayer_core::store::{ClaimedMessage, UndecodableRow};
 use relayer_core::{DispatcherOptions, Namespace};
 use relayer_delivery::SendPath;
 
@@ -25,4 +26,29 @@ pub(crate) struct Shared<S> {
     /// Whether this dispatcher has seen a lane row in the namespace: until then the lane
     /// loop only looks for one (see `lanes_in_use`).
     pub(crate) lanes_seen: std::sync::atomic::AtomicBool,
+}
+
+impl<S> Shared<S> {
+    /// Why `message` cannot be sent by this dispatcher, if it names a transport missing
+    /// from the registry (SPEC §15): such a row could only ever fail, so it goes to the
+    /// dead table (a lane head parks its lane) with this reason. The store may refuse such
+    /// rows already while decoding (relayer's does when built `with_transports`); this
+    /// check holds for any store.
+    pub(crate) fn unregistered(&self, message: &ClaimedMessage) -> Option<UndecodableRow> {
+        let transports = self.send.transports();
+        if transports.contains(&message.transport) {
+            return None;
+        }
+        let known: Vec<&str> = transports.names().collect();
+        Some(UndecodableRow {
+            table: format!("{}.{}", self.namespace.schema(), self.namespace.object_name("outbox")),
+            seq: message.seq,
+            column: "transport".to_owned(),
+            reason: format!(
+                "no transport named {:?} is registered here (known: {})",
+                message.transport,
+                known.join(", ")
+            ),
+        })
+    }
 }

@@ -184,7 +184,15 @@ where
         }
         let deadline = batch.deadline(self.options.claim_duration());
         let claimed = batch.len() as u64;
-        let Claimed { messages, undecodable, .. } = batch.claimed;
+        let Claimed { messages, mut undecodable, .. } = batch.claimed;
+        let (messages, unregistered): (Vec<_>, Vec<_>) =
+            messages.into_iter().partition(|message| self.unregistered(message).is_none());
+        for message in &unregistered {
+            if let Some(row) = self.unregistered(message) {
+                tracing::error!(target: TARGET, seq = row.seq, error = %row, "moving an undecodable row to the dead table");
+                undecodable.push(row);
+            }
+        }
         let tally =
             if messages.is_empty() { SendTally::default() } else { self.send.send(messages, deadline).await };
         Sent { token: batch.token, claimed, undecodable, tally }

@@ -179,3 +179,48 @@ async fn an_undecodable_lane_head_parks_its_lane_with_the_reason_lan_5_spec_15()
     let dead = dead_errors(&client, &db).await;
     assert_eq!(dead, expected_errors(&db, &heads)[..1].to_vec(), "the skipped head keeps its reason");
 }
+
+/// SPEC §15 for any store: a store that decodes every transport name (here relayer's, built
+/// without `with_transports`) still never makes the dispatcher retry a row it cannot send:
+/// the dispatcher itself moves an unordered row naming an unregistered transport to the
+/// dead table, and parks a lane whose head names one, with the same reason.
+#[tokio::test]
+async fn rows_naming_an_unregistered_transport_are_dead_or_parked_whatever_the_store_spec_15() {
+    let db = database().await;
+    let transport = Arc::new(FaultyTransport::new("test"));
+    let registry = Arc::new(relayer_core::TransportRegistry::new().with(transport.clone()).unwrap());
+    let pool = relayer_postgres::connect_pool(db.config(), 1).await.unwrap();
+    // No `with_transports`: the store hands every row over as decodable.
+    let source = relayer_postgres::PgSource::new(pool, db.namespace());
+    let dispatcher = relayer_dispatcher::Dispatcher::new(
+        source,
+        db.namespace().clone(),
+        options().build().unwrap(),
+        registry,
+    )
+    .unwrap();
+    let client = db.connect().await;
+    let unordered = write_bad_row(&client, &db, 2, None).await;
+    let head = write_bad_row(&client, &db, 2, Some("lane-n")).await;
+    writer(&dispatcher)
+        .enqueue(&client, &[NewMessage::new("test", "orders", b"behind".to_vec()).lane("lane-n")])
+        .await
+        .unwrap();
+
+    let report = dispatcher.run_once().await.unwrap();
+    assert_eq!((report.sent, report.failed, report.undecodable), (0, 0, 2), "{report:?}");
+    assert_eq!((report.dead, report.lanes_parked), (1, 1), "{report:?}");
+    assert!(transport.accepted().is_empty());
+    let reason = |seq: i64| format!("undecodable row {} seq {seq}: {}", table(&db), BAD[2].2);
+    assert_eq!(dead_errors(&client, &db).await, vec![(unordered, reason(unordered))]);
+    let parked: (Option<i64>, Option<String>) = {
+        let sql = format!(
+            "SELECT parked_seq, parked_reason FROM {} WHERE lane = 'lane-n'",
+            db.namespace().table("lanes")
+        );
+        let row = client.query_one(&sql, &[]).await.unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(parked, (Some(head), Some(reason(head))), "the lane parks behind its head");
+    assert_eq!(count(&client, &db, "outbox").await, 2, "the parked head and the row behind it wait");
+}

@@ -100,7 +100,7 @@ impl Fixture {
 
     /// One pass of `dispatcher`, as the shared scenarios read it.
     async fn pass(&self, dispatcher: &Dispatcher<PgSource>) -> Pass {
-        let report = dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap();
+        let report = dispatcher.run_once().await.unwrap();
         Pass { claimed: report.claimed, sent: report.sent, failed: report.failed }
     }
 
@@ -270,11 +270,11 @@ async fn a_send_replayed_after_a_crash_is_dropped_by_jetstream_deduplication_trn
     let dispatcher = fixture.dispatcher(transport.clone(), quick_retries().build().unwrap()).await;
     let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages("replay", 3)).await.unwrap();
 
-    let first = dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap();
+    let first = dispatcher.run_once().await.unwrap();
     assert_eq!((first.claimed, first.failed), (3, 3), "the outcome was lost: the rows stay");
     assert_eq!(fixture.stored().await, 3, "yet the stream stored them");
     eventually("the replay completes the rows", || async {
-        dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap();
+        dispatcher.run_once().await.unwrap();
         fixture.outbox().pending().await == 0
     })
     .await;

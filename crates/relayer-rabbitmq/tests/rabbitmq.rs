@@ -71,7 +71,7 @@ impl Fixture {
 
     /// One pass of `dispatcher`, as the shared scenarios read it.
     async fn pass(&self, dispatcher: &Dispatcher<PgSource>) -> Pass {
-        let report = dispatcher.run_once(&dispatcher.source().open().await.unwrap()).await.unwrap();
+        let report = dispatcher.run_once().await.unwrap();
         Pass { claimed: report.claimed, sent: report.sent, failed: report.failed }
     }
 

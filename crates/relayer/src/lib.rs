@@ -152,7 +152,7 @@ pub use options::RelayerOptions;
 #[cfg(feature = "postgres")]
 pub use relayer_postgres::{EnqueueError, Enqueued, OutboxWriter};
 #[cfg(feature = "postgres")]
-pub use relayer_worker::{Leadership, WorkerKind};
+pub use relayer_worker::{Leadership, WorkerError, WorkerKind};
 #[cfg(feature = "postgres")]
 pub use writer::{QUEUE_TRANSPORT, writer};
 

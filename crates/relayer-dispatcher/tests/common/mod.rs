@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use relayer_core::StoreSource;
 use relayer_core::{DispatcherOptions, DispatcherOptionsBuilder, TransportRegistry};
 use relayer_dispatcher::{Dispatcher, PassReport};
 use relayer_postgres::{OutboxWriter, PgNotifications, PgSource, asynchronous_commit};
@@ -52,14 +51,13 @@ pub(crate) async fn dispatcher(
 
 /// One pass of each kind on a session of the dispatcher's own source.
 pub(crate) async fn run_once(dispatcher: &Dispatcher<PgSource>) -> Result<PassReport, WorkerError> {
-    let session = dispatcher.source().open().await.map_err(|e| WorkerError::store("opening a session", e))?;
-    dispatcher.run_once(&session).await
+    dispatcher.run_once().await
 }
 
 /// A writer for the dispatcher's namespace accepting exactly its transports and its
 /// `max_body_bytes`.
 pub(crate) fn writer(dispatcher: &Dispatcher<PgSource>) -> OutboxWriter {
-    OutboxWriter::for_registry(dispatcher.source().namespace(), dispatcher.send_path().transports())
+    OutboxWriter::for_registry(dispatcher.namespace(), dispatcher.send_path().transports())
         .with_max_body_bytes(dispatcher.options().max_body_bytes())
 }
 
