@@ -320,5 +320,5 @@ async fn stalled(test: &str, ack_timeout: Duration, send_timeout: Option<Duratio
 
 /// A writer for `dispatcher`'s namespace accepting exactly its transports.
 fn writer(dispatcher: &Dispatcher<PgSource>) -> OutboxWriter {
-    OutboxWriter::for_registry(dispatcher.source().namespace(), dispatcher.send_path().transports())
+    OutboxWriter::for_registry(dispatcher.namespace(), dispatcher.send_path().transports())
 }

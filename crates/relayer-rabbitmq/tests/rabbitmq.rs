@@ -299,5 +299,5 @@ async fn stalled(
 
 /// A writer for `dispatcher`'s namespace accepting exactly its transports.
 fn writer(dispatcher: &Dispatcher<PgSource>) -> OutboxWriter {
-    OutboxWriter::for_registry(dispatcher.source().namespace(), dispatcher.send_path().transports())
+    OutboxWriter::for_registry(dispatcher.namespace(), dispatcher.send_path().transports())
 }
