@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures_util::StreamExt;
-use relayer::core::StoreSource;
 use relayer::dispatcher::Dispatcher;
 use relayer::postgres::{OutboxWriter, PgNotifications, PgSource, asynchronous_commit};
 use relayer::{

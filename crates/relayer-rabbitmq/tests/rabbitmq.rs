@@ -13,7 +13,6 @@ use std::time::Duration;
 use lapin::options::{BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use relayer::core::StoreSource;
 use relayer::dispatcher::Dispatcher;
 use relayer::postgres::{OutboxWriter, PgNotifications, PgSource, asynchronous_commit};
 use relayer::{DispatcherOptions, Envelope, NewMessage, Relayer, SendOutcome, Transport, TransportRegistry};
