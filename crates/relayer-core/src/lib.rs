@@ -84,7 +84,8 @@ pub use store::{
 };
 pub use time::Timestamp;
 pub use transport::{
-    Capabilities, DuplicateTransport, ErrorClass, SendOutcome, Transport, TransportError, TransportRegistry,
+    Capabilities, DuplicateTransport, ErrorClass, Published, PublishedBatch, SendOutcome, Transport,
+    TransportError, TransportRegistry, publish_then_await,
 };
 pub use uuid::Uuid;
 

@@ -4,6 +4,8 @@
 //! whether it accepted it. relayer owns everything else: claims, grouping by destination,
 //! splitting by [`Transport::batch_limit`], retries, poison handling and fencing. A
 //! transport is object-safe so a [`TransportRegistry`] can hold any mix of them by name.
+//! A transport for a broker that acknowledges pipelined publishes can build its `send` on
+//! [`publish_then_await`] (module [`pipelined`]).
 //!
 //! ```
 //! use std::num::NonZeroUsize;
@@ -36,6 +38,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::message::Envelope;
+
+pub mod pipelined;
+
+pub use pipelined::{Published, PublishedBatch, publish_then_await};
 
 /// Something that delivers messages to a broker, a queue or any other destination.
 #[async_trait]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use async_nats::jetstream::context::{PublishAckFuture, PublishError, PublishErrorKind};
 use async_nats::{Client, ConnectOptions};
-use futures_util::future::join_all;
+use relayer_core::transport::{Published, publish_then_await};
 use relayer_core::{Capabilities, Envelope, SendOutcome, Transport, TransportError, async_trait};
 
 use crate::classify::{classify, fails_the_connection};
@@ -90,12 +90,6 @@ fn reconnect_delay(attempts: usize) -> Duration {
     }
 }
 
-/// A message of the batch after the publish step: awaiting its ack, or already failed.
-enum Published {
-    Awaiting(PublishAckFuture),
-    Failed(TransportError),
-}
-
 #[async_trait]
 impl Transport for NatsTransport {
     fn name(&self) -> &str {
@@ -116,19 +110,10 @@ impl Transport for NatsTransport {
         }
         // Publish everything first (pipelined on the connection), then await the acks
         // together: one round trip's wait per batch, not per message.
-        let mut published = Vec::with_capacity(batch.len());
-        let mut broken: Option<TransportError> = None;
-        for envelope in batch {
-            if let Some(error) = &broken {
-                published.push(Published::Failed(error.clone()));
-                continue;
-            }
+        let publish = |envelope| async move {
             let message = match publish_message(envelope) {
                 Ok(message) => message,
-                Err(error) => {
-                    published.push(Published::Failed(error));
-                    continue;
-                }
+                Err(error) => return Published::Failed(error),
             };
             // The client waits without a bound for a free in-flight slot before its own
             // timeout starts: the ack timeout covers that wait too.
@@ -137,29 +122,19 @@ impl Transport for NatsTransport {
                 .await
                 .unwrap_or_else(|_| Err(PublishError::new(PublishErrorKind::TimedOut)));
             match sent {
-                Ok(ack) => published.push(Published::Awaiting(ack)),
-                Err(error) => {
-                    let connection = fails_the_connection(&error);
-                    let error = classify(subject, error);
-                    if connection {
-                        broken = Some(error.clone());
-                    }
-                    published.push(Published::Failed(error));
-                }
+                Ok(ack) => Published::Awaiting(ack),
+                Err(error) if fails_the_connection(&error) => Published::Broke(classify(subject, error)),
+                Err(error) => Published::Failed(classify(subject, error)),
             }
-        }
-        let outcomes = join_all(published.into_iter().map(|published| async move {
-            match published {
-                Published::Awaiting(ack) => match ack.await {
-                    // A duplicate inside the window is stored already: delivered.
-                    Ok(_) => SendOutcome::Accepted,
-                    Err(error) => SendOutcome::Failed(classify(subject, error)),
-                },
-                Published::Failed(error) => SendOutcome::Failed(error),
+        };
+        let await_ack = |ack: PublishAckFuture| async move {
+            match ack.await {
+                // A duplicate inside the window is stored already: delivered.
+                Ok(_) => SendOutcome::Accepted,
+                Err(error) => SendOutcome::Failed(classify(subject, error)),
             }
-        }))
-        .await;
-        Ok(outcomes)
+        };
+        Ok(publish_then_await(batch, publish, await_ack).await.outcomes)
     }
 }
 

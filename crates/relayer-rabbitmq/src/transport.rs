@@ -2,10 +2,10 @@
 
 use std::num::NonZeroUsize;
 
-use futures_util::future::join_all;
 use lapin::options::BasicPublishOptions;
 use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
 use lapin::uri::AMQPUri;
+use relayer_core::transport::{Published, publish_then_await};
 use relayer_core::{Envelope, SendOutcome, Transport, TransportError, async_trait};
 use tokio::time::{Instant, timeout_at};
 
@@ -24,12 +24,6 @@ impl std::fmt::Debug for RabbitMqTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RabbitMqTransport").field("options", &self.options).finish_non_exhaustive()
     }
-}
-
-/// A message of the batch after the publish step: awaiting its confirm, or already failed.
-enum Published {
-    Awaiting(PublisherConfirm),
-    Failed(TransportError),
 }
 
 impl RabbitMqTransport {
@@ -78,40 +72,23 @@ impl Transport for RabbitMqTransport {
         let deadline = Instant::now() + self.options.confirm_timeout();
         let mandatory = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
 
-        // Publish the whole batch, then await the confirms together.
-        let mut published = Vec::with_capacity(batch.len());
-        let mut broken: Option<TransportError> = None;
-        for envelope in batch {
-            if let Some(error) = &broken {
-                published.push(Published::Failed(error.clone()));
-                continue;
-            }
+        // Publish the whole batch, then await the confirms together. Any failed publish
+        // breaks the batch: lapin fails a publish only when its channel or connection is
+        // gone, and one that timed out leaves the channel in an unknown state.
+        let channel = pooled.channel();
+        let publish = |envelope| async move {
             let properties = match properties(envelope) {
                 Ok(properties) => properties,
-                Err(error) => {
-                    published.push(Published::Failed(error));
-                    continue;
-                }
+                Err(error) => return Published::Failed(error),
             };
-            let publish =
-                pooled.channel().basic_publish(exchange, routing_key, mandatory, &envelope.body, properties);
-            let error = match timeout_at(deadline, publish).await {
-                Ok(Ok(confirm)) => {
-                    published.push(Published::Awaiting(confirm));
-                    continue;
-                }
-                Ok(Err(error)) => classify(exchange, routing_key, error),
-                Err(_) => self.confirm_missing(routing_key),
-            };
-            broken = Some(error.clone());
-            published.push(Published::Failed(error));
-        }
-
-        let outcomes = join_all(published.into_iter().map(|published| async move {
-            let confirm = match published {
-                Published::Awaiting(confirm) => confirm,
-                Published::Failed(error) => return SendOutcome::Failed(error),
-            };
+            let publish = channel.basic_publish(exchange, routing_key, mandatory, &envelope.body, properties);
+            match timeout_at(deadline, publish).await {
+                Ok(Ok(confirm)) => Published::Awaiting(confirm),
+                Ok(Err(error)) => Published::Broke(classify(exchange, routing_key, error)),
+                Err(_) => Published::Broke(self.confirm_missing(routing_key)),
+            }
+        };
+        let await_confirm = |confirm: PublisherConfirm| async move {
             let error = match timeout_at(deadline, confirm).await {
                 Ok(Ok(Confirmation::Ack(None))) => return SendOutcome::Accepted,
                 Ok(Ok(Confirmation::Ack(Some(returned)))) => TransportError::permanent(format!(
@@ -129,15 +106,18 @@ impl Transport for RabbitMqTransport {
                 Err(_) => self.confirm_missing(routing_key),
             };
             SendOutcome::Failed(error)
-        }))
-        .await;
-        if broken.is_none()
-            && !outcomes.iter().any(|outcome| matches!(outcome, SendOutcome::Failed(e) if e.is_transient()))
+        };
+        let sent = publish_then_await(batch, publish, await_confirm).await;
+        if sent.broken.is_none()
+            && !sent
+                .outcomes
+                .iter()
+                .any(|outcome| matches!(outcome, SendOutcome::Failed(e) if e.is_transient()))
         {
             // Every confirm arrived: the channel is reusable. Otherwise (and when this send
             // is abandoned at the caller's deadline) it is closed, confirms outstanding.
             pooled.keep();
         }
-        Ok(outcomes)
+        Ok(sent.outcomes)
     }
 }
