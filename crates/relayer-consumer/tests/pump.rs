@@ -157,16 +157,35 @@ async fn undecodable_rows_are_set_aside_naming_row_and_column_and_the_pump_lives
     assert_eq!(handler.calls(good), 1);
     let invalid = rows(&db, "invalid").await;
     assert_eq!(invalid.len(), 4);
-    let expected_columns = ["column headers", "column headers", "column headers", "column handled_count"];
-    for (row, column) in invalid.iter().zip(expected_columns) {
-        let message = row.rejection_message.as_deref().unwrap();
-        assert!(message.starts_with(&format!("row seq {} of {table}, {column}", row.seq)), "{message}");
+    // The whole reason, pinned: the codec's own words, never the driver's generic
+    // "error deserializing column 4".
+    let expected = [
+        "column headers: expected a JSON object of strings, found null",
+        "column headers: expected a JSON object of strings, found an array",
+        "column headers: expected a JSON object of strings, but header \"a\" is a number",
+        "column handled_count: -4 is negative",
+    ];
+    for (row, reason) in invalid.iter().zip(expected) {
+        assert_eq!(
+            row.rejection_message.as_deref(),
+            Some(format!("row seq {} of {table}, {reason}", row.seq).as_str())
+        );
         assert_eq!(row.rejection_reason.as_deref(), Some("unacceptable"));
         assert_eq!(row.original_topic.as_deref(), Some("orders"));
     }
     let unacceptable = rows(&db, "invoices.dead_letters").await;
     assert_eq!(unacceptable.len(), 1);
     assert_eq!(unacceptable[0].rejection_reason.as_deref(), Some("unacceptable"));
+    assert_eq!(
+        unacceptable[0].rejection_message.as_deref(),
+        Some(
+            format!(
+                "row seq {} of {table}, column headers: expected a JSON object of strings, found a string",
+                unacceptable[0].seq
+            )
+            .as_str()
+        )
+    );
     let empty = rows(&db, "orders.dead_letters").await;
     assert_eq!(empty.len(), 1, "the empty body is rejected by the handler");
     let message = empty[0].rejection_message.as_deref().unwrap();

@@ -66,9 +66,11 @@ impl JsonbHeaders<'_> {
     }
 
     /// Writes the headers' JSON text (a `json` value; `jsonb`'s binary format puts a
-    /// version byte, 1, before it), for drivers other than tokio-postgres.
-    pub fn write_json(&self, out: impl std::io::Write) -> Result<(), serde_json::Error> {
-        serde_json::to_writer(out, self.0.as_ref())
+    /// version byte, 1, before it), for drivers other than tokio-postgres. A map of strings
+    /// always serializes, so only `out` can fail; the error is `out`'s, which keeps the
+    /// JSON library out of this crate's API.
+    pub fn write_json(&self, out: impl std::io::Write) -> std::io::Result<()> {
+        serde_json::to_writer(out, self.0.as_ref()).map_err(std::io::Error::from)
     }
 
     /// Decodes a `json` value's text: the headers, or why the text is not an object of

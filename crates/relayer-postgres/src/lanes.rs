@@ -11,8 +11,9 @@
 //! A failed head blocks its lane: it is retried after a backoff, and rows behind it wait.
 //! With `max_attempts` reached, the lane is *parked* (`parked_at`, `parked_seq`,
 //! `parked_reason`): the head stays in the outbox and nothing behind it moves until an
-//! operator releases the lane ([`LaneStatements::release_lane`]: the head is tried again)
-//! or skips the head ([`LaneStatements::skip_lane_head`]: it moves to the dead table).
+//! operator releases the lane ([`LaneStatements::release_lane`]: the head is tried again
+//! with a fresh attempt count) or skips the head ([`LaneStatements::skip_lane_head`]: it
+//! moves to the dead table).
 //! Both actions are recorded in the audit table (LAN-2, LAN-5). The recovery sweeper and
 //! the unordered claims never touch lane rows (`lane IS NULL` everywhere, LAN-4).
 //!
@@ -38,6 +39,28 @@ use crate::row_codec::{CLAIMED_COLUMNS, RowCodec};
 // The lane capability's data lives in the core (`relayer_core::store`), so a worker generic
 // over the store names it without this crate; the old paths keep working.
 pub use relayer_core::store::{HeadFailure, LaneClaim, LaneHead};
+
+/// A CTE named `durable` that turns `synchronous_commit` on for the current transaction
+/// only. A statement must join it (e.g. `FROM …, durable`): an unreferenced `SELECT` CTE is
+/// never evaluated. It makes the statement's commit durable even on a connection built with
+/// `synchronous_commit = off` (the dispatcher's, [`crate::asynchronous_commit`]): a lane
+/// head's delete must never be lost (LAN-1), and an operator trusts an action that returned
+/// (LAN-2, LAN-5).
+const DURABLE: &str = "durable AS (SELECT set_config('synchronous_commit', 'on', true) AS setting)";
+
+/// A CTE named `unparked` (joined with [`DURABLE`]'s `durable`) that clears the park of
+/// lane `$1`, locked first, and returns `lane, parked_seq, parked_reason` as they were
+/// (RETURNING gives new values, hence the read from `old`). No row: the lane was not parked.
+fn unparked_cte(lanes: &str) -> String {
+    format!(
+        "unparked AS ( \
+           UPDATE {lanes} l SET parked_at = NULL, parked_seq = NULL, parked_reason = NULL \
+           FROM (SELECT lane, parked_seq, parked_reason FROM {lanes} \
+                 WHERE lane = $1 AND parked_at IS NOT NULL FOR UPDATE) old, durable \
+           WHERE l.lane = old.lane \
+           RETURNING old.lane, old.parked_seq, old.parked_reason)"
+    )
+}
 
 /// A parked lane, as operators see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,12 +153,11 @@ impl LaneStatements {
                    WHERE lane = owned.lane ORDER BY seq LIMIT 1) h ON true"
             ),
             // Index: lanes_pkey (fence, row-locked so a takeover cannot interleave), outbox_pkey.
-            // Durable even on a connection with `synchronous_commit = off` (the dispatcher's):
-            // `durable` sets it on for this statement's own transaction. A lost head delete
-            // would replay the head after later heads of its lane were sent — out of order —
-            // where a lost unordered delete only replays one message (INVARIANTS LAN-1b).
+            // Durable on any connection ([`DURABLE`]): a lost head delete would replay the
+            // head after later heads of its lane were sent — out of order — where a lost
+            // unordered delete only replays one message (INVARIANTS LAN-1b).
             accept_head: format!(
-                "WITH durable AS (SELECT set_config('synchronous_commit', 'on', true) AS setting), \
+                "WITH {DURABLE}, \
                  owner AS (SELECT lane FROM {lanes} WHERE lane = $1 AND claim_token = $2 FOR UPDATE) \
                  DELETE FROM {outbox} o USING owner, durable WHERE o.seq = $3 AND o.lane = owner.lane"
             ),
@@ -163,37 +185,26 @@ impl LaneStatements {
                  UPDATE {lanes} SET claim_token = NULL, claimed_until = NULL \
                  WHERE lane = $1 AND claim_token = $2 AND NOT EXISTS (SELECT 1 FROM gone)"
             ),
-            // Index: lanes_pkey, outbox_pkey. The head keeps its attempts and is due at once.
-            // (RETURNING gives new values, so the park is read from `old`.) Durable on any
-            // connection (`durable`, as for accept_head): an operator trusts an action that
-            // returned (AdministerLanes).
+            // Index: lanes_pkey, outbox_pkey. The head starts over with no attempts and is due
+            // at once (LAN-2: released means tried again in full); `last_error` stays.
             release_lane: format!(
-                "WITH durable AS (SELECT set_config('synchronous_commit', 'on', true) AS setting), \
-                 unparked AS ( \
-                   UPDATE {lanes} l SET parked_at = NULL, parked_seq = NULL, parked_reason = NULL \
-                   FROM (SELECT lane, parked_seq, parked_reason FROM {lanes} \
-                         WHERE lane = $1 AND parked_at IS NOT NULL FOR UPDATE) old, durable \
-                   WHERE l.lane = old.lane \
-                   RETURNING old.lane, old.parked_seq, old.parked_reason), \
-                 due AS ( \
-                   UPDATE {outbox} o SET visible_at = now() FROM unparked u \
-                   WHERE o.seq = u.parked_seq AND o.lane = u.lane RETURNING o.seq) \
-                 INSERT INTO {audit} (actor, action, subject, detail) \
-                 SELECT $2, 'lane.release', u.lane, \
-                        jsonb_build_object('seq', u.parked_seq, 'reason', u.parked_reason, \
-                                           'head_found', (SELECT count(*) FROM due) > 0) \
-                 FROM unparked u RETURNING id"
+                "WITH {DURABLE}, {unparked}, \
+                 fresh AS ( \
+                   UPDATE {outbox} o SET visible_at = now(), attempts = 0 FROM unparked u \
+                   WHERE o.seq = u.parked_seq AND o.lane = u.lane RETURNING o.seq), \
+                 audited AS ( \
+                   INSERT INTO {audit} (actor, action, subject, detail) \
+                   SELECT $2, 'lane.release', u.lane, \
+                          jsonb_build_object('seq', u.parked_seq, 'reason', u.parked_reason, \
+                                             'head_found', (SELECT count(*) FROM fresh) > 0, \
+                                             'attempts_reset', true) \
+                   FROM unparked u RETURNING id) \
+                 SELECT u.parked_seq FROM unparked u, audited",
+                unparked = unparked_cte(&lanes),
             ),
-            // Index: lanes_pkey, outbox_pkey; the head moves to dead in the same statement,
-            // durably on any connection (`durable`, as for release_lane).
+            // Index: lanes_pkey, outbox_pkey; the head moves to dead in the same statement.
             skip_head: format!(
-                "WITH durable AS (SELECT set_config('synchronous_commit', 'on', true) AS setting), \
-                 unparked AS ( \
-                   UPDATE {lanes} l SET parked_at = NULL, parked_seq = NULL, parked_reason = NULL \
-                   FROM (SELECT lane, parked_seq, parked_reason FROM {lanes} \
-                         WHERE lane = $1 AND parked_at IS NOT NULL FOR UPDATE) old, durable \
-                   WHERE l.lane = old.lane \
-                   RETURNING old.lane, old.parked_seq, old.parked_reason), \
+                "WITH {DURABLE}, {unparked}, \
                  buried AS ( \
                    DELETE FROM {outbox} o USING unparked u WHERE o.seq = u.parked_seq AND o.lane = u.lane \
                    RETURNING o.seq, o.message_id, o.transport, o.destination, o.body, o.headers, \
@@ -207,7 +218,8 @@ impl LaneStatements {
                    SELECT $2, 'lane.skip_head', u.lane, \
                           jsonb_build_object('seq', u.parked_seq, 'reason', u.parked_reason) \
                    FROM unparked u RETURNING id) \
-                 SELECT (SELECT count(*) FROM audited), (SELECT seq FROM moved)"
+                 SELECT (SELECT count(*) FROM audited), (SELECT seq FROM moved)",
+                unparked = unparked_cte(&lanes),
             ),
             // Index: lanes_parked_idx.
             parked: format!(
@@ -384,15 +396,17 @@ impl LaneStatements {
         Ok(())
     }
 
-    /// Operator action: un-parks `lane`; its head is tried again at once (and parks the
-    /// lane again if that send fails too). Recorded in the audit table with `actor`.
-    /// Returns false when the lane was not parked.
+    /// Operator action (LAN-2, LAN-5): un-parks `lane`; its head is tried again at once
+    /// with a fresh attempt count (`attempts = 0`, so it gets the full `max_attempts`
+    /// again; its `last_error` stays). Recorded in the audit table with `actor`, in the
+    /// same statement, and committed durably on any connection. Returns the park's head
+    /// `seq` (`None`: the lane was not parked, and nothing was changed or audited).
     pub async fn release_lane(
         &self,
         client: &impl Executor,
         lane: &str,
         actor: &str,
-    ) -> Result<bool, StorageError> {
+    ) -> Result<Option<Option<i64>>, StorageError> {
         let rows = crate::exec::rows(
             client,
             &self.release_lane,
@@ -400,12 +414,12 @@ impl LaneStatements {
             format!("releasing lane {lane:?}"),
         )
         .await?;
-        Ok(!rows.is_empty())
+        Ok(rows.first().map(|row| row.get(0)))
     }
 
-    /// Operator action: moves the head of the parked `lane` to the dead table and
+    /// Operator action (LAN-5): moves the head of the parked `lane` to the dead table and
     /// un-parks the lane, so the rows behind it flow. Recorded in the audit table with
-    /// `actor`. Returns the moved head's `seq`, or `None` when the lane was not parked.
+    /// `actor`, in the same statement, and committed durably on any connection. Returns the moved head's `seq`, or `None` when the lane was not parked.
     pub async fn skip_lane_head(
         &self,
         client: &impl Executor,

@@ -12,7 +12,9 @@
 //!   reordered: the head simply never arrives (unless redriven from the dead table, which
 //!   puts it at the lane's tail).
 //!
-//! Both are no-ops on a lane that is not parked. Listings are operator statements: they
+//! Both are no-ops on a lane that is not parked, and both are [`LaneStatements`]' own
+//! statements, which the dispatcher's `AdministerLanes` runs too: one meaning whichever
+//! way an operator acts, durable on any connection. Listings are operator statements: they
 //! group the outbox's lane rows (O(lane rows)), not a worker's statement.
 
 use std::time::Duration;
@@ -52,15 +54,13 @@ pub struct LaneListing {
 pub struct LaneAdmin {
     list: String,
     parked: String,
-    release: String,
     lanes: LaneStatements,
 }
 
 impl LaneAdmin {
     /// The actions for `namespace`.
     pub fn new(namespace: &Namespace) -> Self {
-        let (outbox, lanes, audit) =
-            (namespace.table("outbox"), namespace.table("lanes"), namespace.table("audit"));
+        let (outbox, lanes) = (namespace.table("outbox"), namespace.table("lanes"));
         LaneAdmin {
             // $1: every lane with rows too, not only parked ones. Index: outbox_lane_idx
             // (grouping), lanes_pkey, outbox_pkey (the head).
@@ -77,27 +77,6 @@ impl LaneAdmin {
             ),
             // Index: lanes_pkey.
             parked: format!("SELECT parked_seq FROM {lanes} WHERE lane = $1 AND parked_at IS NOT NULL"),
-            // Index: lanes_pkey, outbox_pkey. Like LaneStatements' release, but the head
-            // starts over with no attempts (LAN-2: released means tried again in full).
-            release: format!(
-                "WITH unparked AS ( \
-                   UPDATE {lanes} l SET parked_at = NULL, parked_seq = NULL, parked_reason = NULL \
-                   FROM (SELECT lane, parked_seq, parked_reason FROM {lanes} \
-                         WHERE lane = $1 AND parked_at IS NOT NULL FOR UPDATE) old \
-                   WHERE l.lane = old.lane \
-                   RETURNING old.lane, old.parked_seq, old.parked_reason), \
-                 fresh AS ( \
-                   UPDATE {outbox} o SET visible_at = now(), attempts = 0 FROM unparked u \
-                   WHERE o.seq = u.parked_seq AND o.lane = u.lane RETURNING o.seq), \
-                 audited AS ( \
-                   INSERT INTO {audit} (actor, action, subject, detail) \
-                   SELECT $2, 'lane.release', u.lane, \
-                          jsonb_build_object('seq', u.parked_seq, 'reason', u.parked_reason, \
-                                             'head_found', (SELECT count(*) FROM fresh) > 0, \
-                                             'attempts_reset', true) \
-                   FROM unparked u RETURNING id) \
-                 SELECT u.parked_seq FROM unparked u, audited"
-            ),
             lanes: LaneStatements::new(namespace),
         }
     }
@@ -149,26 +128,21 @@ impl LaneAdmin {
 
     /// Releases the parked `lane`: its head is tried again at once with a fresh attempt
     /// count; audited as `lane.release` by `actor`. Returns the head's `seq` (`None`: the
-    /// lane was not parked, and nothing was changed or audited).
+    /// lane was not parked, and nothing was changed or audited). The dispatcher's release
+    /// runs the same statement ([`LaneStatements::release_lane`]).
     pub async fn release(
         &self,
         client: &impl Executor,
         lane: &str,
         actor: &str,
     ) -> Result<Option<Option<i64>>, StorageError> {
-        let rows = crate::exec::rows(
-            client,
-            &self.release,
-            &[(&lane, Type::TEXT), (&actor, Type::TEXT)],
-            format!("releasing lane {lane:?}"),
-        )
-        .await?;
-        Ok(rows.first().map(|row| row.get(0)))
+        self.lanes.release_lane(client, lane, actor).await
     }
 
     /// Skips the head of the parked `lane` to the dead table; the rest of the lane goes on.
     /// Audited as `lane.skip_head` by `actor`. Returns the moved head's `seq` (`None`: the
-    /// lane was not parked).
+    /// lane was not parked). The dispatcher's skip runs the same statement
+    /// ([`LaneStatements::skip_lane_head`]).
     pub async fn skip(
         &self,
         client: &impl Executor,

@@ -322,7 +322,7 @@ impl WorkLanes for PgSession {
 #[async_trait]
 impl AdministerLanes for PgSession {
     async fn release_lane(&self, lane: &str, actor: &str) -> Result<bool, StorageError> {
-        self.statements.lanes.release_lane(&*self.connection, lane, actor).await
+        Ok(self.statements.lanes.release_lane(&*self.connection, lane, actor).await?.is_some())
     }
 
     async fn skip_lane_head(&self, lane: &str, actor: &str) -> Result<Option<i64>, StorageError> {

@@ -325,8 +325,17 @@ async fn parked_lanes_block_until_released_or_skipped_with_an_audit_record() {
         (Some(written[0].seq), Some("boom again"))
     );
 
-    assert!(lanes.release_lane(&client, "a", "alice").await.unwrap());
-    assert!(!lanes.release_lane(&client, "a", "alice").await.unwrap(), "not parked any more");
+    assert_eq!(lanes.release_lane(&client, "a", "alice").await.unwrap(), Some(Some(written[0].seq)));
+    assert_eq!(lanes.release_lane(&client, "a", "alice").await.unwrap(), None, "not parked any more");
+    let attempts: i32 = client
+        .query_one(
+            &format!("SELECT attempts FROM {} WHERE seq = $1", db.namespace().table("outbox")),
+            &[&written[0].seq],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(attempts, 0, "a released head is tried again in full (LAN-2)");
     let token = Uuid::new_v4();
     assert_eq!(
         lanes.claim(&client, token, CLAIM, 10, "", 40, &[]).await.unwrap().lanes.len(),
@@ -364,6 +373,87 @@ async fn parked_lanes_block_until_released_or_skipped_with_an_audit_record() {
             ("bob".to_owned(), "lane.skip_head".to_owned(), "a".to_owned())
         ]
     );
+}
+
+/// The lane `a` of two rows written by the real writer, its head parked by its owner as the
+/// dispatcher parks it; returns the rows' `seq`s.
+async fn parked_lane(db: &TestDb, client: &tokio_postgres::Client, lanes: &LaneStatements) -> Vec<i64> {
+    let batch = vec![message(0).lane("a"), message(1).lane("a")];
+    let written = writer(db).enqueue(client, &batch).await.unwrap();
+    let token = Uuid::new_v4();
+    assert_eq!(lanes.claim(client, token, CLAIM, 10, "", 40, &[]).await.unwrap().lanes, vec!["a".to_owned()]);
+    let park = HeadFailure::Park { error: "poison" };
+    assert!(lanes.fail_head(client, "a", token, written[0].seq, park).await.unwrap());
+    written.iter().map(|w| w.seq).collect()
+}
+
+/// A pool of the dispatcher's kind: `synchronous_commit = off` on every session.
+async fn asynchronous_pool(db: &TestDb) -> relayer_postgres::PgPool {
+    relayer_postgres::connect_pool(relayer_postgres::asynchronous_commit(db.config()), 1).await.unwrap()
+}
+
+/// Opens a transaction on `client`, checked to commit asynchronously so far.
+async fn begin_asynchronous(client: &tokio_postgres::Client) {
+    client.batch_execute("BEGIN").await.unwrap();
+    assert_eq!(synchronous_commit(client).await, "off", "the session commits asynchronously");
+}
+
+async fn synchronous_commit(client: &tokio_postgres::Client) -> String {
+    client.query_one("SELECT current_setting('synchronous_commit')", &[]).await.unwrap().get(0)
+}
+
+/// LAN-2: a release commits durably on the dispatcher's asynchronous-commit connection —
+/// an operator trusts an action that returned.
+#[tokio::test]
+async fn lane_release_commits_durably_on_an_asynchronous_commit_connection() {
+    let (db, client) = setup().await;
+    let lanes = LaneStatements::new(db.namespace());
+    let seqs = parked_lane(&db, &client, &lanes).await;
+    let pool = asynchronous_pool(&db).await;
+    let connection = pool.get().await.unwrap();
+    begin_asynchronous(&connection).await;
+    assert_eq!(lanes.release_lane(&*connection, "a", "alice").await.unwrap(), Some(Some(seqs[0])));
+    assert_eq!(synchronous_commit(&connection).await, "on", "the release's transaction commits durably");
+    connection.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(synchronous_commit(&connection).await, "off", "for that transaction only");
+}
+
+/// LAN-5: a skip commits durably on the dispatcher's asynchronous-commit connection.
+#[tokio::test]
+async fn lane_skip_commits_durably_on_an_asynchronous_commit_connection() {
+    let (db, client) = setup().await;
+    let lanes = LaneStatements::new(db.namespace());
+    let seqs = parked_lane(&db, &client, &lanes).await;
+    let pool = asynchronous_pool(&db).await;
+    let connection = pool.get().await.unwrap();
+    begin_asynchronous(&connection).await;
+    assert_eq!(lanes.skip_lane_head(&*connection, "a", "bob").await.unwrap(), Some(seqs[0]));
+    assert_eq!(synchronous_commit(&connection).await, "on", "the skip's transaction commits durably");
+    connection.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(synchronous_commit(&connection).await, "off", "for that transaction only");
+}
+
+/// LAN-1: an accepted head's delete commits durably on the dispatcher's asynchronous-commit
+/// connection: lost, it would replay the head after later heads of its lane were sent.
+#[tokio::test]
+async fn lane_head_accept_commits_durably_on_an_asynchronous_commit_connection() {
+    let (db, client) = setup().await;
+    let written = writer(&db).enqueue(&client, &[message(0).lane("a"), message(1).lane("a")]).await.unwrap();
+    let lanes = LaneStatements::new(db.namespace());
+    let token = Uuid::new_v4();
+    let pool = asynchronous_pool(&db).await;
+    let connection = pool.get().await.unwrap();
+    begin_asynchronous(&connection).await;
+    assert_eq!(lanes.claim(&*connection, token, CLAIM, 10, "", 40, &[]).await.unwrap().lanes.len(), 1);
+    let LaneHead::Due(head) = lanes.head(&*connection, "a", token, CLAIM).await.unwrap() else {
+        panic!("head due")
+    };
+    assert_eq!(head.seq, written[0].seq);
+    assert_eq!(synchronous_commit(&connection).await, "off", "claiming and reading stay asynchronous");
+    assert!(lanes.accept_head(&*connection, "a", token, head.seq).await.unwrap());
+    assert_eq!(synchronous_commit(&connection).await, "on", "the head's delete commits durably");
+    connection.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(synchronous_commit(&connection).await, "off", "for that transaction only");
 }
 
 /// SWP-4: the sweeper's rows are held by its transaction's locks instead of a written

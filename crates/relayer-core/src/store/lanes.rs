@@ -57,7 +57,10 @@ pub trait WorkLanes: Store {
 /// action that returned.
 #[async_trait]
 pub trait AdministerLanes: Store {
-    /// Un-parks `lane`; its head is tried again at once. `false`: it was not parked.
+    /// Un-parks `lane`; its head is tried again at once *in full*: its attempt count starts
+    /// over, so it gets every one of `max_attempts` again instead of parking the lane on its
+    /// next failure (its last error stays for the record). Un-parking, the reset and the
+    /// audit record are one statement. `false`: it was not parked, and nothing changed.
     async fn release_lane(&self, lane: &str, actor: &str) -> Result<bool, Self::Error>;
 
     /// Moves the head of the parked `lane` to the dead table and un-parks it, so the rows
