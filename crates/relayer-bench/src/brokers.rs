@@ -170,7 +170,10 @@ async fn nats_bench(scratch: &Scratch, messages: usize, rounds: usize) -> BenchR
         rounds,
         || nats_raw(&context, &subject, messages),
         || async {
-            let transport = NatsTransport::connect(NATS, NatsOptions::default()).await?;
+            // The transport's batch limit is the run's batch, so both sides wait for the
+            // same number of acks per round trip.
+            let options = NatsOptions::default().with_batch_limit(batch_limit());
+            let transport = NatsTransport::connect(NATS, options).await?;
             relayer_run(scratch, Arc::new(transport), "nats", &subject, messages).await
         },
     )
@@ -225,6 +228,7 @@ async fn rabbitmq_bench(scratch: &Scratch, messages: usize, rounds: usize) -> Be
         || rabbitmq_raw(&connection, &queue, messages),
         || async {
             let options = RabbitMqOptions::default()
+                .with_batch_limit(batch_limit())
                 .with_channels(std::num::NonZeroUsize::new(*PUBLISHERS + 1).expect("not zero"));
             let transport = RabbitMqTransport::new(RABBITMQ, options)?;
             relayer_run(scratch, Arc::new(transport), "rabbitmq", &queue, messages).await
@@ -304,6 +308,11 @@ impl Transport for Counted {
     }
 }
 
+/// The run's batch as a transport batch limit.
+fn batch_limit() -> std::num::NonZeroUsize {
+    std::num::NonZeroUsize::new(*BATCH).expect("the batch size is at least 1")
+}
+
 /// A dispatcher that has finished starting — schema checked, LISTEN registered, every
 /// pooled connection open, the transport's connection and channels opened by a warm-up
 /// round — is handed `messages` rows committed in one transaction; the clock runs from
@@ -348,6 +357,8 @@ async fn relayer_run(
         let (dispatcher, shutdown) = (dispatcher.clone(), shutdown.clone());
         async move { dispatcher.run(shutdown).await }
     });
+    // A failed run stops its dispatcher too: left running, it would take the next runs' rows.
+    let _stop_on_error = shutdown.clone().drop_guard();
     // Warm-up, untimed: one full batch per loop through the whole path, which opens the
     // transport's connection and channels (RabbitMQ opens them on first use) and prepares
     // every statement; and the LISTEN session registered, so the timed rows wake the loops.

@@ -90,6 +90,7 @@ where
             wake: Arc::new(Wake::default()),
             lane_cursor: Mutex::new(String::new()),
             lanes_seen: std::sync::atomic::AtomicBool::new(false),
+            last_send_micros: std::sync::atomic::AtomicU64::new(u64::MAX),
             source,
             namespace,
             options,
@@ -237,12 +238,14 @@ where
         let session = self.shared.source.open().await.map_err(store("opening a store session"))?;
         let seqs: Vec<i64> = written.iter().map(|w| w.seq).collect();
         let token = Uuid::new_v4();
+        // Taken before the claim is sent: the send deadline errs early, never late (TRN-5).
+        let claimed_at = tokio::time::Instant::now();
         let claimed = session
             .claim_seqs(token, self.shared.options.claim_duration(), &seqs)
             .await
             .map_err(store("claiming just-written outbox rows"))?;
         let has_lane_rows = claimed.messages.len() + claimed.undecodable.len() < seqs.len();
-        let report = self.shared.send_and_complete(&session, token, claimed).await?;
+        let report = self.shared.send_and_complete(&session, token, claimed_at, claimed).await?;
         if has_lane_rows {
             // Lane rows (or rows held elsewhere): let the loop look now rather than at the next poll.
             self.shared.wake.all();

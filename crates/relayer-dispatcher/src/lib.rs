@@ -22,6 +22,11 @@
 //!    sends each lane's head, one at a time per lane and lanes side by side, parking a lane
 //!    whose head is poison or cannot be decoded (LAN-1..5, SPEC §15).
 //!
+//! An unordered pass overlaps steps 1–3 of consecutive batches (DSP-1b): while one batch
+//! is at its transport it claims the next (after a full batch) and completes the previous
+//! one, on its one session, up to a bound of batches; a batch it claimed but does not
+//! send is released at once, with no attempt counted.
+//!
 //! Passes run when a notification arrives on the namespace's channel (the writer notifies
 //! in its own transaction, OUT-4; see [`Dispatcher::listening`]), at once again while a
 //! pass finds a full batch and moves rows, and every `poll_interval` otherwise. A pass that

@@ -54,14 +54,16 @@ where
         Ok(PassOutcome::Led(report))
     }
 
-    /// A full batch (of rows, or of lanes) that moved something: more may be due. A pass
-    /// that only released rows or lanes unsent — heads not due after all, a breaker that
-    /// tripped — never restarts its loop at once (a tight claim/release cycle otherwise).
+    /// A pass that ended on a full batch (of rows, or of lanes) and moved something: more
+    /// may be due. An unordered pass that drained the backlog ended on a partial batch,
+    /// however many rows its batches add up to (DSP-1b). A pass that only released rows or
+    /// lanes unsent — heads not due after all, a breaker that tripped — never restarts its
+    /// loop at once (a tight claim/release cycle otherwise).
     fn again_at_once(&self, report: &PassReport) -> bool {
-        let found = match self.work {
-            Work::Unordered => report.claimed,
-            Work::Lanes => report.lanes,
+        let ended_full = match self.work {
+            Work::Unordered => report.more_due,
+            Work::Lanes => report.lanes >= u64::from(self.shared.options.batch_size()),
         };
-        found >= u64::from(self.shared.options.batch_size()) && report.moved_anything()
+        ended_full && report.moved_anything()
     }
 }

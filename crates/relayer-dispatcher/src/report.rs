@@ -14,8 +14,9 @@ pub struct PassReport {
     pub failed: u64,
     /// Rows moved to the dead table.
     pub dead: u64,
-    /// Claimed rows released unsent: their destination's breaker is open, or the pass's
-    /// send deadline came before their batch started.
+    /// Claimed rows released unsent: their destination's breaker is open, the pass's
+    /// send deadline came before their batch started, or the pass ended with them claimed
+    /// ahead of time and unsent (a prefetched batch, DSP-1b).
     pub deferred: u64,
     /// Rows whose claim was taken over before completion: left to the new owner.
     pub fenced_out: u64,
@@ -34,6 +35,9 @@ pub struct PassReport {
     /// with the batch's completion, lane heads parked their lane (counted in
     /// `lanes_parked` too).
     pub undecodable: u64,
+    /// Whether the unordered work ended on a full batch (claimed and sent, or claimed and
+    /// released at the pass's end): more rows may be due at once. Not part of the counts.
+    pub(crate) more_due: bool,
 }
 
 impl PassReport {
@@ -51,6 +55,7 @@ impl PassReport {
         self.lanes += other.lanes;
         self.lanes_parked += other.lanes_parked;
         self.undecodable += other.undecodable;
+        self.more_due |= other.more_due;
     }
 
     /// Whether the pass changed any row's state: sent it, failed it (retry or dead) or

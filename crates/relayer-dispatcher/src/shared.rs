@@ -26,6 +26,9 @@ pub(crate) struct Shared<S> {
     /// Whether this dispatcher has seen a lane row in the namespace: until then the lane
     /// loop only looks for one (see `lanes_in_use`).
     pub(crate) lanes_seen: std::sync::atomic::AtomicBool,
+    /// How long the latest unordered batch took at its transport, in microseconds
+    /// (`u64::MAX`: none yet): whether prefetching the next batch pays (DSP-1b).
+    pub(crate) last_send_micros: std::sync::atomic::AtomicU64,
 }
 
 impl<S> Shared<S> {

@@ -12,7 +12,8 @@
 //! [`MAX_BATCHES_PER_PASS`], after a batch that was not full, after a storage error, after
 //! a send that timed out, and at shutdown. Whatever stops it, the batch it sent is
 //! completed, and a batch it claimed but did not send is released at once (deferred with
-//! no delay, no attempt counted), so a pass never leaves a row claimed behind it.
+//! no delay, no attempt counted), so a pass leaves no row claimed behind it — unless the
+//! store itself fails, when the rows wait for their claims to lapse (LIF-3).
 //!
 //! Each batch keeps its own token and its own deadline: its sends end by half the claim
 //! counted from when *that* batch's claim was sent (TRN-5). A prefetched batch whose
@@ -22,6 +23,7 @@
 //! cool-down, and the hold-back still runs once per trip, with the batch whose send
 //! tripped it (DSP-6).
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use relayer_core::session::StoreSource;
@@ -59,6 +61,8 @@ where
         let full = self.options.batch_size() as usize;
         let mut report = PassReport::default();
         let mut next = Some(self.claim_batch(session).await?);
+        // Whether the batch claimed last was full: the backlog may go on (`again_at_once`).
+        let mut last_full = next.as_ref().is_some_and(|batch| batch.len() >= full);
         let mut unfinished: Option<Sent> = None;
         let mut first_error = None;
         for round in 1..=MAX_BATCHES_PER_PASS {
@@ -70,7 +74,7 @@ where
                 next = Some(batch);
                 break;
             }
-            let prefetch = batch.len() >= full && round < MAX_BATCHES_PER_PASS;
+            let prefetch = batch.len() >= full && round < MAX_BATCHES_PER_PASS && self.prefetch_pays();
             let previous = unfinished.take();
             let (sent, claimed, completed) = tokio::join!(
                 self.send_batch(batch),
@@ -98,7 +102,10 @@ where
                 None => {}
             }
             match claimed {
-                Some(Ok(batch)) => next = Some(batch),
+                Some(Ok(batch)) => {
+                    last_full = batch.len() >= full;
+                    next = Some(batch);
+                }
                 Some(Err(error)) => {
                     first_error.get_or_insert(error);
                 }
@@ -134,20 +141,31 @@ where
             }
         }
         match first_error {
-            // Rows whose completion failed stay claimed until their deadline (LIF-3).
-            Some(error) => Err(error),
-            None => Ok(report),
+            // Rows whose completion failed stay claimed until their deadline (LIF-3). What
+            // the pass's earlier batches did is logged, or the error would hide it.
+            Some(error) => {
+                if report.claimed > 0 {
+                    tracing::info!(target: TARGET, %report, "the failed pass completed batches before its error");
+                }
+                Err(error)
+            }
+            None => {
+                report.more_due = last_full;
+                Ok(report)
+            }
         }
     }
 
-    /// Sends rows claimed under `token` and completes them (commit-triggered dispatch).
+    /// Sends rows claimed under `token` — the claim sent at `claimed_at`, where the send
+    /// deadline counts from — and completes them (commit-triggered dispatch).
     pub(crate) async fn send_and_complete(
         &self,
         session: &S::Session,
         token: Uuid,
+        claimed_at: Instant,
         claimed: Claimed,
     ) -> Result<PassReport, WorkerError> {
-        let batch = Batch { token, claimed_at: Instant::now(), claimed };
+        let batch = Batch { token, claimed_at, claimed };
         if batch.is_empty() {
             return Ok(PassReport::default());
         }
@@ -169,32 +187,45 @@ where
         Ok(Batch { token, claimed_at, claimed })
     }
 
-    /// Whether a prefetched batch still has at least half its send time left: otherwise
-    /// it would be judged by a shorter deadline than a freshly claimed batch.
+    /// Whether a batch claimed now would still have a whole send timeout left once the
+    /// send in flight ends, judged by how long the latest send took: when it would not
+    /// (a slow transport, or a send timeout of half the claim), the pass claims batch by
+    /// batch instead of claiming ahead only to release.
+    fn prefetch_pays(&self) -> bool {
+        let claim = self.options.claim_duration();
+        let slack = (claim / 2).saturating_sub(self.options.effective_send_timeout());
+        let last = self.last_send_micros.load(Ordering::Relaxed);
+        !slack.is_zero() && (last == u64::MAX || Duration::from_micros(last) <= slack)
+    }
+
+    /// Whether a prefetched batch still has a whole send timeout before its deadline:
+    /// otherwise a send a fresh batch would finish could time out, count an attempt and
+    /// feed the breaker, so the batch is released instead (TRN-5).
     fn worth_sending(&self, batch: &Batch) -> bool {
-        let budget = self.options.claim_duration() / 2;
-        batch.deadline(self.options.claim_duration()).saturating_duration_since(Instant::now()) >= budget / 2
+        let claim = self.options.claim_duration();
+        let needed = self.options.effective_send_timeout().min(claim / 2);
+        batch.deadline(claim).saturating_duration_since(Instant::now()) >= needed
     }
 
     /// Sends `batch`, its sends ending by half its claim (TRN-5), leaving the other half
     /// to complete it before another dispatcher may take the rows over.
     async fn send_batch(&self, batch: Batch) -> Sent {
-        for row in &batch.claimed.undecodable {
-            tracing::error!(target: TARGET, seq = row.seq, error = %row, "moving an undecodable row to the dead table");
-        }
         let deadline = batch.deadline(self.options.claim_duration());
         let claimed = batch.len() as u64;
-        let Claimed { messages, mut undecodable, .. } = batch.claimed;
-        let (messages, unregistered): (Vec<_>, Vec<_>) =
-            messages.into_iter().partition(|message| self.unregistered(message).is_none());
-        for message in &unregistered {
-            if let Some(row) = self.unregistered(message) {
-                tracing::error!(target: TARGET, seq = row.seq, error = %row, "moving an undecodable row to the dead table");
-                undecodable.push(row);
+        let Claimed { messages: claimed_messages, mut undecodable, .. } = batch.claimed;
+        let mut messages = Vec::with_capacity(claimed_messages.len());
+        for message in claimed_messages {
+            match self.unregistered(&message) {
+                None => messages.push(message),
+                Some(row) => undecodable.push(row),
             }
         }
+        log_undecodable(&undecodable);
+        let started = Instant::now();
         let tally =
             if messages.is_empty() { SendTally::default() } else { self.send.send(messages, deadline).await };
+        let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX - 1);
+        self.last_send_micros.store(took, Ordering::Relaxed);
         Sent { token: batch.token, claimed, undecodable, tally }
     }
 
@@ -231,12 +262,20 @@ where
         for message in &batch.claimed.messages {
             completion.defer(message.seq, Duration::ZERO);
         }
+        log_undecodable(&batch.claimed.undecodable);
         completion.bury_undecodable(&batch.claimed.undecodable);
         let written = session
             .complete(batch.token, &completion)
             .await
             .map_err(store("releasing claimed, unsent outbox rows"))?;
         Ok(batch_report(batch.len() as u64, batch.claimed.undecodable.len() as u64, &written))
+    }
+}
+
+/// Says, for each undecodable row, what and where before it moves to the dead table (§15).
+fn log_undecodable(rows: &[UndecodableRow]) {
+    for row in rows {
+        tracing::error!(target: TARGET, seq = row.seq, error = %row, "moving an undecodable row to the dead table");
     }
 }
 

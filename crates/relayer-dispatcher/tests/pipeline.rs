@@ -134,10 +134,11 @@ async fn a_breaker_tripping_mid_pipeline_holds_its_destination_back_and_others_f
         (20, 5),
         "one send to the broken destination, then none: {report:?}"
     );
-    assert!(
-        (15..=20).contains(&report.held_back),
-        "held back once, not once per batch that met it: {report:?}"
-    );
+    // Held back once: the 5 rows whose send failed and the 10 nobody had claimed. The 5 in
+    // the batch prefetched before the trip are under its live claim, left to it and
+    // released by it for the cool-down — counted once, as deferred, never twice.
+    assert_eq!(report.held_back, 15, "held back once, not once per batch that met it: {report:?}");
+    assert_eq!(report.deferred, 5, "the prefetched batch's broken rows: {report:?}");
     assert_eq!(transport.accepted().len(), 20, "every healthy row went");
     assert!(transport.accepted().iter().all(|(destination, _)| destination == "healthy"));
     assert_eq!(count(&client, &db, "outbox").await, 20, "the broken rows wait");
@@ -148,4 +149,39 @@ async fn a_breaker_tripping_mid_pipeline_holds_its_destination_back_and_others_f
         "every broken row waits out the cool-down"
     );
     assert_eq!(rows_where(&client, &db, "attempts > 0").await, 5, "only the failed send counted attempts");
+}
+
+/// DSP-1b, TRN-5: a prefetched batch is sent only with a whole send timeout left before its
+/// own deadline. Behind a transport slower than the slack between the two, the batch
+/// claimed ahead is released unsent — no attempt counted, free at once — and the
+/// dispatcher then claims batch by batch, so no later pass claims ahead only to release.
+#[tokio::test]
+async fn behind_a_slow_transport_a_batch_claimed_ahead_is_released_not_sent_short_dsp_1b() {
+    let db = database().await;
+    let mut slow = FaultyTransport::new("test");
+    // Claim 2 s: each batch's sends end by 1 s after its claim; a send timeout of 600 ms
+    // leaves 400 ms of slack, less than one 500 ms send.
+    slow.delay = Duration::from_millis(500);
+    let transport = Arc::new(slow);
+    let timing = options()
+        .batch_size(10)
+        .claim_duration(Duration::from_secs(2))
+        .send_timeout(Some(Duration::from_millis(600)));
+    let dispatcher = dispatcher(&db, timing, transport.clone(), 1).await;
+    let client = db.connect().await;
+    writer(&dispatcher)
+        .enqueue(&client, &(0..30).map(|n| message("orders", n)).collect::<Vec<_>>())
+        .await
+        .unwrap();
+
+    let first = run_once(&dispatcher).await.unwrap();
+    assert_eq!((first.sent, first.deferred, first.failed, first.timed_out), (10, 10, 0, 0), "{first:?}");
+    assert_eq!(rows_where(&client, &db, "claim_token IS NOT NULL").await, 0, "no row is left claimed");
+    assert_eq!(rows_where(&client, &db, "visible_at > now()").await, 0, "the released rows are free at once");
+    assert_eq!(rows_where(&client, &db, "attempts > 0").await, 0, "releasing counts no attempt");
+
+    // Having seen how slow a send is, the next pass claims no batch ahead.
+    let second = run_once(&dispatcher).await.unwrap();
+    assert_eq!((second.claimed, second.sent, second.deferred), (10, 10, 0), "{second:?}");
+    assert_eq!(count(&client, &db, "outbox").await, 10);
 }

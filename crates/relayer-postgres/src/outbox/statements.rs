@@ -41,7 +41,9 @@ impl OutboxStatements {
             // rows due before its cool-down ends (retries just released included) move to its
             // end, past every row other destinations have due, so later
             // claims never step over them (a filter in the claim would heap-fetch every one
-            // of them in every claim). Rows another claim holds are skipped, not waited for.
+            // of them in every claim). Rows another claim holds are skipped, not waited for,
+            // and rows under a live claim are left to it: their owner defers them (a pass's
+            // prefetched batch, DSP-1b) or sends them, and never sees its claim moved.
             hold_back: format!(
                 "WITH held AS ( \
                    UPDATE {outbox} SET visible_at = now() + $3::int8 * interval '1 microsecond' \
@@ -49,6 +51,7 @@ impl OutboxStatements {
                      SELECT seq FROM {outbox} \
                      WHERE lane IS NULL AND transport = $1 AND destination = $2 \
                        AND visible_at < now() + $3::int8 * interval '1 microsecond' \
+                       AND (claim_token IS NULL OR visible_at <= now()) \
                      FOR UPDATE SKIP LOCKED)) \
                    RETURNING 1) \
                  SELECT count(*) FROM held"
