@@ -47,10 +47,6 @@ where
             Work::Unordered => shared.unordered_pass(&session, shutdown).await?,
             Work::Lanes => shared.lane_pass(&session).await?,
         };
-        if self.work == Work::Unordered && self.again_at_once(&report) {
-            // A backlog: bring in a sibling unordered loop too.
-            shared.wake.unordered.notify_one();
-        }
         Ok(PassOutcome::Led(report))
     }
 

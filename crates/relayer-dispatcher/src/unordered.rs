@@ -63,6 +63,10 @@ where
         let mut next = Some(self.claim_batch(session).await?);
         // Whether the batch claimed last was full: the backlog may go on (`again_at_once`).
         let mut last_full = next.as_ref().is_some_and(|batch| batch.len() >= full);
+        if last_full {
+            // A backlog: bring a sibling loop in now, not when this pass's batches are done.
+            self.wake.unordered.notify_one();
+        }
         let mut unfinished: Option<Sent> = None;
         let mut first_error = None;
         for round in 1..=MAX_BATCHES_PER_PASS {

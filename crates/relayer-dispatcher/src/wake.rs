@@ -6,8 +6,8 @@ use tokio::sync::Notify;
 
 /// A notification (or a local commit) wakes one idle unordered loop — permits do not
 /// stack, so a burst during a pass coalesces into one more pass — and the lane loop. An
-/// unordered loop that found a full batch wakes a sibling before going on, so a backlog
-/// engages every loop while a trickle keeps one busy.
+/// unordered loop whose pass claimed a full first batch wakes a sibling at once, before its
+/// own batches go out, so a backlog engages every loop while a trickle keeps one busy.
 #[derive(Debug, Default)]
 pub(crate) struct Wake {
     pub(crate) unordered: Arc<Notify>,
