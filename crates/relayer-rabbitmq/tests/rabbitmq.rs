@@ -18,8 +18,14 @@ use relayer::postgres::{OutboxWriter, PgNotifications, PgSource, asynchronous_co
 use relayer::{DispatcherOptions, Envelope, NewMessage, Relayer, SendOutcome, Transport, TransportRegistry};
 use relayer_rabbitmq::{RabbitMqOptions, RabbitMqTransport};
 use relayer_test_support::broker_scenarios::{self, Outbox, Pass, envelope, outage_options, stall_options};
-use relayer_test_support::{Broker, TcpProxy, TestDb, broker_or_skip, eventually};
+use relayer_test_support::{Broker, TcpProxy, TestDb, broker_or_skip, eventually, stop_rabbitmq_or_skip};
 use tokio_postgres::Client;
+
+/// What a test holds of the broker: shared with the binary's other tests, or the broker to
+/// itself (a test that restarts it). Under `cargo test` the tests of this binary are
+/// threads of one process, kept apart by this lock; under nextest, processes, kept apart by
+/// the workspace's `.config/nextest.toml` (one test of this binary at a time).
+static BROKER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// A test's own database schema and RabbitMQ queue (named after the schema).
 struct Fixture {
@@ -29,6 +35,12 @@ struct Fixture {
     _connection: Connection,
     channel: Channel,
     queue: String,
+    _broker_use: BrokerUse,
+}
+
+enum BrokerUse {
+    Shared(#[allow(dead_code)] tokio::sync::RwLockReadGuard<'static, ()>),
+    Exclusive(#[allow(dead_code)] tokio::sync::RwLockWriteGuard<'static, ()>),
 }
 
 /// A message as the test's queue holds it.
@@ -39,19 +51,33 @@ struct Received {
 
 impl Fixture {
     async fn new(test: &str) -> Option<Fixture> {
+        Fixture::holding(test, BrokerUse::Shared(BROKER.read().await)).await
+    }
+
+    /// A fixture for a test that stops and starts the broker: no other test of this binary
+    /// runs meanwhile.
+    async fn exclusive(test: &str) -> Option<Fixture> {
+        Fixture::holding(test, BrokerUse::Exclusive(BROKER.write().await)).await
+    }
+
+    async fn holding(test: &str, broker_use: BrokerUse) -> Option<Fixture> {
         let broker = broker_or_skip(Broker::RabbitMq, test).await?;
         let db = TestDb::new().await;
         let mut client = db.connect().await;
         relayer::postgres::migrate(&mut client, db.namespace()).await.unwrap();
-        let properties = ConnectionProperties::default()
-            .with_executor(tokio_executor_trait::Tokio::current())
-            .with_reactor(tokio_reactor_trait::Tokio::current());
-        let connection = Connection::connect(&uri(broker), properties).await.unwrap();
-        let channel = connection.create_channel().await.unwrap();
+        let (connection, channel) = open_channel(broker).await;
         let queue = db.schema().to_owned();
         let durable = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
         channel.queue_declare(&queue, durable, FieldTable::default()).await.unwrap();
-        Some(Fixture { db, client, broker, _connection: connection, channel, queue })
+        Some(Fixture { db, client, broker, _connection: connection, channel, queue, _broker_use: broker_use })
+    }
+
+    /// A new connection and channel for reading the queue, after a broker restart closed
+    /// the first ones.
+    async fn reconnect(&mut self) {
+        let (connection, channel) = open_channel(self.broker).await;
+        self._connection = connection;
+        self.channel = channel;
     }
 
     /// Everything in the queue, taken off it.
@@ -94,6 +120,16 @@ impl Fixture {
     async fn finish(self) {
         self.channel.queue_delete(&self.queue, QueueDeleteOptions::default()).await.unwrap();
     }
+}
+
+/// The test's own connection to the broker, and a channel on it.
+async fn open_channel(broker: SocketAddr) -> (Connection, Channel) {
+    let properties = ConnectionProperties::default()
+        .with_executor(tokio_executor_trait::Tokio::current())
+        .with_reactor(tokio_reactor_trait::Tokio::current());
+    let connection = Connection::connect(&uri(broker), properties).await.unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    (connection, channel)
 }
 
 fn uri(address: SocketAddr) -> String {
@@ -249,6 +285,46 @@ async fn a_broker_restart_keeps_the_rows_trips_the_breaker_and_the_transport_rec
     let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages(5)).await.unwrap();
 
     broker_scenarios::outage(&fixture.outbox(), &proxy, 5, async || fixture.pass(&dispatcher).await).await;
+    let received = fixture.received().await;
+    assert_eq!(ids(&received), written.iter().map(|w| w.id.to_string()).collect());
+    assert_eq!(received.len(), 5);
+    fixture.finish().await;
+}
+
+/// DSP-6, TRN-2 against a real restart of the broker (`rabbitmqctl stop_app`, then
+/// `start_app`), not a cut connection: the rows stay while it is down, the breaker trips,
+/// and the same transport reconnects by itself once the broker is back and delivers every
+/// row — persistent, to the durable queue, which survived the restart.
+#[tokio::test]
+async fn a_real_broker_restart_keeps_the_rows_and_the_same_transport_reconnects_and_delivers_dsp_6() {
+    let test = "a_real_broker_restart_keeps_the_rows_and_the_same_transport_reconnects_and_delivers_dsp_6";
+    let Some(mut fixture) = Fixture::exclusive(test).await else {
+        return;
+    };
+    let rabbitmq = Arc::new(transport(fixture.broker, Duration::from_secs(2)));
+    // Connected before the restart, so recovering means reconnecting.
+    connect(&fixture, &rabbitmq).await;
+    let dispatcher = fixture.dispatcher(rabbitmq, outage_options()).await;
+    let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages(5)).await.unwrap();
+
+    let Some(stopped) = stop_rabbitmq_or_skip(test).await else {
+        fixture.finish().await; // reported by name: this process cannot restart the broker
+        return;
+    };
+    let stopped = std::cell::Cell::new(Some(stopped));
+    broker_scenarios::outage_between(
+        &fixture.outbox(),
+        5,
+        async || {}, // stopped already
+        async || {
+            if let Some(broker) = stopped.take() {
+                broker.start().await;
+            }
+        },
+        async || fixture.pass(&dispatcher).await,
+    )
+    .await;
+    fixture.reconnect().await;
     let received = fixture.received().await;
     assert_eq!(ids(&received), written.iter().map(|w| w.id.to_string()).collect());
     assert_eq!(received.len(), 5);

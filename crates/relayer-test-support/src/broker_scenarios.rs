@@ -97,8 +97,20 @@ pub fn outage_options() -> DispatcherOptions {
 /// same transport — no process restart — delivers every row. `pass` runs one dispatcher
 /// pass. What the broker received is the caller's to check afterwards.
 pub async fn outage(outbox: &Outbox<'_>, proxy: &TcpProxy, rows: i64, pass: impl AsyncFn() -> Pass) {
+    outage_between(outbox, rows, async || proxy.cut(), async || proxy.restore(), pass).await;
+}
+
+/// [`outage`] with any way to take the broker away and bring it back: `down` runs once
+/// the rows are written (a proxy cut, a real broker stop), `up` once the breaker tripped.
+pub async fn outage_between(
+    outbox: &Outbox<'_>,
+    rows: i64,
+    down: impl AsyncFnOnce(),
+    up: impl AsyncFnOnce(),
+    pass: impl AsyncFn() -> Pass,
+) {
     assert_eq!(outbox.pending().await, rows, "the rows are written before the outage");
-    proxy.cut();
+    down().await;
     let failed = Cell::new(0);
     eventually("two failed sends trip the breaker", || async {
         // Once the breaker trips, the destination's rows are held back for its cool-down
@@ -114,7 +126,7 @@ pub async fn outage(outbox: &Outbox<'_>, proxy: &TcpProxy, rows: i64, pass: impl
     let fewest = outbox.attempts().await.iter().map(|(attempts, _)| *attempts).min();
     assert!(fewest >= Some(2), "each row failed twice before the trip, got {fewest:?}");
 
-    proxy.restore();
+    up().await;
     eventually("every row is delivered after the broker is back", || async {
         pass().await;
         outbox.pending().await == 0

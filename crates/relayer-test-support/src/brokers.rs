@@ -95,3 +95,83 @@ fn report_skip(test: &str, reason: &str) {
         }
     }
 }
+
+/// The local RabbitMQ's application, stopped by [`stop_rabbitmq_or_skip`]: every
+/// connection closed and new ones refused, as in a broker restart. [`start`](Self::start)
+/// starts it again and waits until it answers; if the test ends first (a failed assertion),
+/// dropping this starts it again, so no test leaves the broker down for the others.
+#[derive(Debug)]
+pub struct StoppedRabbitMq {
+    ctl: std::path::PathBuf,
+    started: bool,
+}
+
+impl StoppedRabbitMq {
+    /// Starts the application again (`rabbitmqctl start_app`) and waits until the broker
+    /// accepts connections.
+    pub async fn start(mut self) {
+        rabbitmqctl(&self.ctl, "start_app").await.unwrap_or_else(|error| panic!("{error}"));
+        self.started = true;
+        let address = Broker::RabbitMq.address();
+        crate::eventually("RabbitMQ accepts connections after start_app", || async {
+            tokio::net::TcpStream::connect(address.as_str()).await.is_ok()
+        })
+        .await;
+    }
+}
+
+impl Drop for StoppedRabbitMq {
+    fn drop(&mut self) {
+        if !self.started {
+            let _ = std::process::Command::new(&self.ctl).arg("start_app").status();
+        }
+    }
+}
+
+/// Stops the local RabbitMQ's application (`rabbitmqctl stop_app`) for a real restart, when
+/// this process may: a broker on the default local address and `rabbitmqctl` installed
+/// and answering. Otherwise reports `test` as skipped by name (as [`broker_or_skip`] does)
+/// and returns `None` — under CI, with RabbitMQ installed here and no
+/// `RELAYER_RABBITMQ_ADDR` naming another, a failure instead. Tests that
+/// stop the broker must not run beside other RabbitMQ tests: the workspace's nextest
+/// configuration runs that test binary one test at a time.
+pub async fn stop_rabbitmq_or_skip(test: &str) -> Option<StoppedRabbitMq> {
+    let refuse = |reason: String| {
+        if std::env::var_os("CI").is_some() && Broker::RabbitMq.installed() {
+            panic!("{test}: {reason}, but RabbitMQ is installed and CI is set");
+        }
+        report_skip(test, &reason);
+        None
+    };
+    if std::env::var_os("RELAYER_RABBITMQ_ADDR").is_some() {
+        // A broker chosen elsewhere on purpose: a skip, even under CI.
+        report_skip(test, "RELAYER_RABBITMQ_ADDR names a broker this process cannot restart");
+        return None;
+    }
+    let Some(ctl) = ["/usr/sbin", "/usr/local/sbin", "/usr/lib/rabbitmq/bin"]
+        .iter()
+        .map(|dir| Path::new(dir).join("rabbitmqctl"))
+        .find(|path| path.is_file())
+    else {
+        return refuse("rabbitmqctl is not installed: the broker cannot be restarted".to_owned());
+    };
+    match rabbitmqctl(&ctl, "stop_app").await {
+        Ok(()) => Some(StoppedRabbitMq { ctl, started: false }),
+        Err(error) => refuse(error),
+    }
+}
+
+/// Runs `rabbitmqctl <command>`, bounded, with its output in the error.
+async fn rabbitmqctl(ctl: &Path, command: &str) -> Result<(), String> {
+    let run = tokio::process::Command::new(ctl).arg(command).kill_on_drop(true).output();
+    match tokio::time::timeout(Duration::from_secs(60), run).await {
+        Ok(Ok(output)) if output.status.success() => Ok(()),
+        Ok(Ok(output)) => Err(format!(
+            "rabbitmqctl {command} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )),
+        Ok(Err(error)) => Err(format!("cannot run rabbitmqctl {command}: {error}")),
+        Err(_) => Err(format!("rabbitmqctl {command} did not finish within 60 s")),
+    }
+}

@@ -85,7 +85,7 @@ use bb8_postgres::PostgresConnectionManager;
 use relayer_core::Namespace;
 use tokio_postgres::NoTls;
 
-pub use crate::brokers::{Broker, broker_or_skip};
+pub use crate::brokers::{Broker, StoppedRabbitMq, broker_or_skip, stop_rabbitmq_or_skip};
 pub use crate::fault::{Fault, FaultAction, FaultHandle, StoreCall, Transience};
 pub use crate::faulty_error::FaultyError;
 pub use crate::faulty_store::{FaultySession, FaultyStore};
