@@ -304,9 +304,13 @@ async fn a_real_broker_restart_keeps_the_rows_and_the_same_transport_reconnects_
     let rabbitmq = Arc::new(transport(fixture.broker, Duration::from_secs(2)));
     // Connected before the restart, so recovering means reconnecting.
     connect(&fixture, &rabbitmq).await;
-    let dispatcher = fixture.dispatcher(rabbitmq, outage_options()).await;
+    let dispatcher = fixture.dispatcher(rabbitmq.clone(), outage_options()).await;
     let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages(5)).await.unwrap();
 
+    // One message left in the durable queue across the restart: persistent, it survives.
+    let kept = envelope(7);
+    let outcome = rabbitmq.send(&fixture.queue, std::slice::from_ref(&kept)).await.unwrap();
+    assert_eq!(outcome, vec![SendOutcome::Accepted]);
     let Some(stopped) = stop_rabbitmq_or_skip(test).await else {
         fixture.finish().await; // reported by name: this process cannot restart the broker
         return;
@@ -326,8 +330,13 @@ async fn a_real_broker_restart_keeps_the_rows_and_the_same_transport_reconnects_
     .await;
     fixture.reconnect().await;
     let received = fixture.received().await;
-    assert_eq!(ids(&received), written.iter().map(|w| w.id.to_string()).collect());
-    assert_eq!(received.len(), 5);
+    let mut expected: BTreeSet<String> = written.iter().map(|w| w.id.to_string()).collect();
+    expected.insert(kept.id.to_string());
+    assert_eq!(ids(&received), expected, "the five rows, and the message published before the restart");
+    assert_eq!(received.len(), 6);
+    for message in &received {
+        assert_eq!(message.properties.delivery_mode(), &Some(2), "persistent");
+    }
     fixture.finish().await;
 }
 

@@ -49,10 +49,7 @@ impl Broker {
             Broker::Nats => "nats-server",
             Broker::RabbitMq => "rabbitmq-server",
         };
-        let path = std::env::var("PATH").unwrap_or_default();
-        path.split(':')
-            .chain(["/usr/sbin", "/usr/local/sbin", "/usr/lib/rabbitmq/bin"])
-            .any(|dir| Path::new(dir).join(program).is_file())
+        find_on_path(program).is_some()
     }
 }
 
@@ -98,11 +95,15 @@ fn report_skip(test: &str, reason: &str) {
 
 /// The local RabbitMQ's application, stopped by [`stop_rabbitmq_or_skip`]: every
 /// connection closed and new ones refused, as in a broker restart. [`start`](Self::start)
-/// starts it again and waits until it answers; if the test ends first (a failed assertion),
-/// dropping this starts it again, so no test leaves the broker down for the others.
+/// starts it again and waits until it answers. Should the test end first, dropping this
+/// starts it again (bounded); should the process die, a detached watchdog started with the
+/// stop does, two minutes on. No test leaves the broker down for the others.
 #[derive(Debug)]
+#[must_use = "dropping it starts the broker again at once"]
 pub struct StoppedRabbitMq {
     ctl: std::path::PathBuf,
+    /// The watchdog's process (its own process group): killed once started again.
+    watchdog: Option<u32>,
     started: bool,
 }
 
@@ -123,42 +124,111 @@ impl StoppedRabbitMq {
 impl Drop for StoppedRabbitMq {
     fn drop(&mut self) {
         if !self.started {
-            let _ = std::process::Command::new(&self.ctl).arg("start_app").status();
+            start_app_bounded(&self.ctl);
+        }
+        if let Some(watchdog) = self.watchdog {
+            // Its whole process group: the shell and its sleep.
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", "--", &format!("-{watchdog}")])
+                .stderr(std::process::Stdio::null())
+                .status();
         }
     }
 }
 
-/// Stops the local RabbitMQ's application (`rabbitmqctl stop_app`) for a real restart, when
-/// this process may: a broker on the default local address and `rabbitmqctl` installed
-/// and answering. Otherwise reports `test` as skipped by name (as [`broker_or_skip`] does)
-/// and returns `None` — under CI, with RabbitMQ installed here and no
-/// `RELAYER_RABBITMQ_ADDR` naming another, a failure instead. Tests that
-/// stop the broker must not run beside other RabbitMQ tests: the workspace's nextest
-/// configuration runs that test binary one test at a time.
-pub async fn stop_rabbitmq_or_skip(test: &str) -> Option<StoppedRabbitMq> {
-    let refuse = |reason: String| {
-        if std::env::var_os("CI").is_some() && Broker::RabbitMq.installed() {
-            panic!("{test}: {reason}, but RabbitMQ is installed and CI is set");
+/// `rabbitmqctl start_app` from a destructor: waits at most a minute, then says loudly that
+/// the broker was left stopped.
+fn start_app_bounded(ctl: &Path) {
+    let child = std::process::Command::new(ctl)
+        .arg("start_app")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let started = match child {
+        Ok(mut child) => {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(status)) => break status.success(),
+                    Ok(None) if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        break false;
+                    }
+                }
+            }
         }
-        report_skip(test, &reason);
-        None
+        Err(_) => false,
     };
+    if !started {
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "BROKER LEFT STOPPED: `{} start_app` failed; the watchdog retries within two minutes",
+            ctl.display()
+        );
+    }
+}
+
+/// Stops the local RabbitMQ's application (`rabbitmqctl stop_app`) for a real restart, when
+/// asked to and able to: `RELAYER_RABBITMQ_RESTART=1` (set by `.ci/run`: stopping the
+/// machine's broker would break any other RabbitMQ test running on it, so a developer's
+/// run does not do it unasked), no `RELAYER_RABBITMQ_ADDR` naming another broker, and
+/// `rabbitmqctl` installed. Otherwise reports `test` as skipped by name (as
+/// [`broker_or_skip`] does) and returns `None`; under CI with the restart asked for, a
+/// broker that cannot be stopped is a failure instead. Tests that stop the broker must not
+/// run beside other RabbitMQ tests of the same run: the workspace's nextest configuration
+/// runs the RabbitMQ test binary one test at a time.
+pub async fn stop_rabbitmq_or_skip(test: &str) -> Option<StoppedRabbitMq> {
+    if std::env::var("RELAYER_RABBITMQ_RESTART").as_deref() != Ok("1") {
+        report_skip(
+            test,
+            "a real broker restart runs only with RELAYER_RABBITMQ_RESTART=1 (.ci/run sets it)",
+        );
+        return None;
+    }
     if std::env::var_os("RELAYER_RABBITMQ_ADDR").is_some() {
         // A broker chosen elsewhere on purpose: a skip, even under CI.
         report_skip(test, "RELAYER_RABBITMQ_ADDR names a broker this process cannot restart");
         return None;
     }
-    let Some(ctl) = ["/usr/sbin", "/usr/local/sbin", "/usr/lib/rabbitmq/bin"]
-        .iter()
-        .map(|dir| Path::new(dir).join("rabbitmqctl"))
-        .find(|path| path.is_file())
-    else {
+    let refuse = |reason: String| {
+        if std::env::var_os("CI").is_some() {
+            panic!("{test}: {reason}, but CI asked for a real broker restart");
+        }
+        report_skip(test, &reason);
+        None
+    };
+    let Some(ctl) = find_on_path("rabbitmqctl") else {
         return refuse("rabbitmqctl is not installed: the broker cannot be restarted".to_owned());
     };
-    match rabbitmqctl(&ctl, "stop_app").await {
-        Ok(()) => Some(StoppedRabbitMq { ctl, started: false }),
-        Err(error) => refuse(error),
+    // The watchdog first, then the guard, then the stop: from here on every way out —
+    // a failed stop, a panic, a killed process — starts the broker again.
+    let watchdog = std::process::Command::new("setsid")
+        .args(["sh", "-c", "sleep 120; exec \"$0\" start_app"])
+        .arg(&ctl)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()
+        .map(|child| child.id());
+    let stopped = StoppedRabbitMq { ctl, watchdog, started: false };
+    match rabbitmqctl(&stopped.ctl, "stop_app").await {
+        Ok(()) => Some(stopped),
+        Err(error) => refuse(error), // `stopped` drops: start_app, in case it half stopped
     }
+}
+
+/// `program` in `PATH` or in the system directories a broker's tools live in.
+fn find_on_path(program: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    path.split(':')
+        .filter(|dir| !dir.is_empty())
+        .chain(["/usr/sbin", "/usr/local/sbin", "/usr/lib/rabbitmq/bin"])
+        .map(|dir| Path::new(dir).join(program))
+        .find(|candidate| candidate.is_file())
 }
 
 /// Runs `rabbitmqctl <command>`, bounded, with its output in the error.

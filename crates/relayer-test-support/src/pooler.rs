@@ -183,14 +183,33 @@ impl HeldServers {
     }
 
     async fn hold_one(&mut self, config: &Config) -> i32 {
-        let client = match crate::client::connect(config).await {
+        let mut client = match crate::client::connect(config).await {
             Ok(client) => client,
             Err(e) => panic!("connecting to the pooler: {}", relayer_core::error_chain(&e)),
         };
-        // The simple query protocol: no statement is left on the server connection.
-        let messages = match client.simple_query("BEGIN; SELECT pg_backend_pid()").await {
-            Ok(messages) => messages,
-            Err(e) => panic!("holding a server connection: {}", relayer_core::error_chain(&e)),
+        // The simple query protocol: no statement is left on the server connection. A
+        // pooled server connection can be gone when it is handed out: idle in the pool under
+        // the last client's application_name, it is terminated when another test drops that
+        // client's schema (`drop_schema`), and PgBouncer then fails the new client with
+        // "invalid server parameter" or "server conn crashed?". That is the shared pooler,
+        // not the test: the next attempt gets a live server connection.
+        let mut attempt = 1;
+        let (client, messages) = loop {
+            match client.simple_query("BEGIN; SELECT pg_backend_pid()").await {
+                Ok(messages) => break (client, messages),
+                Err(e)
+                    if attempt < 5
+                        && (client.is_closed()
+                            || e.as_db_error().is_some_and(|db| db.severity() == "FATAL")) =>
+                {
+                    attempt += 1;
+                    client = match crate::client::connect(config).await {
+                        Ok(client) => client,
+                        Err(e) => panic!("connecting to the pooler: {}", relayer_core::error_chain(&e)),
+                    };
+                }
+                Err(e) => panic!("holding a server connection: {}", relayer_core::error_chain(&e)),
+            }
         };
         let pid = messages
             .iter()
