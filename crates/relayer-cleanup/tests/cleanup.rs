@@ -257,7 +257,9 @@ async fn two_cleaners_never_delete_a_row_twice_and_do_not_block_each_other_ret_2
     for task in tasks {
         within(task).await.unwrap();
     }
-    let (led_a, led_b) = (outcomes[..3].iter().all(|led| *led), outcomes[3..].iter().all(|led| *led));
+    // The leader may sit out a turn (NotLeader) when the other's probe holds the lease row
+    // at that moment (SKIP LOCKED: neither waits for the other); the other never leads.
+    let (led_a, led_b) = (outcomes[..3].iter().any(|led| *led), outcomes[3..].iter().any(|led| *led));
     assert!(led_a != led_b, "exactly one of them leads while its lease is live: {outcomes:?}");
     assert_eq!(deleted, 50);
     assert_eq!(count(&client, &db, "dead").await, 0);
