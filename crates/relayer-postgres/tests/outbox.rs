@@ -398,6 +398,14 @@ async fn begin_asynchronous(client: &tokio_postgres::Client) {
     assert_eq!(synchronous_commit(client).await, "off", "the session commits asynchronously");
 }
 
+/// The statement just run made its transaction commit durably (`what`), and only it: after
+/// the commit the session is asynchronous again.
+async fn commits_durably_this_transaction_only(client: &tokio_postgres::Client, what: &str) {
+    assert_eq!(synchronous_commit(client).await, "on", "{what}");
+    client.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(synchronous_commit(client).await, "off", "for that transaction only");
+}
+
 async fn synchronous_commit(client: &tokio_postgres::Client) -> String {
     client.query_one("SELECT current_setting('synchronous_commit')", &[]).await.unwrap().get(0)
 }
@@ -413,9 +421,7 @@ async fn lane_release_commits_durably_on_an_asynchronous_commit_connection() {
     let connection = pool.get().await.unwrap();
     begin_asynchronous(&connection).await;
     assert_eq!(lanes.release_lane(&*connection, "a", "alice").await.unwrap(), Some(Some(seqs[0])));
-    assert_eq!(synchronous_commit(&connection).await, "on", "the release's transaction commits durably");
-    connection.batch_execute("COMMIT").await.unwrap();
-    assert_eq!(synchronous_commit(&connection).await, "off", "for that transaction only");
+    commits_durably_this_transaction_only(&connection, "the release's transaction commits durably").await;
 }
 
 /// LAN-5: a skip commits durably on the dispatcher's asynchronous-commit connection.
@@ -428,9 +434,7 @@ async fn lane_skip_commits_durably_on_an_asynchronous_commit_connection() {
     let connection = pool.get().await.unwrap();
     begin_asynchronous(&connection).await;
     assert_eq!(lanes.skip_lane_head(&*connection, "a", "bob").await.unwrap(), Some(seqs[0]));
-    assert_eq!(synchronous_commit(&connection).await, "on", "the skip's transaction commits durably");
-    connection.batch_execute("COMMIT").await.unwrap();
-    assert_eq!(synchronous_commit(&connection).await, "off", "for that transaction only");
+    commits_durably_this_transaction_only(&connection, "the skip's transaction commits durably").await;
 }
 
 /// LAN-1: an accepted head's delete commits durably on the dispatcher's asynchronous-commit
@@ -451,9 +455,7 @@ async fn lane_head_accept_commits_durably_on_an_asynchronous_commit_connection()
     assert_eq!(head.seq, written[0].seq);
     assert_eq!(synchronous_commit(&connection).await, "off", "claiming and reading stay asynchronous");
     assert!(lanes.accept_head(&*connection, "a", token, head.seq).await.unwrap());
-    assert_eq!(synchronous_commit(&connection).await, "on", "the head's delete commits durably");
-    connection.batch_execute("COMMIT").await.unwrap();
-    assert_eq!(synchronous_commit(&connection).await, "off", "for that transaction only");
+    commits_durably_this_transaction_only(&connection, "the head's delete commits durably").await;
 }
 
 /// SWP-4: the sweeper's rows are held by its transaction's locks instead of a written
