@@ -27,6 +27,10 @@
 //! the broker. The last line is
 //! `RESULT nats_ratio=<x> rabbitmq_ratio=<x>`; a broker that does not answer is reported
 //! as `skipped` there.
+//!
+//! Knobs: `RELAYER_BENCH_BATCH`, `RELAYER_BENCH_PUBLISHERS`; `RELAYER_BENCH_ONLY=nats` or
+//! `=rabbitmq` runs one broker (the other reports `not run`); `RELAYER_BENCH_WINDOWS=1`
+//! prints each timed run's window for a system-wide profile (see [`report_window`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,7 +46,7 @@ use relayer_dispatcher::Dispatcher;
 use relayer_nats::async_nats::{self, jetstream};
 use relayer_nats::{NatsOptions, NatsTransport};
 use relayer_rabbitmq::lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
+    BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions, QueuePurgeOptions,
 };
 use relayer_rabbitmq::lapin::types::{AMQPValue, FieldTable, LongString};
 use relayer_rabbitmq::lapin::{BasicProperties, Connection, ConnectionProperties};
@@ -81,17 +85,40 @@ pub(crate) async fn run(quick: bool) -> BenchResult<()> {
         *BATCH, *PUBLISHERS
     );
     let scratch = Scratch::new().await?;
-    let nats = match nats_bench(&scratch, messages, rounds).await {
-        Ok(ratio) => ratio,
-        Err(error) => report_skip("NATS", &*error),
+    let only = std::env::var("RELAYER_BENCH_ONLY").ok();
+    if let Some(only) = only.as_deref().filter(|only| !matches!(*only, "nats" | "rabbitmq")) {
+        return Err(format!("RELAYER_BENCH_ONLY is `{only}`; it names one broker: nats or rabbitmq").into());
+    }
+    let wanted = |broker: &str| only.as_deref().is_none_or(|only| only == broker);
+    let nats = if !wanted("nats") {
+        "not run".to_owned()
+    } else {
+        match nats_bench(&scratch, messages, rounds).await {
+            Ok(ratio) => ratio,
+            Err(error) => report_skip("NATS", &*error),
+        }
     };
-    let rabbitmq = match rabbitmq_bench(&scratch, messages, rounds).await {
-        Ok(ratio) => ratio,
-        Err(error) => report_skip("RabbitMQ", &*error),
+    let rabbitmq = if !wanted("rabbitmq") {
+        "not run".to_owned()
+    } else {
+        match rabbitmq_bench(&scratch, messages, rounds).await {
+            Ok(ratio) => ratio,
+            Err(error) => report_skip("RabbitMQ", &*error),
+        }
     };
     scratch.drop_schema().await?;
     println!("RESULT nats_ratio={nats} rabbitmq_ratio={rabbitmq}");
     Ok(())
+}
+
+/// With `RELAYER_BENCH_WINDOWS` set, prints a timed run's window on stderr as two
+/// `Instant`s — on Linux the `CLOCK_MONOTONIC` timespec — so a profile recorded with
+/// `perf record -k CLOCK_MONOTONIC -a` can be cut to it (`perf report --time <from>,<to>
+/// --sort comm`): which process spent the CPU of that run, per message.
+fn report_window(run: &str, started: Instant) {
+    if std::env::var_os("RELAYER_BENCH_WINDOWS").is_some() {
+        eprintln!("WINDOW {run} {started:?} {:?}", Instant::now());
+    }
 }
 
 fn report_skip(broker: &str, error: &(dyn std::error::Error + Send + Sync + 'static)) -> String {
@@ -103,15 +130,21 @@ fn report_skip(broker: &str, error: &(dyn std::error::Error + Send + Sync + 'sta
 /// that accepts at once (the dispatch path's own ceiling on this database); prints each
 /// round and returns the median of the per-round relayer/raw ratios. Back-to-back runs
 /// share the machine's momentary load, so their ratio is steadier than either rate.
-async fn compare<Raw, RawFut, Relay, RelayFut>(
+///
+/// `empty` empties the stream or queue (untimed) before each broker run, so every run
+/// publishes into an empty one, whatever the runs before it left there.
+async fn compare<Empty, EmptyFut, Raw, RawFut, Relay, RelayFut>(
     broker: &str,
     scratch: &Scratch,
     messages: usize,
     rounds: usize,
+    mut empty: Empty,
     mut raw: Raw,
     mut relay: Relay,
 ) -> BenchResult<String>
 where
+    Empty: FnMut() -> EmptyFut,
+    EmptyFut: Future<Output = BenchResult<()>>,
     Raw: FnMut() -> RawFut,
     RawFut: Future<Output = BenchResult<f64>>,
     Relay: FnMut() -> RelayFut,
@@ -119,7 +152,9 @@ where
 {
     let mut ratios = Vec::with_capacity(rounds);
     for _ in 0..rounds {
+        empty().await?;
         let raw = raw().await?;
+        empty().await?;
         let relayer = relay().await?;
         let ceiling = relayer_run(scratch, Arc::new(AcceptAll), "accept-all", "orders", messages).await?;
         println!(
@@ -168,6 +203,10 @@ async fn nats_bench(scratch: &Scratch, messages: usize, rounds: usize) -> BenchR
         scratch,
         messages,
         rounds,
+        || async {
+            context.get_stream(&stream).await?.purge().await?;
+            Ok(())
+        },
         || nats_raw(&context, &subject, messages),
         || async {
             // The transport's batch limit is the run's batch, so both sides wait for the
@@ -206,6 +245,7 @@ async fn nats_raw(context: &jetstream::Context, subject: &str, messages: usize) 
     for outcome in join_all(publishers).await {
         outcome?;
     }
+    report_window("raw nats", started);
     Ok(rate(messages / *PUBLISHERS * *PUBLISHERS, started))
 }
 
@@ -225,6 +265,10 @@ async fn rabbitmq_bench(scratch: &Scratch, messages: usize, rounds: usize) -> Be
         scratch,
         messages,
         rounds,
+        || async {
+            admin.queue_purge(&queue, QueuePurgeOptions::default()).await?;
+            Ok(())
+        },
         || rabbitmq_raw(&connection, &queue, messages),
         || async {
             let options = RabbitMqOptions::default()
@@ -276,6 +320,7 @@ async fn rabbitmq_raw(connection: &Connection, queue: &str, messages: usize) -> 
     for outcome in join_all(publishers).await {
         outcome?;
     }
+    report_window("raw rabbitmq", started);
     let elapsed = rate(messages / *PUBLISHERS * *PUBLISHERS, started);
     for channel in channels {
         channel.close(200, "raw run done").await?;
@@ -382,6 +427,7 @@ async fn relayer_run(
     tx.commit().await?;
     let started = Instant::now();
     drain(&client, &outbox, &accepted, messages).await?;
+    report_window(&format!("relayer {name}"), started);
     let rate = rate(messages, started);
     shutdown.cancel();
     worker.await??;

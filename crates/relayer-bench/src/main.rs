@@ -30,11 +30,16 @@
 //! `consumer` measures the queue consumer against the raw read-and-delete loop, direct
 //! enqueue end to end, and the idle inbox cleanup pass; see [`consumer`].
 //!
+//! `brokers` measures outbox → broker throughput against a raw publish loop; see
+//! [`brokers`]. `claims` measures what a claimed row costs PostgreSQL, committed claim
+//! against a transaction-held one; see [`claims`].
+//!
 //! Each run works in its own random schema, dropped at the end.
 #![deny(missing_docs)]
 #![allow(clippy::print_stdout)] // A benchmark's output is its report.
 
 mod brokers;
+mod claims;
 mod consumer;
 mod explain;
 mod maintenance;
@@ -69,7 +74,10 @@ async fn main() {
         Some("maintenance") => maintenance::run(quick).await,
         Some("consumer") => consumer::run(quick).await,
         Some("brokers") => brokers::run(quick).await,
-        _ => Err("usage: relayer-bench dispatch|explain|maintenance|consumer|brokers [--quick]".into()),
+        Some("claims") => claims::run(quick).await,
+        _ => {
+            Err("usage: relayer-bench dispatch|explain|maintenance|consumer|brokers|claims [--quick]".into())
+        }
     };
     if let Err(error) = outcome {
         eprintln!("relayer-bench: {}", relayer_core::error_chain(error.as_ref()));
