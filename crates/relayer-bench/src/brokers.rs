@@ -29,7 +29,7 @@
 //! as `skipped` there.
 //!
 //! Knobs: `RELAYER_BENCH_BATCH`, `RELAYER_BENCH_PUBLISHERS`; `RELAYER_BENCH_ONLY=nats` or
-//! `=rabbitmq` runs one broker (the other reports `not run`); `RELAYER_BENCH_WINDOWS=1`
+//! `=rabbitmq` runs one broker (the other reports `not_run`); `RELAYER_BENCH_WINDOWS=1`
 //! prints each timed run's window for a system-wide profile (see [`report_window`]).
 
 use std::sync::Arc;
@@ -53,7 +53,7 @@ use relayer_rabbitmq::lapin::{BasicProperties, Connection, ConnectionProperties}
 use relayer_rabbitmq::{RabbitMqOptions, RabbitMqTransport};
 use tokio_util::sync::CancellationToken;
 
-use crate::scratch::{BenchResult, Scratch, body, connect};
+use crate::scratch::{BenchResult, Scratch, body, connect, report_window};
 
 /// Messages per batch, raw and relayer alike (the dispatcher's default batch size);
 /// `RELAYER_BENCH_BATCH` overrides it.
@@ -84,14 +84,14 @@ pub(crate) async fn run(quick: bool) -> BenchResult<()> {
          median ratio of {rounds} rounds",
         *BATCH, *PUBLISHERS
     );
-    let scratch = Scratch::new().await?;
     let only = std::env::var("RELAYER_BENCH_ONLY").ok();
     if let Some(only) = only.as_deref().filter(|only| !matches!(*only, "nats" | "rabbitmq")) {
         return Err(format!("RELAYER_BENCH_ONLY is `{only}`; it names one broker: nats or rabbitmq").into());
     }
     let wanted = |broker: &str| only.as_deref().is_none_or(|only| only == broker);
+    let scratch = Scratch::new().await?;
     let nats = if !wanted("nats") {
-        "not run".to_owned()
+        "not_run".to_owned()
     } else {
         match nats_bench(&scratch, messages, rounds).await {
             Ok(ratio) => ratio,
@@ -99,7 +99,7 @@ pub(crate) async fn run(quick: bool) -> BenchResult<()> {
         }
     };
     let rabbitmq = if !wanted("rabbitmq") {
-        "not run".to_owned()
+        "not_run".to_owned()
     } else {
         match rabbitmq_bench(&scratch, messages, rounds).await {
             Ok(ratio) => ratio,
@@ -109,16 +109,6 @@ pub(crate) async fn run(quick: bool) -> BenchResult<()> {
     scratch.drop_schema().await?;
     println!("RESULT nats_ratio={nats} rabbitmq_ratio={rabbitmq}");
     Ok(())
-}
-
-/// With `RELAYER_BENCH_WINDOWS` set, prints a timed run's window on stderr as two
-/// `Instant`s — on Linux the `CLOCK_MONOTONIC` timespec — so a profile recorded with
-/// `perf record -k CLOCK_MONOTONIC -a` can be cut to it (`perf report --time <from>,<to>
-/// --sort comm`): which process spent the CPU of that run, per message.
-fn report_window(run: &str, started: Instant) {
-    if std::env::var_os("RELAYER_BENCH_WINDOWS").is_some() {
-        eprintln!("WINDOW {run} {started:?} {:?}", Instant::now());
-    }
 }
 
 fn report_skip(broker: &str, error: &(dyn std::error::Error + Send + Sync + 'static)) -> String {
@@ -132,7 +122,8 @@ fn report_skip(broker: &str, error: &(dyn std::error::Error + Send + Sync + 'sta
 /// share the machine's momentary load, so their ratio is steadier than either rate.
 ///
 /// `empty` empties the stream or queue (untimed) before each broker run, so every run
-/// publishes into an empty one, whatever the runs before it left there.
+/// publishes into an empty one, whatever the runs before it left there; a short pause
+/// after it lets the broker finish deleting what it purged before a clock starts.
 async fn compare<Empty, EmptyFut, Raw, RawFut, Relay, RelayFut>(
     broker: &str,
     scratch: &Scratch,
@@ -153,8 +144,10 @@ where
     let mut ratios = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         empty().await?;
+        tokio::time::sleep(PURGE_SETTLE).await;
         let raw = raw().await?;
         empty().await?;
+        tokio::time::sleep(PURGE_SETTLE).await;
         let relayer = relay().await?;
         let ceiling = relayer_run(scratch, Arc::new(AcceptAll), "accept-all", "orders", messages).await?;
         println!(
@@ -167,6 +160,10 @@ where
     ratios.sort_by(f64::total_cmp);
     Ok(format!("{:.2}", ratios[ratios.len() / 2]))
 }
+
+/// The pause after emptying the stream or queue: both brokers delete purged messages
+/// from their files in the background.
+const PURGE_SETTLE: Duration = Duration::from_millis(500);
 
 /// Accepts every message at once: what dispatch costs without a broker.
 struct AcceptAll;

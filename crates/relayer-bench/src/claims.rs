@@ -1,23 +1,30 @@
 //! `cargo xtask bench claims [--quick]`: what a claimed row costs PostgreSQL, in raw SQL,
-//! for the two ways a dispatcher could hold rows while it sends them.
+//! for three ways a dispatcher could hold rows while it sends them.
 //!
 //! - **committed claim** (DSP-1, what relayer does): an `UPDATE` committed on its own sets
-//!   the claim token and the deadline (`visible_at`, an indexed column, so every claimed
-//!   row gets a new version and new index entries), then a delete fenced by the token.
-//!   Both commit with `synchronous_commit = off`, as relayer's do (DSP-7a).
+//!   the claim token and the deadline in `visible_at`, then a delete fenced by the token.
+//!   `visible_at` is indexed, so every claimed row gets a new version and a new entry in
+//!   each index whose predicate it matches (primary key, recovery, due).
+//! - **HOT claim** (DSP-1 too, a schema relayer does not have): the deadline goes into a
+//!   column no index covers, `claimed_until`, on a table with `fillfactor = 50`, so the
+//!   claim can be a heap-only update that touches no index; the due rows' scan then reads
+//!   past the rows under a live claim at the head of the due index, checking each in the
+//!   heap.
 //! - **transaction-held claim** (what DSP-1 rules out): `SELECT … FOR UPDATE SKIP LOCKED`
-//!   and the delete in one transaction, the row locks being the claim; the same columns
-//!   read, the same commit setting.
+//!   and the delete in one transaction, the row locks being the claim.
 //!
-//! Neither sends anything: both loops only claim and delete, two drainers side by side
-//! (the dispatcher's default unordered loops), batches of 100, on an outbox filled
-//! through [`OutboxWriter`] before each clock starts. The broker benchmark's NATS ratio is
-//! bounded by the first figure on a machine whose cores PostgreSQL shares with the broker
-//! (docs/performance.md, "Broker transports"); the second says what the rejected design
-//! would have bought.
+//! All three read the same columns, take two round trips a batch and commit with
+//! `synchronous_commit = off`, as relayer's claims do (DSP-7a). Nothing is sent: two
+//! drainers side by side (the dispatcher's default unordered loops) claim and delete
+//! batches of 100 from an outbox filled through [`OutboxWriter`] before each clock starts.
+//! What the first mode costs bounds the NATS ratio of the broker benchmark on a machine
+//! whose cores PostgreSQL shares with the broker (docs/performance.md, "Broker
+//! transports").
 //!
-//! The last line is `RESULT committed_claim_rows_per_s=<x> held_claim_rows_per_s=<x>
-//! held_over_committed=<x>`: the median rates, and the median of the per-round ratios.
+//! The last line is `RESULT committed_claim_rows_per_s=<x> hot_claim_rows_per_s=<x>
+//! held_claim_rows_per_s=<x> hot_over_committed=<x> held_over_committed=<x>`: the median
+//! rates, and the medians of the per-round ratios (back-to-back runs share the machine's
+//! momentary load).
 
 use std::time::Instant;
 
@@ -25,21 +32,24 @@ use futures_util::future::join_all;
 use relayer_core::NewMessage;
 use relayer_postgres::OutboxWriter;
 
-use crate::scratch::{BenchResult, Scratch, body, connect};
+use crate::scratch::{BenchResult, Scratch, body, connect, report_window};
 
 /// Rows per claim, as the dispatcher's default batch.
 const BATCH: i64 = 100;
 /// Drainers side by side, as the dispatcher's default unordered loops.
 const DRAINERS: usize = 2;
-/// The columns a claim returns (the dispatcher decodes these into envelopes).
-const COLUMNS: &str = "seq, message_id, transport, destination, body, headers, trace_context, \
-                       lane, created_at, deliver_at, attempts";
+/// The columns a claim returns: relayer's claimed columns, which it decodes into envelopes.
+const COLUMNS: &str =
+    "seq, message_id, transport, destination, body, headers, trace_context, lane, created_at, attempts";
 
 /// How a drainer holds the rows it claims.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Hold {
-    /// A token and a deadline committed on their own, then a fenced delete (DSP-1, DSP-3).
+    /// A token and a deadline in `visible_at` committed on their own, then a fenced delete.
     Committed,
+    /// A token and a deadline in the unindexed `claimed_until`, committed on their own,
+    /// then a fenced delete.
+    Hot,
     /// Row locks inside one transaction that also deletes them.
     InTransaction,
 }
@@ -51,33 +61,73 @@ pub(crate) async fn run(quick: bool) -> BenchResult<()> {
         "claims benchmark: {rows} rows per run, batches of {BATCH}, {DRAINERS} drainers, \
          median of {rounds} rounds"
     );
-    let scratch = Scratch::new().await?;
-    let outcome = rounds_of(&scratch, rows, rounds).await;
-    scratch.drop_schema().await?;
-    let (committed, held, ratio) = outcome?;
+    // relayer's schema, and a copy of it with the HOT claim's column and fill factor.
+    let relayer = Scratch::new().await?;
+    let hot = match Scratch::new().await {
+        Ok(hot) => hot,
+        Err(error) => {
+            relayer.drop_schema().await?;
+            return Err(error);
+        }
+    };
+    let outcome = alternate_rounds(&relayer, &hot, rows, rounds).await;
+    relayer.drop_schema().await?;
+    hot.drop_schema().await?;
+    let medians = outcome?;
     println!(
-        "RESULT committed_claim_rows_per_s={committed:.0} held_claim_rows_per_s={held:.0} \
-         held_over_committed={ratio:.2}"
+        "RESULT committed_claim_rows_per_s={:.0} hot_claim_rows_per_s={:.0} held_claim_rows_per_s={:.0} \
+         hot_over_committed={:.2} held_over_committed={:.2}",
+        medians.committed, medians.hot, medians.held, medians.hot_ratio, medians.held_ratio
     );
     Ok(())
 }
 
-/// Alternates the two runs `rounds` times; returns the median rate of each and the median
-/// of the per-round ratios (back-to-back runs share the machine's momentary load).
-async fn rounds_of(scratch: &Scratch, rows: usize, rounds: usize) -> BenchResult<(f64, f64, f64)> {
-    let (mut committed, mut held, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+/// The medians over the rounds.
+struct Medians {
+    committed: f64,
+    hot: f64,
+    held: f64,
+    hot_ratio: f64,
+    held_ratio: f64,
+}
+
+/// Runs the three modes back to back `rounds` times.
+async fn alternate_rounds(
+    relayer: &Scratch,
+    hot: &Scratch,
+    rows: usize,
+    rounds: usize,
+) -> BenchResult<Medians> {
+    let hot_outbox = hot.namespace.table("outbox");
+    connect(&hot.config)
+        .await?
+        .batch_execute(&format!(
+            "ALTER TABLE {hot_outbox} ADD COLUMN claimed_until timestamptz, SET (fillfactor = 50)"
+        ))
+        .await?;
+    let mut rates: [Vec<f64>; 5] = Default::default();
     for _ in 0..rounds {
-        let c = drain_run(scratch, rows, Hold::Committed).await?;
-        let h = drain_run(scratch, rows, Hold::InTransaction).await?;
+        let committed_rate = drain_run(relayer, rows, Hold::Committed).await?;
+        let hot_rate = drain_run(hot, rows, Hold::Hot).await?;
+        let held_rate = drain_run(relayer, rows, Hold::InTransaction).await?;
         println!(
-            "  committed claim {c:>8.0} rows/s   transaction-held claim {h:>8.0} rows/s   ratio {:.2}",
-            h / c
+            "  committed claim {committed_rate:>8.0} rows/s   HOT claim {hot_rate:>8.0} rows/s ({:.2})   \
+             transaction-held claim {held_rate:>8.0} rows/s ({:.2})",
+            hot_rate / committed_rate,
+            held_rate / committed_rate
         );
-        committed.push(c);
-        held.push(h);
-        ratios.push(h / c);
+        for (series, rate) in rates.iter_mut().zip([
+            committed_rate,
+            hot_rate,
+            held_rate,
+            hot_rate / committed_rate,
+            held_rate / committed_rate,
+        ]) {
+            series.push(rate);
+        }
     }
-    Ok((median(committed), median(held), median(ratios)))
+    let [committed, hot, held, hot_ratio, held_ratio] = rates.map(median);
+    Ok(Medians { committed, hot, held, hot_ratio, held_ratio })
 }
 
 fn median(mut rates: Vec<f64>) -> f64 {
@@ -110,6 +160,7 @@ async fn drain_run(scratch: &Scratch, rows: usize, hold: Hold) -> BenchResult<f6
     let started = Instant::now();
     let drained = join_all(drainers.iter().map(|client| drain(client, &outbox, hold))).await;
     let elapsed = started.elapsed().as_secs_f64();
+    report_window(&format!("{hold:?} claim"), started);
     let mut moved = 0;
     for outcome in drained {
         moved += outcome?;
@@ -123,46 +174,49 @@ async fn drain_run(scratch: &Scratch, rows: usize, hold: Hold) -> BenchResult<f6
 
 /// One drainer: claims and deletes batches until a claim comes back empty.
 async fn drain(client: &tokio_postgres::Client, outbox: &str, hold: Hold) -> BenchResult<u64> {
-    let due = format!(
-        "SELECT seq FROM {outbox} WHERE lane IS NULL AND visible_at <= now() \
-         ORDER BY visible_at LIMIT $1 FOR UPDATE SKIP LOCKED"
-    );
-    let claim = client
-        .prepare(&format!(
+    let claim = match hold {
+        Hold::Committed => format!(
             "UPDATE {outbox} SET claim_token = $2, visible_at = now() + interval '30 s' \
-             WHERE seq = ANY(ARRAY({due})) RETURNING {COLUMNS}"
-        ))
-        .await?;
-    let fenced_delete = client
-        .prepare(&format!("DELETE FROM {outbox} WHERE seq = ANY($1::int8[]) AND claim_token = $2"))
-        .await?;
-    let lock = client
-        .prepare(&format!(
+             WHERE seq = ANY(ARRAY( \
+               SELECT seq FROM {outbox} WHERE lane IS NULL AND visible_at <= now() \
+               ORDER BY visible_at LIMIT $1 FOR UPDATE SKIP LOCKED)) \
+             RETURNING {COLUMNS}"
+        ),
+        Hold::Hot => format!(
+            "UPDATE {outbox} SET claim_token = $2, claimed_until = now() + interval '30 s' \
+             WHERE seq = ANY(ARRAY( \
+               SELECT seq FROM {outbox} WHERE lane IS NULL AND visible_at <= now() \
+                 AND (claimed_until IS NULL OR claimed_until <= now()) \
+               ORDER BY visible_at LIMIT $1 FOR UPDATE SKIP LOCKED)) \
+             RETURNING {COLUMNS}"
+        ),
+        Hold::InTransaction => format!(
             "SELECT {COLUMNS} FROM {outbox} WHERE lane IS NULL AND visible_at <= now() \
              ORDER BY visible_at LIMIT $1 FOR UPDATE SKIP LOCKED"
-        ))
+        ),
+    };
+    let claim = client.prepare(&claim).await?;
+    let fenced_delete = client
+        .prepare(&format!("DELETE FROM {outbox} WHERE seq = ANY($1::int8[]) AND claim_token = $2"))
         .await?;
     let delete = client.prepare(&format!("DELETE FROM {outbox} WHERE seq = ANY($1::int8[])")).await?;
     let mut moved = 0;
     loop {
-        let deleted = match hold {
-            Hold::Committed => {
-                let token = uuid::Uuid::new_v4();
-                let claimed = client.query(&claim, &[&BATCH, &token]).await?;
-                let seqs: Vec<i64> = claimed.iter().map(|row| row.get(0)).collect();
-                if seqs.is_empty() { 0 } else { client.execute(&fenced_delete, &[&seqs, &token]).await? }
-            }
-            Hold::InTransaction => {
-                // Two round trips, as the committed claim's: BEGIN travels with the lock,
-                // COMMIT with the delete (the client pipelines requests in flight together).
-                let (_, locked) =
-                    tokio::try_join!(client.batch_execute("BEGIN"), client.query(&lock, &[&BATCH]))?;
-                let seqs: Vec<i64> = locked.iter().map(|row| row.get(0)).collect();
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&seqs];
-                let (deleted, ()) =
-                    tokio::try_join!(client.execute(&delete, &params), client.batch_execute("COMMIT"))?;
-                deleted
-            }
+        let deleted = if hold == Hold::InTransaction {
+            // Two round trips, as the committed claims take: BEGIN travels with the lock,
+            // COMMIT with the delete (the client pipelines requests in flight together).
+            let (_, locked) =
+                tokio::try_join!(client.batch_execute("BEGIN"), client.query(&claim, &[&BATCH]))?;
+            let seqs: Vec<i64> = locked.iter().map(|row| row.get(0)).collect();
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&seqs];
+            let (deleted, ()) =
+                tokio::try_join!(client.execute(&delete, &params), client.batch_execute("COMMIT"))?;
+            deleted
+        } else {
+            let token = uuid::Uuid::new_v4();
+            let claimed = client.query(&claim, &[&BATCH, &token]).await?;
+            let seqs: Vec<i64> = claimed.iter().map(|row| row.get(0)).collect();
+            if seqs.is_empty() { 0 } else { client.execute(&fenced_delete, &[&seqs, &token]).await? }
         };
         if deleted == 0 {
             return Ok(moved);

@@ -31,8 +31,8 @@
 //! enqueue end to end, and the idle inbox cleanup pass; see [`consumer`].
 //!
 //! `brokers` measures outbox → broker throughput against a raw publish loop; see
-//! [`brokers`]. `claims` measures what a claimed row costs PostgreSQL, committed claim
-//! against a transaction-held one; see [`claims`].
+//! [`brokers`]. `claims` measures what a claimed row costs PostgreSQL: relayer's
+//! committed claim, a heap-only-update claim and a transaction-held one; see [`claims`].
 //!
 //! Each run works in its own random schema, dropped at the end.
 #![deny(missing_docs)]

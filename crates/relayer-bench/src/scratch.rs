@@ -1,6 +1,8 @@
 //! What every benchmark shares: its database (a migrated namespace in a scratch schema,
 //! dropped at the end), plain connections, the message body and the writer count.
 
+use std::time::{Duration, Instant};
+
 use relayer_core::Namespace;
 use relayer_postgres::migrate;
 use tokio_postgres::NoTls;
@@ -71,4 +73,18 @@ impl Scratch {
 pub(crate) fn body(n: usize) -> Vec<u8> {
     format!("{{\"order\":{n},\"payload\":\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"}}")
         .into_bytes()
+}
+
+/// With `RELAYER_BENCH_WINDOWS` set, prints the window of a timed run that started at
+/// `started` and ends now, in seconds of `CLOCK_MONOTONIC`, so a profile recorded with
+/// `perf record -k CLOCK_MONOTONIC -a` can be cut to it (`perf report --time <from>,<to>
+/// --sort comm`): which process spent the CPU of that run.
+pub(crate) fn report_window(run: &str, started: Instant) {
+    if std::env::var_os("RELAYER_BENCH_WINDOWS").is_some() {
+        let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+        let to =
+            Duration::new(u64::try_from(now.tv_sec).unwrap_or(0), u32::try_from(now.tv_nsec).unwrap_or(0));
+        let from = to.saturating_sub(started.elapsed());
+        eprintln!("WINDOW {run} {:.6},{:.6}", from.as_secs_f64(), to.as_secs_f64());
+    }
 }
