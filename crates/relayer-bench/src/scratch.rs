@@ -81,10 +81,11 @@ pub(crate) fn body(n: usize) -> Vec<u8> {
 /// --sort comm`): which process spent the CPU of that run.
 pub(crate) fn report_window(run: &str, started: Instant) {
     if std::env::var_os("RELAYER_BENCH_WINDOWS").is_some() {
+        let elapsed = started.elapsed();
         let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
         let to =
             Duration::new(u64::try_from(now.tv_sec).unwrap_or(0), u32::try_from(now.tv_nsec).unwrap_or(0));
-        let from = to.saturating_sub(started.elapsed());
+        let from = to.saturating_sub(elapsed);
         eprintln!("WINDOW {run} {:.6},{:.6}", from.as_secs_f64(), to.as_secs_f64());
     }
 }
