@@ -10,17 +10,20 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use lapin::options::ConfirmSelectOptions;
-use lapin::uri::AMQPUri;
 use lapin::{Channel, Connection, ConnectionProperties};
 use relayer_core::TransportError;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::{Instant, timeout, timeout_at};
 
+use crate::address::Address;
+use crate::tls::Security;
+
 /// How long closing a discarded channel may take before it is left to the connection.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 pub(crate) struct Channels {
-    uri: AMQPUri,
+    address: Address,
+    security: Arc<Security>,
     connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
     idle: Mutex<Vec<Channel>>,
     permits: Semaphore,
@@ -37,13 +40,19 @@ pub(crate) struct PooledChannel<'a> {
 }
 
 impl Channels {
-    pub(crate) fn new(uri: AMQPUri, size: usize) -> Self {
+    pub(crate) fn new(address: Address, security: Security, size: usize) -> Self {
         Channels {
-            uri,
+            address,
+            security: Arc::new(security),
             connection: tokio::sync::Mutex::new(None),
             idle: Mutex::new(Vec::with_capacity(size)),
             permits: Semaphore::new(size),
         }
+    }
+
+    /// Where the connection goes (shown redacted).
+    pub(crate) fn address(&self) -> &Address {
+        &self.address
     }
 
     /// An open channel in confirm mode, connecting first when the connection is closed.
@@ -92,13 +101,17 @@ impl Channels {
         {
             return Ok(Arc::clone(connection));
         }
-        let authority = &self.uri.authority;
-        let address = format!("{}:{}", authority.host, authority.port);
+        let address = format!("{} ({})", self.address.host_port(), self.security.described);
         let properties = ConnectionProperties::default()
             .with_executor(tokio_executor_trait::Tokio::current())
             .with_reactor(tokio_reactor_trait::Tokio::current())
             .with_connection_name("relayer".into());
-        let connection = timeout_at(deadline, Connection::connect_uri(self.uri.clone(), properties))
+        // The TCP connection and TLS handshake run on lapin's I/O thread, bounded by what
+        // is left of the deadline (and never less than a second, for a slow handshake).
+        let security = Arc::clone(&self.security);
+        let budget = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+        let connect = Box::new(move |uri: &lapin::uri::AMQPUri| security.connect(uri, budget));
+        let connection = timeout_at(deadline, Connection::connector(self.address.uri.clone(), connect, properties))
             .await
             .map_err(|_| {
                 TransportError::transient(format!("connect to RabbitMQ at {address}: no answer in time"))

@@ -27,6 +27,16 @@
 //! the dispatcher's `send_timeout` cuts it shorter when it is). A channel whose confirms
 //! did not all arrive is closed rather than reused.
 //!
+//! **Connections.** `amqp://` is plaintext; `amqps://` is TLS through rustls, the
+//! broker's certificate chain and host name always verified — against the CA files of
+//! [`RabbitMqOptions::with_ca_file`] when given (then the only trusted roots), else the
+//! system's trusted roots. An `amqps` connection never falls back to plaintext: a broker
+//! that does not complete the handshake fails the send transiently, naming the address,
+//! what was verified and why it was refused. A CA file under `amqp://` is refused at
+//! construction. An IP-literal host (`amqp://10.0.0.5`, `amqp://[::1]:5672`) is
+//! connected to as written. No error, log line or `Debug` output shows the URI's user
+//! info or secret query values (`token`, `auth`, `password`, …): they read `***`.
+//!
 //! **Reconnection.** The connection is opened on the first send and again whenever it is
 //! found closed: after the broker restarts, the next send reconnects, without restarting
 //! the process. Sends fail transiently while the broker is away.
@@ -52,10 +62,12 @@
 //! ```
 #![deny(missing_docs)]
 
+mod address;
 mod channels;
 mod classify;
 mod options;
 mod properties;
+mod tls;
 mod transport;
 
 pub use options::{OptionError, RabbitMqOptions};

@@ -4,15 +4,16 @@ use std::num::NonZeroUsize;
 
 use lapin::options::BasicPublishOptions;
 use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
-use lapin::uri::AMQPUri;
 use relayer_core::transport::{Published, publish_then_await};
 use relayer_core::{Envelope, SendOutcome, Transport, TransportError, async_trait};
 use tokio::time::{Instant, timeout_at};
 
+use crate::address::Address;
 use crate::channels::Channels;
 use crate::classify::classify;
 use crate::options::{OptionError, RabbitMqOptions};
 use crate::properties::properties;
+use crate::tls::Security;
 
 /// Publishes to RabbitMQ; see the [crate docs](crate) for the model.
 pub struct RabbitMqTransport {
@@ -22,23 +23,36 @@ pub struct RabbitMqTransport {
 
 impl std::fmt::Debug for RabbitMqTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RabbitMqTransport").field("options", &self.options).finish_non_exhaustive()
+        f.debug_struct("RabbitMqTransport")
+            .field("uri", &self.channels.address())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
     }
 }
 
 impl RabbitMqTransport {
     /// A transport publishing to the broker at `uri`
-    /// (`amqp://user:password@host:5672/vhost`, the vhost `/` written `%2f`). Nothing is
-    /// connected yet: the first send connects, and every send after the connection closed
-    /// reconnects.
+    /// (`amqp://user:password@host:5672/vhost`, the vhost `/` written `%2f`; a host may be
+    /// an IP literal, `[::1]` for IPv6). Nothing is connected yet: the first send
+    /// connects, and every send after the connection closed reconnects.
+    ///
+    /// `amqps://` (port 5671 by default) is TLS, always verified: the broker's certificate
+    /// must chain to a CA of [`RabbitMqOptions::with_ca_file`] (else to the system's
+    /// trusted roots) and name the URI's host; a broker that does not complete that
+    /// handshake is refused, never spoken to in plaintext. No message or `Debug` output
+    /// shows the URI's user info or secret query values.
     pub fn new(uri: &str, options: RabbitMqOptions) -> Result<Self, OptionError> {
         options.validate()?;
-        let uri: AMQPUri = uri.parse().map_err(|problem: String| OptionError {
-            field: "uri",
-            problem: format!("is invalid: {problem}"),
-        })?;
-        let channels = Channels::new(uri, options.channels().get());
+        let address = Address::parse(uri)?;
+        let security = Security::new(address.is_tls(), &options)?;
+        let channels = Channels::new(address, security, options.channels().get());
         Ok(RabbitMqTransport { options, channels })
+    }
+
+    /// The broker's URI as messages show it: user info and secret query values replaced by
+    /// `***`.
+    pub fn redacted_uri(&self) -> &str {
+        &self.channels.address().redacted
     }
 
     /// The options this transport runs with.
