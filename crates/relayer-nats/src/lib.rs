@@ -41,6 +41,14 @@
 //! server goes away; sends fail transiently meanwhile and succeed again once it is back,
 //! without a restart.
 //!
+//! **Connections.** [`NatsTransport::connect`] takes the URL's credentials
+//! (`user:password@`, `token@`) out of the addresses and authenticates with them; no
+//! error, log line or `Debug` output shows them. `tls://`, a CA file
+//! ([`NatsOptions::with_ca_file`], then the only trusted roots) or
+//! [`NatsOptions::with_tls_first`] require TLS, always verified (chain and host name,
+//! against the CA files or else the system's roots); a server that cannot complete the
+//! handshake is refused, never spoken to in plaintext.
+//!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
@@ -57,6 +65,8 @@
 mod classify;
 mod options;
 mod publish;
+mod servers;
+mod tls;
 mod transport;
 
 pub use options::{NatsOptions, OptionError};

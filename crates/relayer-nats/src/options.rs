@@ -1,6 +1,7 @@
-//! [`NatsOptions`]: the transport's name, batch limit and acknowledgement deadline.
+//! [`NatsOptions`]: the transport's name, batch limit, acknowledgement deadline and TLS.
 
 use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The longest acknowledgement deadline accepted.
@@ -13,6 +14,8 @@ pub struct NatsOptions {
     name: String,
     batch_limit: NonZeroUsize,
     ack_timeout: Duration,
+    ca_files: Vec<PathBuf>,
+    tls_first: bool,
 }
 
 impl Default for NatsOptions {
@@ -21,6 +24,8 @@ impl Default for NatsOptions {
             name: "nats".to_owned(),
             batch_limit: NonZeroUsize::new(256).expect("256 is not zero"),
             ack_timeout: Duration::from_secs(5),
+            ca_files: Vec::new(),
+            tls_first: false,
         }
     }
 }
@@ -45,6 +50,27 @@ impl NatsOptions {
         self
     }
 
+    /// Trusts the CA certificates (PEM) in `file` and requires TLS of every server: its
+    /// certificate must chain to one of these CAs and name the host connected to. Once any
+    /// is given, these files are the only trusted roots (the system's are not added).
+    /// May be called more than once. Without one, TLS — asked for by a `tls://` URL, by
+    /// [`with_tls_first`](Self::with_tls_first), or by a server that requires it — is
+    /// verified against the system's trusted roots. Applies to
+    /// [`NatsTransport::connect`](crate::NatsTransport::connect) (a client you build
+    /// yourself carries its own TLS settings).
+    pub fn with_ca_file(mut self, file: impl Into<PathBuf>) -> Self {
+        self.ca_files.push(file.into());
+        self
+    }
+
+    /// Starts TLS before the server's first message (the server's `handshake_first`
+    /// option), instead of upgrading after the plaintext `INFO` the NATS protocol begins
+    /// with. TLS is then required. Default off.
+    pub fn with_tls_first(mut self, tls_first: bool) -> Self {
+        self.tls_first = tls_first;
+        self
+    }
+
     /// The transport's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -58,6 +84,21 @@ impl NatsOptions {
     /// The acknowledgement deadline.
     pub fn ack_timeout(&self) -> Duration {
         self.ack_timeout
+    }
+
+    /// The CA files TLS verifies servers against (empty: the system's roots).
+    pub fn ca_files(&self) -> &[PathBuf] {
+        &self.ca_files
+    }
+
+    /// Whether TLS starts before the server's first message.
+    pub fn tls_first(&self) -> bool {
+        self.tls_first
+    }
+
+    /// Whether every connection must be TLS, whatever the URL's scheme says.
+    pub(crate) fn requires_tls(&self) -> bool {
+        self.tls_first || !self.ca_files.is_empty()
     }
 
     /// Checks every field, naming the first one refused.
@@ -75,12 +116,20 @@ impl NatsOptions {
     }
 }
 
-/// A [`NatsOptions`] field out of range.
+/// A [`NatsOptions`] field out of range, a server URL that does not parse, or a CA file
+/// that cannot be used. A server URL is shown only redacted: user info and secret query
+/// values read `***`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("NATS transport option `{field}` {problem}")]
 pub struct OptionError {
     field: &'static str,
     problem: String,
+}
+
+impl OptionError {
+    pub(crate) fn new(field: &'static str, problem: String) -> Self {
+        OptionError { field, problem }
+    }
 }
 
 #[cfg(test)]

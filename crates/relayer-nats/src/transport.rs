@@ -12,6 +12,7 @@ use relayer_core::{Capabilities, Envelope, SendOutcome, Transport, TransportErro
 use crate::classify::{classify, fails_the_connection};
 use crate::options::{NatsOptions, OptionError};
 use crate::publish::publish_message;
+use crate::servers::{Credentials, Servers};
 
 /// The longest pause between reconnection attempts: a relay should notice a server that
 /// came back within a second or two.
@@ -32,18 +33,21 @@ impl std::fmt::Debug for NatsTransport {
     }
 }
 
-/// The transport could not be set up.
+/// The transport could not be set up. Neither its `Display` nor its `Debug` shows a
+/// server URL's user info or secret query values: they read `***`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {
-    /// An option is out of range.
+    /// An option is out of range, a server URL does not parse, or a CA file is unusable.
     #[error(transparent)]
     Option(#[from] OptionError),
     /// The first connection to the server failed.
-    #[error("cannot connect to NATS at {url}")]
+    #[error("cannot connect to NATS at {url} ({security})")]
     Connect {
-        /// The server address, as given.
+        /// The server addresses, redacted.
         url: String,
+        /// Whether TLS is required and what it verifies, in words.
+        security: String,
         /// Why.
         #[source]
         source: async_nats::ConnectError,
@@ -54,14 +58,47 @@ impl NatsTransport {
     /// Connects to the server at `url` (`nats://host:4222`, or several separated by
     /// commas). The first connection must succeed within [`CONNECT_TIMEOUT`]; later
     /// losses are reconnected in the background, retrying every ≤ 2 s forever.
+    ///
+    /// **Credentials** in the URL are used and never shown: `nats://user:password@host`
+    /// authenticates with user and password, `nats://token@host` with a token (every
+    /// server of the list must carry the same ones). They are taken out of the addresses
+    /// the client keeps, and every message shows the URL redacted (`***`).
+    ///
+    /// **TLS.** `tls://host:4222` requires TLS of that server; so do
+    /// [`NatsOptions::with_ca_file`] and [`NatsOptions::with_tls_first`] of every server; a
+    /// server whose `INFO` says it requires TLS gets it too. TLS always verifies the
+    /// server's chain and host name — against the CA files when given, else the system's
+    /// trusted roots — and a server that cannot complete that handshake is refused, never
+    /// spoken to in plaintext. The NATS protocol starts in plaintext (the server's `INFO`)
+    /// and upgrades; with `with_tls_first` the handshake comes first instead (the server's
+    /// `handshake_first`).
     pub async fn connect(url: &str, options: NatsOptions) -> Result<Self, ConnectError> {
         options.validate()?;
-        let client = ConnectOptions::new()
+        let servers = Servers::parse(url)?;
+        let (tls, verifies) = crate::tls::client_config(options.ca_files())?;
+        let requires_tls = options.requires_tls() || servers.addresses.iter().any(|server| server.tls_required());
+        let security = if requires_tls {
+            format!("TLS required, {verifies}")
+        } else {
+            format!("TLS when the server requires it, {verifies}")
+        };
+        let mut connect = ConnectOptions::new()
             .connection_timeout(CONNECT_TIMEOUT)
             .reconnect_delay_callback(reconnect_delay)
-            .connect(url)
+            .tls_client_config(tls)
+            .require_tls(options.requires_tls());
+        if options.tls_first() {
+            connect = connect.tls_first();
+        }
+        connect = match servers.credentials {
+            Some(Credentials::UserPassword { user, password }) => connect.user_and_password(user, password),
+            Some(Credentials::Token(token)) => connect.token(token),
+            None => connect,
+        };
+        let client = connect
+            .connect(servers.addresses)
             .await
-            .map_err(|source| ConnectError::Connect { url: url.to_owned(), source })?;
+            .map_err(|source| ConnectError::Connect { url: servers.redacted, security, source })?;
         NatsTransport::new(client, options)
     }
 
@@ -171,5 +208,37 @@ mod tests {
         let delays: Vec<_> = [0, 1, 2, 3, 50].into_iter().map(reconnect_delay).collect();
         assert_eq!(delays[..4], [0, 100, 200, 400].map(Duration::from_millis));
         assert_eq!(delays[4], MAX_RECONNECT_DELAY);
+    }
+}
+
+#[cfg(test)]
+mod connect_tests {
+    use super::*;
+
+    /// A refused connection's error names the server and what TLS verifies, never the
+    /// credentials, in `Display` and in `Debug`.
+    #[tokio::test]
+    async fn a_failed_connection_never_shows_the_urls_credentials_trn_3() {
+        // Nothing listens on port 1.
+        for url in ["nats://app:s3cret@127.0.0.1:1", "nats://s3cret@127.0.0.1:1?auth=s3cret"] {
+            let error = NatsTransport::connect(url, NatsOptions::default()).await.unwrap_err();
+            let mut chain = error.to_string();
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                chain.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            let shown = format!("{chain} {error:?}");
+            assert!(!shown.contains("s3cret"), "{shown}");
+            assert!(shown.contains("cannot connect to NATS at nats://"), "{shown}");
+            assert!(shown.contains("@127.0.0.1:1"), "{shown}");
+        }
+        let options = NatsOptions::default().with_ca_file("/nonexistent/ca.pem");
+        let error = NatsTransport::connect("nats://app:s3cret@127.0.0.1:1", options).await.unwrap_err();
+        let shown = error.to_string();
+        assert!(
+            shown.starts_with("NATS transport option `ca_file` /nonexistent/ca.pem: cannot read CA certificates"),
+            "{shown}"
+        );
     }
 }
