@@ -18,7 +18,10 @@ use relayer::postgres::{OutboxWriter, PgNotifications, PgSource, asynchronous_co
 use relayer::{DispatcherOptions, Envelope, NewMessage, Relayer, SendOutcome, Transport, TransportRegistry};
 use relayer_rabbitmq::{RabbitMqOptions, RabbitMqTransport};
 use relayer_test_support::broker_scenarios::{self, Outbox, Pass, envelope, outage_options, stall_options};
-use relayer_test_support::{Broker, TcpProxy, TestDb, broker_or_skip, eventually, stop_rabbitmq_or_skip};
+use relayer_test_support::{
+    Broker, TcpProxy, TestCertificates, TestDb, TlsStart, TlsTerminator, broker_or_skip, eventually,
+    stop_rabbitmq_or_skip,
+};
 use tokio_postgres::Client;
 
 /// What a test holds of the broker: shared with the binary's other tests, or the broker to
@@ -384,4 +387,143 @@ async fn stalled(
 /// A writer for `dispatcher`'s namespace accepting exactly its transports.
 fn writer(dispatcher: &Dispatcher<PgSource>) -> OutboxWriter {
     OutboxWriter::for_registry(dispatcher.namespace(), dispatcher.send_path().transports())
+}
+
+/// Writes one message through relayer's writer and delivers it with a dispatcher sending
+/// through `rabbitmq`; the test's queue then holds exactly it.
+async fn deliver_one(fixture: &Fixture, rabbitmq: RabbitMqTransport) {
+    let dispatcher = fixture.dispatcher(Arc::new(rabbitmq), DispatcherOptions::default()).await;
+    let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages(1)).await.unwrap();
+    eventually("the outbox row is delivered", || async {
+        fixture.pass(&dispatcher).await;
+        fixture.outbox().pending().await == 0
+    })
+    .await;
+    assert_eq!(ids(&fixture.received().await), written.iter().map(|w| w.id.to_string()).collect());
+}
+
+/// The error of a send that could not connect, with its causes, and its `Debug`.
+async fn connect_error(rabbitmq: &RabbitMqTransport) -> String {
+    let error = rabbitmq.send("anywhere", &[envelope(1)]).await.unwrap_err();
+    assert!(error.is_transient(), "{}", error.chain());
+    format!("{} {error:?}", error.chain())
+}
+
+/// TRN-3: `amqps://` through a TLS terminator in front of the local broker, verified
+/// against the CA file: an outbox row is delivered end to end; the URI shows redacted.
+#[tokio::test]
+async fn amqps_delivers_an_outbox_row_through_verified_tls_trn_3() {
+    let Some(fixture) = Fixture::new("amqps_delivers_an_outbox_row_through_verified_tls_trn_3").await else {
+        return;
+    };
+    let certificates = TestCertificates::make().unwrap();
+    let terminator = TlsTerminator::start(fixture.broker, &certificates, TlsStart::Immediate).await;
+    let uri = format!("amqps://guest:guest@localhost:{}/%2f", terminator.port());
+    let options = RabbitMqOptions::default().with_ca_file(certificates.ca());
+    let rabbitmq = RabbitMqTransport::new(&uri, options).unwrap();
+    assert_eq!(rabbitmq.redacted_uri(), format!("amqps://guest:***@localhost:{}/%2f", terminator.port()));
+    assert!(!format!("{rabbitmq:?}").contains("guest:guest"), "{rabbitmq:?}");
+    deliver_one(&fixture, rabbitmq).await;
+    fixture.finish().await;
+}
+
+/// TRN-3: a certificate that does not chain to the configured CA, or does not name the
+/// host connected to, is refused: the send fails naming the address, what was verified
+/// against which CA, and why — never the credentials — and nothing is published.
+#[tokio::test]
+async fn amqps_refuses_an_untrusted_certificate_or_one_for_another_host_trn_3() {
+    let Some(fixture) =
+        Fixture::new("amqps_refuses_an_untrusted_certificate_or_one_for_another_host_trn_3").await
+    else {
+        return;
+    };
+    let certificates = TestCertificates::make().unwrap();
+    let terminator = TlsTerminator::start(fixture.broker, &certificates, TlsStart::Immediate).await;
+    let port = terminator.port();
+
+    let stranger = RabbitMqOptions::default().with_ca_file(certificates.other_ca());
+    let rabbitmq = RabbitMqTransport::new(&format!("amqps://app:s3cret@localhost:{port}/%2f"), stranger).unwrap();
+    let shown = connect_error(&rabbitmq).await;
+    assert!(shown.contains(&format!("connect to RabbitMQ at localhost:{port}")), "{shown}");
+    let against = format!("chain and host name verified against {}", certificates.other_ca().display());
+    assert!(shown.contains(&against), "{shown}");
+    assert!(shown.contains("UnknownIssuer"), "{shown}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+
+    // The right CA, but the certificate names `localhost`, not 127.0.0.1.
+    let trusted = RabbitMqOptions::default().with_ca_file(certificates.ca());
+    let rabbitmq = RabbitMqTransport::new(&format!("amqps://app:s3cret@127.0.0.1:{port}/%2f"), trusted).unwrap();
+    let shown = connect_error(&rabbitmq).await;
+    assert!(shown.contains("certificate not valid for name \"127.0.0.1\""), "{shown}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+    assert!(fixture.received().await.is_empty());
+    fixture.finish().await;
+}
+
+/// TRN-3: `amqps://` never speaks plaintext. A listener behind an `amqps` URI receives a
+/// TLS handshake as its first bytes, not the AMQP protocol header; the plaintext broker
+/// itself under `amqps` is refused.
+#[tokio::test]
+async fn amqps_never_falls_back_to_plaintext_trn_3() {
+    let Some(fixture) = Fixture::new("amqps_never_falls_back_to_plaintext_trn_3").await else { return };
+    let certificates = TestCertificates::make().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let first_bytes = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut first = [0u8; 8];
+        socket.read_exact(&mut first).await.unwrap();
+        first // dropped: the connection closes
+    });
+    let options = RabbitMqOptions::default().with_ca_file(certificates.ca());
+    let rabbitmq = RabbitMqTransport::new(&format!("amqps://guest:guest@localhost:{port}/%2f"), options).unwrap();
+    connect_error(&rabbitmq).await;
+    let first = first_bytes.await.unwrap();
+    assert_ne!(&first[..4], b"AMQP", "the plaintext AMQP header went out under amqps");
+    assert_eq!(first[0], 0x16, "a TLS handshake record comes first: {first:?}");
+
+    // The real broker, plaintext on its AMQP port, under amqps.
+    let options = RabbitMqOptions::default().with_ca_file(certificates.ca());
+    let uri = format!("amqps://guest:guest@localhost:{}/%2f", fixture.broker.port());
+    let shown = connect_error(&RabbitMqTransport::new(&uri, options).unwrap()).await;
+    assert!(shown.contains("TLS handshake refused"), "{shown}");
+    assert!(fixture.received().await.is_empty());
+    fixture.finish().await;
+}
+
+/// TRN-3: an IP-literal host is connected to as written (lapin's own parser turned every
+/// IP into `localhost`): through a forwarder on `127.0.0.2`, and on `[::1]` when the
+/// machine has IPv6, an outbox row is delivered.
+#[tokio::test]
+async fn an_ip_literal_host_is_connected_to_as_written_trn_3() {
+    let Some(fixture) = Fixture::new("an_ip_literal_host_is_connected_to_as_written_trn_3").await else {
+        return;
+    };
+    let v4 = TcpProxy::start_on("127.0.0.2".parse().unwrap(), fixture.broker).await.unwrap();
+    let uri = format!("amqp://guest:guest@127.0.0.2:{}/%2f", v4.address().port());
+    deliver_one(&fixture, RabbitMqTransport::new(&uri, RabbitMqOptions::default()).unwrap()).await;
+    match TcpProxy::start_on("::1".parse().unwrap(), fixture.broker).await {
+        Some(v6) => {
+            let uri = format!("amqp://guest:guest@[::1]:{}/%2f", v6.address().port());
+            deliver_one(&fixture, RabbitMqTransport::new(&uri, RabbitMqOptions::default()).unwrap()).await;
+        }
+        None => eprintln!("no IPv6 loopback here: only the IPv4 literal was tried"),
+    }
+    fixture.finish().await;
+}
+
+/// TRN-3: credentials never reach an error: a connection that fails shows the URI
+/// redacted in the error's chain and `Debug`, and in the transport's `Debug`.
+#[tokio::test]
+async fn a_failed_connection_never_shows_the_uris_credentials_trn_3() {
+    // Nothing listens on port 1.
+    let rabbitmq =
+        RabbitMqTransport::new("amqp://app:s3cret@127.0.0.1:1/%2f?token=t0k3n", RabbitMqOptions::default())
+            .unwrap();
+    let shown = format!("{} {rabbitmq:?}", connect_error(&rabbitmq).await);
+    assert!(shown.contains("connect to RabbitMQ at 127.0.0.1:1 (plaintext (amqp://))"), "{shown}");
+    assert!(!shown.contains("s3cret") && !shown.contains("t0k3n"), "{shown}");
+    let invalid = RabbitMqTransport::new("amqp:app:s3cret@host", RabbitMqOptions::default()).unwrap_err();
+    assert!(!format!("{invalid} {invalid:?}").contains("s3cret"), "{invalid:?}");
 }

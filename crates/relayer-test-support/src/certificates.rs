@@ -122,3 +122,47 @@ fn openssl(dir: &Path, command: &[&str], key: &[&str], rest: &[&str]) -> Result<
         ))
     }
 }
+
+/// A CA, a server certificate it signed for `localhost`, and a second CA that signed
+/// nothing, in a fresh directory removed on drop: what a TLS test's server presents and
+/// its client trusts (or, with [`other_ca`](Self::other_ca), refuses).
+#[derive(Debug)]
+pub struct TestCertificates {
+    dir: std::path::PathBuf,
+}
+
+impl TestCertificates {
+    /// Makes them with the `openssl` command.
+    pub fn make() -> Result<TestCertificates, String> {
+        let dir = std::env::temp_dir().join(format!("relayer-certs-{}", uuid::Uuid::new_v4()));
+        let certificates = TestCertificates { dir };
+        make(&certificates.dir, None)?;
+        Ok(certificates)
+    }
+
+    /// The CA that signed the server's certificate (PEM).
+    pub fn ca(&self) -> std::path::PathBuf {
+        self.dir.join(CA_CERT)
+    }
+
+    /// A CA that signed nothing the server presents (PEM).
+    pub fn other_ca(&self) -> std::path::PathBuf {
+        self.dir.join(OTHER_CA_CERT)
+    }
+
+    /// The server's certificate (PEM, for [`HOST_NAME`] `localhost` only).
+    pub fn server_cert(&self) -> std::path::PathBuf {
+        self.dir.join(SERVER_CERT)
+    }
+
+    /// The server certificate's private key (PEM).
+    pub fn server_key(&self) -> std::path::PathBuf {
+        self.dir.join(SERVER_KEY)
+    }
+}
+
+impl Drop for TestCertificates {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

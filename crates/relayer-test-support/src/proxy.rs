@@ -33,6 +33,17 @@ impl TcpProxy {
     /// Starts forwarding a fresh loopback port to `upstream`.
     pub async fn start(upstream: SocketAddr) -> TcpProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port for the proxy");
+        TcpProxy::listening(listener, upstream)
+    }
+
+    /// Starts forwarding a fresh port of `ip` (e.g. `::1`) to `upstream`; `None` when
+    /// nothing can bind there (no IPv6 on this machine).
+    pub async fn start_on(ip: std::net::IpAddr, upstream: SocketAddr) -> Option<TcpProxy> {
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.ok()?;
+        Some(TcpProxy::listening(listener, upstream))
+    }
+
+    fn listening(listener: TcpListener, upstream: SocketAddr) -> TcpProxy {
         let address = listener.local_addr().expect("the proxy's address");
         let (mode, watching) = watch::channel(Mode::Forward);
         let acceptor = tokio::spawn(accept(listener, upstream, watching));
