@@ -53,10 +53,8 @@ impl Servers {
                 return Err(invalid("is empty".to_owned()));
             }
             // async-nats's parser does not echo its input; its refusal is shown as is.
-            let mut url = server
-                .parse::<ServerAddr>()
-                .map_err(|e| invalid(format!("is invalid: {e}")))?
-                .into_inner();
+            let mut url =
+                server.parse::<ServerAddr>().map_err(|e| invalid(format!("is invalid: {e}")))?.into_inner();
             let found = match (url.username(), url.password()) {
                 ("", None) => None,
                 (user, Some(password)) => Some(Credentials::UserPassword {
@@ -152,7 +150,8 @@ mod tests {
 
     #[test]
     fn credentials_leave_the_addresses_and_the_url_is_shown_redacted_trn_3() {
-        let servers = Servers::parse("nats://app:s3%2Fcret@a:4222, tls://app:s3%2Fcret@b?token=t0k3n").unwrap();
+        let servers =
+            Servers::parse("nats://app:s3%2Fcret@a:4222, tls://app:s3%2Fcret@b?token=t0k3n").unwrap();
         assert_eq!(
             servers.credentials,
             Some(Credentials::UserPassword { user: "app".to_owned(), password: "s3/cret".to_owned() })
@@ -181,7 +180,9 @@ mod tests {
             assert!(!shown.contains("s3cret"), "{raw}: {shown}");
             shown
         };
-        assert!(refused("nats://app:s3cret@a:notaport").contains("server #1 (nats://***@a:notaport) is invalid"));
+        assert!(
+            refused("nats://app:s3cret@a:notaport").contains("server #1 (nats://***@a:notaport) is invalid")
+        );
         assert!(refused("nats://a,http://app:s3cret@b").contains("server #2 (http://***@b) is invalid"));
         assert!(refused("nats://a,,nats://b").contains("server #2 (nats://) is empty"));
         let differing = refused("nats://app:s3cret@a,nats://other:s3cret@b");

@@ -29,7 +29,9 @@ pub(crate) fn client_config(
     let provider = Arc::new(async_nats::rustls::crypto::ring::default_provider());
     let config = async_nats::rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| OptionError::new("ca_file", format!("rustls refused its default protocol versions: {e}")))?
+        .map_err(|e| {
+            OptionError::new("ca_file", format!("rustls refused its default protocol versions: {e}"))
+        })?
         .with_root_certificates(roots)
         .with_no_client_auth();
     let against = if ca_files.is_empty() {
@@ -42,9 +44,10 @@ pub(crate) fn client_config(
 
 fn add_ca_file(roots: &mut RootCertStore, file: &Path) -> Result<(), OptionError> {
     let refused = |problem: String| OptionError::new("ca_file", problem);
-    let certificates = CertificateDer::pem_file_iter(file)
-        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|e| refused(format!("{}: cannot read CA certificates: {e}", file.display())))?;
+    let certificates =
+        CertificateDer::pem_file_iter(file)
+            .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+            .map_err(|e| refused(format!("{}: cannot read CA certificates: {e}", file.display())))?;
     if certificates.is_empty() {
         return Err(refused(format!("{} holds no PEM certificate", file.display())));
     }

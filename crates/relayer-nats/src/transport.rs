@@ -76,7 +76,8 @@ impl NatsTransport {
         options.validate()?;
         let servers = Servers::parse(url)?;
         let (tls, verifies) = crate::tls::client_config(options.ca_files())?;
-        let requires_tls = options.requires_tls() || servers.addresses.iter().any(|server| server.tls_required());
+        let requires_tls =
+            options.requires_tls() || servers.addresses.iter().any(|server| server.tls_required());
         let security = if requires_tls {
             format!("TLS required, {verifies}")
         } else {
@@ -95,10 +96,11 @@ impl NatsTransport {
             Some(Credentials::Token(token)) => connect.token(token),
             None => connect,
         };
-        let client = connect
-            .connect(servers.addresses)
-            .await
-            .map_err(|source| ConnectError::Connect { url: servers.redacted, security, source })?;
+        let client = connect.connect(servers.addresses).await.map_err(|source| ConnectError::Connect {
+            url: servers.redacted,
+            security,
+            source,
+        })?;
         NatsTransport::new(client, options)
     }
 
@@ -237,7 +239,9 @@ mod connect_tests {
         let error = NatsTransport::connect("nats://app:s3cret@127.0.0.1:1", options).await.unwrap_err();
         let shown = error.to_string();
         assert!(
-            shown.starts_with("NATS transport option `ca_file` /nonexistent/ca.pem: cannot read CA certificates"),
+            shown.starts_with(
+                "NATS transport option `ca_file` /nonexistent/ca.pem: cannot read CA certificates"
+            ),
             "{shown}"
         );
     }

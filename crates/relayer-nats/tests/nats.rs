@@ -23,7 +23,10 @@ use relayer_nats::{NatsOptions, NatsTransport};
 use relayer_test_support::broker_scenarios::{
     self, Outbox, Pass, envelope, outage_options, quick_retries, stall_options,
 };
-use relayer_test_support::{Broker, TcpProxy, TestDb, broker_or_skip, eventually};
+use relayer_test_support::{
+    Broker, TcpProxy, TestCertificates, TestDb, TlsStart, TlsTerminator, broker_or_skip, eventually,
+    own_nats_server_or_skip,
+};
 use tokio_postgres::Client;
 
 /// A test's own database schema and JetStream stream (named after the schema), capturing
@@ -320,4 +323,156 @@ async fn stalled(test: &str, ack_timeout: Duration, send_timeout: Option<Duratio
 /// A writer for `dispatcher`'s namespace accepting exactly its transports.
 fn writer(dispatcher: &Dispatcher<PgSource>) -> OutboxWriter {
     OutboxWriter::for_registry(dispatcher.namespace(), dispatcher.send_path().transports())
+}
+
+/// Writes one message through relayer's writer and delivers it with a dispatcher sending
+/// through `nats`; the stream then holds exactly it.
+async fn deliver_one(fixture: &Fixture, nats: NatsTransport) {
+    let dispatcher = fixture.dispatcher(Arc::new(nats), DispatcherOptions::default()).await;
+    let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages("tls", 1)).await.unwrap();
+    eventually("the outbox row is delivered", || async {
+        fixture.pass(&dispatcher).await;
+        fixture.outbox().pending().await == 0
+    })
+    .await;
+    assert_eq!(ids(&fixture.received().await), written.iter().map(|w| w.id.to_string()).collect());
+}
+
+/// A connection refused at set-up: its message with every cause, and its `Debug`.
+async fn refused(url: &str, options: NatsOptions) -> String {
+    let error = NatsTransport::connect(url, options).await.unwrap_err();
+    let mut shown = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        shown.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    format!("{shown} {error:?}")
+}
+
+/// TRN-3: `tls://` with the NATS protocol's own upgrade (plaintext `INFO` saying TLS is
+/// required, then the handshake), through a TLS terminator in front of the local server,
+/// verified against the CA file: an outbox row is delivered end to end. The URL's
+/// credentials are used (the local server takes any) and never shown.
+#[tokio::test]
+async fn tls_after_the_servers_info_delivers_an_outbox_row_verified_trn_3() {
+    let Some(fixture) =
+        Fixture::new("tls_after_the_servers_info_delivers_an_outbox_row_verified_trn_3").await
+    else {
+        return;
+    };
+    let certificates = TestCertificates::make().unwrap();
+    let terminator = TlsTerminator::start(fixture.nats, &certificates, TlsStart::AfterNatsInfo).await;
+    let options = NatsOptions::default().with_ca_file(certificates.ca());
+    let url = format!("tls://localhost:{}", terminator.port());
+    let nats = NatsTransport::connect(&url, options).await.unwrap();
+    deliver_one(&fixture, nats).await;
+    fixture.finish().await;
+}
+
+/// TRN-3: `tls_first` — the handshake before the server's first message (its
+/// `handshake_first`), which a plain TLS terminator serves: delivered end to end.
+#[tokio::test]
+async fn tls_first_delivers_an_outbox_row_verified_trn_3() {
+    let Some(fixture) = Fixture::new("tls_first_delivers_an_outbox_row_verified_trn_3").await else {
+        return;
+    };
+    let certificates = TestCertificates::make().unwrap();
+    let terminator = TlsTerminator::start(fixture.nats, &certificates, TlsStart::Immediate).await;
+    let options = NatsOptions::default().with_ca_file(certificates.ca()).with_tls_first(true);
+    let nats =
+        NatsTransport::connect(&format!("nats://localhost:{}", terminator.port()), options).await.unwrap();
+    deliver_one(&fixture, nats).await;
+    fixture.finish().await;
+}
+
+/// TRN-3: a certificate that does not chain to the configured CA, or that names another
+/// host, is refused at connect naming the server, what was verified against which CA,
+/// and why — never the credentials.
+#[tokio::test]
+async fn tls_refuses_an_untrusted_certificate_or_one_for_another_host_trn_3() {
+    let Some(fixture) =
+        Fixture::new("tls_refuses_an_untrusted_certificate_or_one_for_another_host_trn_3").await
+    else {
+        return;
+    };
+    let certificates = TestCertificates::make().unwrap();
+    let terminator = TlsTerminator::start(fixture.nats, &certificates, TlsStart::AfterNatsInfo).await;
+    let port = terminator.port();
+
+    let stranger = NatsOptions::default().with_ca_file(certificates.other_ca());
+    let shown = refused(&format!("tls://app:s3cret@localhost:{port}"), stranger).await;
+    assert!(shown.contains(&format!("cannot connect to NATS at tls://app:***@localhost:{port}")), "{shown}");
+    let against = format!("chain and host name verified against {}", certificates.other_ca().display());
+    assert!(shown.contains(&against), "{shown}");
+    assert!(shown.contains("UnknownIssuer"), "{shown}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+
+    let trusted = NatsOptions::default().with_ca_file(certificates.ca());
+    let shown = refused(&format!("tls://s3cret@127.0.0.1:{port}"), trusted).await;
+    assert!(shown.contains("not valid for name \"127.0.0.1\""), "{shown}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+    fixture.finish().await;
+}
+
+/// TRN-3: TLS required never falls back to plaintext: `tls://` to the plaintext server,
+/// and a CA file with a `nats://` URL, are refused rather than connected in the clear.
+#[tokio::test]
+async fn required_tls_never_falls_back_to_plaintext_trn_3() {
+    let Some(fixture) = Fixture::new("required_tls_never_falls_back_to_plaintext_trn_3").await else {
+        return;
+    };
+    let certificates = TestCertificates::make().unwrap();
+    let port = fixture.nats.port();
+    let shown =
+        refused(&format!("tls://localhost:{port}"), NatsOptions::default().with_ca_file(certificates.ca()))
+            .await;
+    assert!(
+        shown.contains(&format!("cannot connect to NATS at tls://localhost:{port} (TLS required")),
+        "{shown}"
+    );
+    let shown =
+        refused(&format!("nats://localhost:{port}"), NatsOptions::default().with_ca_file(certificates.ca()))
+            .await;
+    assert!(shown.contains("(TLS required, chain and host name verified against"), "{shown}");
+
+    // A server whose INFO requires TLS gets it, verified (here against the system's roots,
+    // which do not hold the test CA) — not skipped because the URL says `nats://`.
+    let terminator = TlsTerminator::start(fixture.nats, &certificates, TlsStart::AfterNatsInfo).await;
+    let shown = refused(&format!("nats://localhost:{}", terminator.port()), NatsOptions::default()).await;
+    assert!(
+        shown.contains("(TLS when the server requires it, chain and host name verified against the system's"),
+        "{shown}"
+    );
+    assert!(shown.contains("UnknownIssuer"), "{shown}");
+    fixture.finish().await;
+}
+
+/// TRN-3: the URL's credentials authenticate (async-nats alone ignores a URL's user info):
+/// a server of the test's own requiring a user and password, then one requiring a token,
+/// accepts them from the URL, refuses wrong ones, and no message shows any of them.
+#[tokio::test]
+async fn the_urls_credentials_authenticate_and_are_never_shown_trn_3() {
+    let test = "the_urls_credentials_authenticate_and_are_never_shown_trn_3";
+    let Some(server) = own_nats_server_or_skip(test, &["--user", "app", "--pass", "s3/cret"]).await else {
+        return;
+    };
+    let port = server.address().port();
+    let nats =
+        NatsTransport::connect(&format!("nats://app:s3%2Fcret@127.0.0.1:{port}"), NatsOptions::default())
+            .await
+            .unwrap();
+    assert!(!format!("{nats:?}").contains("s3"), "{nats:?}");
+    let shown = refused(&format!("nats://app:wr0ng@127.0.0.1:{port}"), NatsOptions::default()).await;
+    assert!(shown.contains(&format!("cannot connect to NATS at nats://app:***@127.0.0.1:{port}")), "{shown}");
+    assert!(shown.to_lowercase().contains("authorization"), "{shown}");
+    assert!(!shown.contains("wr0ng"), "{shown}");
+    drop(server);
+
+    let Some(server) = own_nats_server_or_skip(test, &["--auth", "t0k3n"]).await else { return };
+    let port = server.address().port();
+    NatsTransport::connect(&format!("nats://t0k3n@127.0.0.1:{port}"), NatsOptions::default()).await.unwrap();
+    let shown = refused(&format!("nats://wr0ng-t0k3n@127.0.0.1:{port}"), NatsOptions::default()).await;
+    assert!(shown.contains(&format!("cannot connect to NATS at nats://***@127.0.0.1:{port}")), "{shown}");
+    assert!(!shown.contains("t0k3n"), "{shown}");
 }

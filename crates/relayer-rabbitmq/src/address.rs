@@ -36,7 +36,9 @@ impl Address {
         // password), so it runs only on what `url` accepted, and its refusals are scrubbed.
         let url = Url::parse(raw).map_err(|e| invalid(e.to_string()))?;
         if url.cannot_be_a_base() {
-            return Err(invalid("it has no `//` authority (amqp://user:password@host:port/vhost)".to_owned()));
+            return Err(invalid(
+                "it has no `//` authority (amqp://user:password@host:port/vhost)".to_owned(),
+            ));
         }
         let mut uri: AMQPUri = raw.parse().map_err(|problem: String| invalid(scrub(&problem, &url)))?;
         // lapin's parser turns every IP literal into `localhost` (it reads only a domain).

@@ -111,14 +111,15 @@ impl Channels {
         let security = Arc::clone(&self.security);
         let budget = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
         let connect = Box::new(move |uri: &lapin::uri::AMQPUri| security.connect(uri, budget));
-        let connection = timeout_at(deadline, Connection::connector(self.address.uri.clone(), connect, properties))
-            .await
-            .map_err(|_| {
-                TransportError::transient(format!("connect to RabbitMQ at {address}: no answer in time"))
-            })?
-            .map_err(|error| {
-                TransportError::transient(format!("connect to RabbitMQ at {address}")).with_source(error)
-            })?;
+        let connection =
+            timeout_at(deadline, Connection::connector(self.address.uri.clone(), connect, properties))
+                .await
+                .map_err(|_| {
+                    TransportError::transient(format!("connect to RabbitMQ at {address}: no answer in time"))
+                })?
+                .map_err(|error| {
+                    TransportError::transient(format!("connect to RabbitMQ at {address}")).with_source(error)
+                })?;
         // Channels of the old connection are dead: forget them.
         self.lock_idle().clear();
         let connection = Arc::new(connection);

@@ -133,9 +133,10 @@ fn roots(ca_files: &[std::path::PathBuf]) -> Result<RootCertStore, OptionError> 
 
 fn add_ca_file(roots: &mut RootCertStore, file: &Path) -> Result<(), OptionError> {
     let refused = |problem: String| OptionError { field: "ca_file", problem };
-    let certificates = CertificateDer::pem_file_iter(file)
-        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-        .map_err(|e| refused(format!("{}: cannot read CA certificates: {e}", file.display())))?;
+    let certificates =
+        CertificateDer::pem_file_iter(file)
+            .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+            .map_err(|e| refused(format!("{}: cannot read CA certificates: {e}", file.display())))?;
     if certificates.is_empty() {
         return Err(refused(format!("{} holds no PEM certificate", file.display())));
     }

@@ -442,7 +442,8 @@ async fn amqps_refuses_an_untrusted_certificate_or_one_for_another_host_trn_3() 
     let port = terminator.port();
 
     let stranger = RabbitMqOptions::default().with_ca_file(certificates.other_ca());
-    let rabbitmq = RabbitMqTransport::new(&format!("amqps://app:s3cret@localhost:{port}/%2f"), stranger).unwrap();
+    let rabbitmq =
+        RabbitMqTransport::new(&format!("amqps://app:s3cret@localhost:{port}/%2f"), stranger).unwrap();
     let shown = connect_error(&rabbitmq).await;
     assert!(shown.contains(&format!("connect to RabbitMQ at localhost:{port}")), "{shown}");
     let against = format!("chain and host name verified against {}", certificates.other_ca().display());
@@ -452,7 +453,8 @@ async fn amqps_refuses_an_untrusted_certificate_or_one_for_another_host_trn_3() 
 
     // The right CA, but the certificate names `localhost`, not 127.0.0.1.
     let trusted = RabbitMqOptions::default().with_ca_file(certificates.ca());
-    let rabbitmq = RabbitMqTransport::new(&format!("amqps://app:s3cret@127.0.0.1:{port}/%2f"), trusted).unwrap();
+    let rabbitmq =
+        RabbitMqTransport::new(&format!("amqps://app:s3cret@127.0.0.1:{port}/%2f"), trusted).unwrap();
     let shown = connect_error(&rabbitmq).await;
     assert!(shown.contains("certificate not valid for name \"127.0.0.1\""), "{shown}");
     assert!(!shown.contains("s3cret"), "{shown}");
@@ -477,7 +479,8 @@ async fn amqps_never_falls_back_to_plaintext_trn_3() {
         first // dropped: the connection closes
     });
     let options = RabbitMqOptions::default().with_ca_file(certificates.ca());
-    let rabbitmq = RabbitMqTransport::new(&format!("amqps://guest:guest@localhost:{port}/%2f"), options).unwrap();
+    let rabbitmq =
+        RabbitMqTransport::new(&format!("amqps://guest:guest@localhost:{port}/%2f"), options).unwrap();
     connect_error(&rabbitmq).await;
     let first = first_bytes.await.unwrap();
     assert_ne!(&first[..4], b"AMQP", "the plaintext AMQP header went out under amqps");

@@ -245,3 +245,56 @@ async fn rabbitmqctl(ctl: &Path, command: &str) -> Result<(), String> {
         Err(_) => Err(format!("rabbitmqctl {command} did not finish within 60 s")),
     }
 }
+
+/// A nats-server of a test's own on a free loopback port (no JetStream), started with extra
+/// arguments — e.g. `--user`/`--pass` or `--auth` to require credentials — and killed on
+/// drop. The shared server is never reconfigured.
+#[derive(Debug)]
+pub struct OwnNatsServer {
+    child: tokio::process::Child,
+    address: SocketAddr,
+}
+
+impl OwnNatsServer {
+    /// The address it listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+}
+
+impl Drop for OwnNatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// Starts a nats-server of `test`'s own with `args` and waits until it accepts
+/// connections; without `nats-server` installed, reports `test` as skipped by name and
+/// returns `None`.
+pub async fn own_nats_server_or_skip(test: &str, args: &[&str]) -> Option<OwnNatsServer> {
+    let Some(program) = find_on_path("nats-server") else {
+        report_skip(test, "nats-server is not installed: a server of the test's own cannot start");
+        return None;
+    };
+    // A port the kernel just handed out and took back: free unless raced for.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port();
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    let child = tokio::process::Command::new(program)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start nats-server");
+    let server = OwnNatsServer { child, address };
+    crate::eventually("the test's own nats-server accepts connections", || async {
+        tokio::net::TcpStream::connect(address).await.is_ok()
+    })
+    .await;
+    Some(server)
+}

@@ -74,8 +74,8 @@ mod home;
 mod owned;
 mod pooler;
 mod proxy;
-mod tls_proxy;
 mod server;
+mod tls_proxy;
 mod wait;
 mod warnings;
 
@@ -86,7 +86,10 @@ use bb8_postgres::PostgresConnectionManager;
 use relayer_core::Namespace;
 use tokio_postgres::NoTls;
 
-pub use crate::brokers::{Broker, StoppedRabbitMq, broker_or_skip, stop_rabbitmq_or_skip};
+pub use crate::brokers::{
+    Broker, OwnNatsServer, StoppedRabbitMq, broker_or_skip, own_nats_server_or_skip, stop_rabbitmq_or_skip,
+};
+pub use crate::certificates::TestCertificates;
 pub use crate::fault::{Fault, FaultAction, FaultHandle, StoreCall, Transience};
 pub use crate::faulty_error::FaultyError;
 pub use crate::faulty_store::{FaultySession, FaultyStore};
@@ -95,9 +98,8 @@ pub use crate::home::in_empty_home;
 pub use crate::owned::OwnedCluster;
 pub use crate::pooler::{HeldServers, PoolMode, pgbouncer, pooler_url};
 pub use crate::proxy::TcpProxy;
-pub use crate::certificates::TestCertificates;
-pub use crate::tls_proxy::{TlsStart, TlsTerminator};
 use crate::server::{Server, Sources};
+pub use crate::tls_proxy::{TlsStart, TlsTerminator};
 pub use crate::wait::{PATIENCE, eventually, within};
 pub use crate::warnings::Warnings;
 

@@ -43,7 +43,11 @@ pub struct TlsTerminator {
 impl TlsTerminator {
     /// Starts terminating TLS with `certificates`' server certificate on a fresh loopback
     /// port, forwarding to `upstream`.
-    pub async fn start(upstream: SocketAddr, certificates: &TestCertificates, start: TlsStart) -> TlsTerminator {
+    pub async fn start(
+        upstream: SocketAddr,
+        certificates: &TestCertificates,
+        start: TlsStart,
+    ) -> TlsTerminator {
         let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(certificates.server_cert())
             .and_then(Iterator::collect)
             .expect("read the test server certificate");
@@ -56,7 +60,8 @@ impl TlsTerminator {
             .with_single_cert(chain, key)
             .expect("the test server certificate and key match");
         let tls = TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port for the terminator");
+        let listener =
+            TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port for the terminator");
         let address = listener.local_addr().expect("the terminator's address");
         let acceptor = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
