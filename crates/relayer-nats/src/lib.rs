@@ -51,6 +51,16 @@
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use relayer_nats::{NatsOptions, NatsTransport};
+//!
+//! let options = NatsOptions::default().with_ca_file("/etc/ssl/nats-ca.pem");
+//! // Authenticates as `app`; every message shows `tls://app:***@nats.example:4222`.
+//! let nats = NatsTransport::connect("tls://app:secret@nats.example:4222", options).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use relayer_nats::{NatsOptions, NatsTransport};
 //!

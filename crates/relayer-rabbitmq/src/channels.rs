@@ -110,6 +110,7 @@ impl Channels {
         // is left of the deadline (and never less than a second, for a slow handshake).
         let security = Arc::clone(&self.security);
         let budget = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+        #[allow(clippy::result_large_err)] // lapin's connector signature, not ours to box
         let connect = Box::new(move |uri: &lapin::uri::AMQPUri| security.connect(uri, budget));
         let connection =
             timeout_at(deadline, Connection::connector(self.address.uri.clone(), connect, properties))

@@ -37,6 +37,16 @@
 //! connected to as written. No error, log line or `Debug` output shows the URI's user
 //! info or secret query values (`token`, `auth`, `password`, …): they read `***`.
 //!
+//! ```no_run
+//! # fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use relayer_rabbitmq::{RabbitMqOptions, RabbitMqTransport};
+//!
+//! let options = RabbitMqOptions::default().with_ca_file("/etc/ssl/broker-ca.pem");
+//! let rabbitmq = RabbitMqTransport::new("amqps://app:secret@broker.example:5671/%2f", options)?;
+//! assert_eq!(rabbitmq.redacted_uri(), "amqps://app:***@broker.example:5671/%2f");
+//! # Ok(()) }
+//! ```
+//!
 //! **Reconnection.** The connection is opened on the first send and again whenever it is
 //! found closed: after the broker restarts, the next send reconnects, without restarting
 //! the process. Sends fail transiently while the broker is away.

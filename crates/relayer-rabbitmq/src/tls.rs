@@ -67,6 +67,7 @@ impl Security {
 
     /// Opens a TCP connection to `uri`'s host and, for `amqps`, completes the TLS
     /// handshake, all within `timeout`. Runs on lapin's I/O thread.
+    #[allow(clippy::result_large_err)] // lapin's connector signature, not ours to box
     pub(crate) fn connect(&self, uri: &AMQPUri, timeout: Duration) -> HandshakeResult {
         let deadline = Instant::now() + timeout;
         let host = uri.authority.host.as_str();
