@@ -69,6 +69,9 @@ impl Security {
     /// handshake, all within `timeout`. Runs on lapin's I/O thread.
     #[allow(clippy::result_large_err)] // lapin's connector signature, not ours to box
     pub(crate) fn connect(&self, uri: &AMQPUri, timeout: Duration) -> HandshakeResult {
+        // The URI's own `connection_timeout` (milliseconds) shortens it, as lapin's does.
+        let timeout =
+            uri.query.connection_timeout.map_or(timeout, |ms| timeout.min(Duration::from_millis(ms)));
         let deadline = Instant::now() + timeout;
         let host = uri.authority.host.as_str();
         let stream = TcpStream::connect_timeout((host, uri.authority.port), timeout)?;
