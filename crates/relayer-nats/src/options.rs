@@ -101,6 +101,18 @@ impl NatsOptions {
         self.tls_first || !self.ca_files.is_empty()
     }
 
+    /// The first option set that only [`NatsTransport::connect`](crate::NatsTransport::connect)
+    /// can apply, if any.
+    pub(crate) fn connecting_field(&self) -> Option<&'static str> {
+        if !self.ca_files.is_empty() {
+            Some("ca_file")
+        } else if self.tls_first {
+            Some("tls_first")
+        } else {
+            None
+        }
+    }
+
     /// Checks every field, naming the first one refused.
     pub(crate) fn validate(&self) -> Result<(), OptionError> {
         if self.name.trim().is_empty() {

@@ -189,3 +189,42 @@ mod tests {
         assert!(differing.contains("differ from an earlier server's"), "{differing}");
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Percent-encodes everything but unreserved characters, as a URL's user info needs.
+    fn encoded(text: &str) -> String {
+        text.bytes()
+            .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect()
+    }
+
+    proptest! {
+        /// Whatever the secret (any characters, percent-encoded in the URL), as a password,
+        /// a token or a secret query value, it appears in no redacted form and no error,
+        /// and the decoded credentials are exactly it.
+        #[test]
+        fn no_secret_survives_redaction_trn_3(secret in "S3CR[\\PC]{4,24}", port in 1u16..) {
+            let password = format!("nats://app:{}@host:{port}?token={}", encoded(&secret), encoded(&secret));
+            let servers = Servers::parse(&password).unwrap();
+            prop_assert_eq!(
+                &servers.credentials,
+                &Some(Credentials::UserPassword { user: "app".to_owned(), password: secret.clone() })
+            );
+            let shown = format!("{servers:?} {}", servers.redacted);
+            prop_assert!(!shown.contains(&secret) && !shown.contains(&encoded(&secret)), "{}", shown);
+
+            let token = Servers::parse(&format!("tls://{}@host:{port}", encoded(&secret))).unwrap();
+            prop_assert_eq!(&token.credentials, &Some(Credentials::Token(secret.clone())));
+            let shown = format!("{token:?} {}", token.redacted);
+            prop_assert!(!shown.contains(&secret) && !shown.contains(&encoded(&secret)), "{}", shown);
+
+            let invalid = Servers::parse(&format!("nats://app:{}@host:{port}0000000", encoded(&secret)));
+            let shown = format!("{invalid:?}");
+            prop_assert!(!shown.contains(&secret) && !shown.contains(&encoded(&secret)), "{}", shown);
+        }
+    }
+}

@@ -101,16 +101,33 @@ impl NatsTransport {
             security,
             source,
         })?;
-        NatsTransport::new(client, options)
+        Ok(NatsTransport::over(client, options))
     }
 
     /// A transport over a client you built yourself (credentials, TLS, …). The ack
-    /// timeout of `options` bounds every publish and acknowledgement wait.
+    /// timeout of `options` bounds every publish and acknowledgement wait. Options about
+    /// connecting ([`NatsOptions::with_ca_file`], [`NatsOptions::with_tls_first`]) are
+    /// refused here, naming the field: the client is connected already, with its own TLS
+    /// settings (`ConnectOptions::add_root_certificates`, `require_tls`, `tls_first`).
     pub fn new(client: Client, options: NatsOptions) -> Result<Self, ConnectError> {
         options.validate()?;
+        if let Some(field) = options.connecting_field() {
+            return Err(OptionError::new(
+                field,
+                "applies to NatsTransport::connect only: a client built yourself carries its own TLS \
+                 settings (async_nats::ConnectOptions::add_root_certificates, require_tls, tls_first)"
+                    .to_owned(),
+            )
+            .into());
+        }
+        Ok(NatsTransport::over(client, options))
+    }
+
+    /// The transport over a connected client, `options` valid.
+    fn over(client: Client, options: NatsOptions) -> Self {
         let mut jetstream = jetstream::new(client);
         jetstream.set_timeout(options.ack_timeout());
-        Ok(NatsTransport { options, jetstream })
+        NatsTransport { options, jetstream }
     }
 
     /// The options this transport runs with.

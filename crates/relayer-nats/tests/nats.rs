@@ -476,3 +476,22 @@ async fn the_urls_credentials_authenticate_and_are_never_shown_trn_3() {
     assert!(shown.contains(&format!("cannot connect to NATS at nats://***@127.0.0.1:{port}")), "{shown}");
     assert!(!shown.contains("t0k3n"), "{shown}");
 }
+
+/// TRN-3: a CA file or `tls_first` given with a client built elsewhere is refused naming
+/// the field, not silently ignored: that client's TLS settings are its own.
+#[tokio::test]
+async fn connecting_options_given_with_a_client_built_elsewhere_are_refused_naming_them_trn_3() {
+    let test = "connecting_options_given_with_a_client_built_elsewhere_are_refused_naming_them_trn_3";
+    let Some(nats) = broker_or_skip(Broker::Nats, test).await else { return };
+    let client = async_nats::connect(nats.to_string()).await.unwrap();
+    let ca = NatsOptions::default().with_ca_file("/etc/ssl/nats-ca.pem");
+    let refused = NatsTransport::new(client.clone(), ca).unwrap_err().to_string();
+    assert!(
+        refused.starts_with("NATS transport option `ca_file` applies to NatsTransport::connect only"),
+        "{refused}"
+    );
+    let first = NatsOptions::default().with_tls_first(true);
+    let refused = NatsTransport::new(client.clone(), first).unwrap_err().to_string();
+    assert!(refused.starts_with("NATS transport option `tls_first` applies"), "{refused}");
+    NatsTransport::new(client, NatsOptions::default()).unwrap();
+}

@@ -195,3 +195,40 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Percent-encodes everything but unreserved characters, as a URI's user info needs.
+    fn encoded(text: &str) -> String {
+        text.bytes()
+            .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect()
+    }
+
+    proptest! {
+        /// Whatever the secret (any characters, percent-encoded in the URI), as a password
+        /// or a token query value, it appears in no redacted form and no refusal, and lapin
+        /// receives exactly it as the password.
+        #[test]
+        fn no_secret_survives_redaction_trn_3(secret in "S3CR[\\PC]{4,24}", port in 1u16..) {
+            let raw = format!("amqps://app:{}@host:{port}/%2f?token={}", encoded(&secret), encoded(&secret));
+            let address = Address::parse(&raw).unwrap();
+            prop_assert_eq!(&address.uri.authority.userinfo.password, &secret);
+            let shown = format!("{address:?} {}", address.redacted);
+            prop_assert!(!shown.contains(&secret) && !shown.contains(&encoded(&secret)), "{}", shown);
+
+            for invalid in [
+                format!("amqp://app:{}@host:{port}0000000/%2f", encoded(&secret)),
+                format!("amqp:app:{}@host", encoded(&secret)),
+                format!("amqp://app:{}@host/%2f?heartbeat=x", encoded(&secret)),
+            ] {
+                let error = Address::parse(&invalid).unwrap_err();
+                let shown = format!("{error} {error:?}");
+                prop_assert!(!shown.contains(&secret) && !shown.contains(&encoded(&secret)), "{}", shown);
+            }
+        }
+    }
+}
