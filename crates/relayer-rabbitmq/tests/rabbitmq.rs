@@ -343,52 +343,6 @@ async fn a_real_broker_restart_keeps_the_rows_and_the_same_transport_reconnects_
     fixture.finish().await;
 }
 
-/// TRN-5: a broker that took the publishes and never confirms fails the send transiently
-/// at the transport's confirm timeout; the rows are kept and retried, and delivered once it
-/// answers.
-#[tokio::test]
-async fn a_broker_that_never_confirms_fails_the_send_at_the_confirm_timeout_trn_5() {
-    let test = "a_broker_that_never_confirms_fails_the_send_at_the_confirm_timeout_trn_5";
-    stalled(test, Duration::from_millis(500), None, "no publisher confirm within").await;
-}
-
-/// TRN-5: with a confirm timeout longer than the dispatcher's `send_timeout`, the
-/// dispatcher's send deadline abandons the send to a silent broker (its channel is not
-/// reused); the rows are retried and delivered.
-#[tokio::test]
-async fn a_broker_that_never_confirms_hits_the_dispatchers_send_deadline_trn_5() {
-    let test = "a_broker_that_never_confirms_hits_the_dispatchers_send_deadline_trn_5";
-    let deadline = Some(Duration::from_millis(500));
-    stalled(test, Duration::from_secs(60), deadline, "did not answer within the send timeout").await;
-}
-
-async fn stalled(
-    test: &str,
-    confirm_timeout: Duration,
-    send_timeout: Option<Duration>,
-    expected_error: &str,
-) {
-    let Some(fixture) = Fixture::new(test).await else { return };
-    let proxy = TcpProxy::start(fixture.broker).await;
-    let rabbitmq = Arc::new(transport(proxy.address(), confirm_timeout));
-    connect(&fixture, &rabbitmq).await; // the connection and a channel exist before the stall
-    let dispatcher = fixture.dispatcher(rabbitmq, stall_options(send_timeout)).await;
-    let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages(4)).await.unwrap();
-
-    let pass = async || fixture.pass(&dispatcher).await;
-    broker_scenarios::stall(&fixture.outbox(), &proxy, 4, expected_error, pass).await;
-    // RabbitMQ does not deduplicate: the stalled first publishes may arrive too (at least
-    // once; the receiver's inbox deduplicates by message id).
-    let received = fixture.received().await;
-    assert_eq!(ids(&received), written.iter().map(|w| w.id.to_string()).collect());
-    fixture.finish().await;
-}
-
-/// A writer for `dispatcher`'s namespace accepting exactly its transports.
-fn writer(dispatcher: &Dispatcher<PgSource>) -> OutboxWriter {
-    OutboxWriter::for_registry(dispatcher.namespace(), dispatcher.send_path().transports())
-}
-
 /// Writes one message through relayer's writer and delivers it with a dispatcher sending
 /// through `rabbitmq`; the test's queue then holds exactly it.
 async fn deliver_one(fixture: &Fixture, rabbitmq: RabbitMqTransport) {
@@ -529,4 +483,50 @@ async fn a_failed_connection_never_shows_the_uris_credentials_trn_3() {
     assert!(!shown.contains("s3cret") && !shown.contains("t0k3n"), "{shown}");
     let invalid = RabbitMqTransport::new("amqp:app:s3cret@host", RabbitMqOptions::default()).unwrap_err();
     assert!(!format!("{invalid} {invalid:?}").contains("s3cret"), "{invalid:?}");
+}
+
+/// TRN-5: a broker that took the publishes and never confirms fails the send transiently
+/// at the transport's confirm timeout; the rows are kept and retried, and delivered once it
+/// answers.
+#[tokio::test]
+async fn a_broker_that_never_confirms_fails_the_send_at_the_confirm_timeout_trn_5() {
+    let test = "a_broker_that_never_confirms_fails_the_send_at_the_confirm_timeout_trn_5";
+    stalled(test, Duration::from_millis(500), None, "no publisher confirm within").await;
+}
+
+/// TRN-5: with a confirm timeout longer than the dispatcher's `send_timeout`, the
+/// dispatcher's send deadline abandons the send to a silent broker (its channel is not
+/// reused); the rows are retried and delivered.
+#[tokio::test]
+async fn a_broker_that_never_confirms_hits_the_dispatchers_send_deadline_trn_5() {
+    let test = "a_broker_that_never_confirms_hits_the_dispatchers_send_deadline_trn_5";
+    let deadline = Some(Duration::from_millis(500));
+    stalled(test, Duration::from_secs(60), deadline, "did not answer within the send timeout").await;
+}
+
+async fn stalled(
+    test: &str,
+    confirm_timeout: Duration,
+    send_timeout: Option<Duration>,
+    expected_error: &str,
+) {
+    let Some(fixture) = Fixture::new(test).await else { return };
+    let proxy = TcpProxy::start(fixture.broker).await;
+    let rabbitmq = Arc::new(transport(proxy.address(), confirm_timeout));
+    connect(&fixture, &rabbitmq).await; // the connection and a channel exist before the stall
+    let dispatcher = fixture.dispatcher(rabbitmq, stall_options(send_timeout)).await;
+    let written = writer(&dispatcher).enqueue(&fixture.client, &fixture.messages(4)).await.unwrap();
+
+    let pass = async || fixture.pass(&dispatcher).await;
+    broker_scenarios::stall(&fixture.outbox(), &proxy, 4, expected_error, pass).await;
+    // RabbitMQ does not deduplicate: the stalled first publishes may arrive too (at least
+    // once; the receiver's inbox deduplicates by message id).
+    let received = fixture.received().await;
+    assert_eq!(ids(&received), written.iter().map(|w| w.id.to_string()).collect());
+    fixture.finish().await;
+}
+
+/// A writer for `dispatcher`'s namespace accepting exactly its transports.
+fn writer(dispatcher: &Dispatcher<PgSource>) -> OutboxWriter {
+    OutboxWriter::for_registry(dispatcher.namespace(), dispatcher.send_path().transports())
 }
