@@ -150,7 +150,11 @@ impl PgSession {
     }
 
     async fn run(&mut self, sql: &str, what: &str) -> Result<(), StorageError> {
-        self.connection.batch_execute(sql).await.map_err(|e| StorageError::database(what, e))
+        let connection = &*self.connection;
+        connection
+            .bounded(connection.batch_execute(sql), tokio_postgres::Error::__private_api_timeout)
+            .await
+            .map_err(|e| StorageError::database(what, e))
     }
 }
 
@@ -191,7 +195,16 @@ impl Session for PgSession {
 #[async_trait]
 impl VerifySchema for PgSession {
     async fn verify_schema(&self) -> Result<i32, StorageError> {
-        crate::migrate::verify_schema(&**self.connection, &self.statements.namespace).await
+        let connection = &*self.connection;
+        let namespace = &self.statements.namespace;
+        connection
+            .bounded(crate::migrate::verify_schema(&**connection, namespace), || {
+                StorageError::database(
+                    format!("checking the schema of {namespace}"),
+                    tokio_postgres::Error::__private_api_timeout(),
+                )
+            })
+            .await
     }
 }
 
