@@ -364,3 +364,54 @@ impl Messages {
         (self.poll)(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio_postgres::Config;
+
+    use super::*;
+
+    /// RES-5: a connection relayer opens probes its peer and gives up on unacknowledged data
+    /// within bounds, whatever the application configured — when it configured nothing.
+    #[test]
+    fn every_connection_gets_keepalives_a_tcp_user_timeout_and_a_connect_timeout_res_5() {
+        let connector = Connector::new("host=db user=app".parse::<Config>().unwrap());
+        let config = connector.config();
+        assert!(config.get_keepalives());
+        assert_eq!(config.get_keepalives_idle(), DEFAULT_KEEPALIVES_IDLE);
+        assert_eq!(config.get_keepalives_interval(), Some(DEFAULT_KEEPALIVES_INTERVAL));
+        assert_eq!(config.get_keepalives_retries(), Some(DEFAULT_KEEPALIVES_RETRIES));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&DEFAULT_TCP_USER_TIMEOUT));
+        assert_eq!(config.get_connect_timeout(), Some(&DEFAULT_CONNECT_TIMEOUT));
+        assert_eq!(connector.statement_timeout(), DEFAULT_STATEMENT_TIMEOUT);
+        // Derived connectors (a pool's labeled settings) keep the bounds.
+        let derived = connector.with_config("host=db user=app application_name=x".parse().unwrap());
+        assert_eq!(derived.config().get_tcp_user_timeout(), Some(&DEFAULT_TCP_USER_TIMEOUT));
+        let bounds = derived.with_statement_timeout(Duration::from_secs(2)).network_bounds();
+        assert!(
+            bounds.contains("TCP user timeout 20s") && bounds.contains("statement timeout 2s"),
+            "{bounds}"
+        );
+    }
+
+    /// RES-5: what the connection string says wins: its keepalive settings, TCP user timeout
+    /// and connect timeout are kept, and `keepalives=0` turns probing off.
+    #[test]
+    fn the_connection_strings_own_network_settings_are_kept_res_5() {
+        let given = "host=db keepalives_idle=30 keepalives_interval=7 keepalives_retries=9 tcp_user_timeout=4 \
+                     connect_timeout=3";
+        let connector = Connector::new(given.parse::<Config>().unwrap());
+        let config = connector.config();
+        assert_eq!(config.get_keepalives_idle(), Duration::from_secs(30));
+        assert_eq!(config.get_keepalives_interval(), Some(Duration::from_secs(7)));
+        assert_eq!(config.get_keepalives_retries(), Some(9));
+        assert_eq!(config.get_tcp_user_timeout(), Some(&Duration::from_secs(4)));
+        assert_eq!(config.get_connect_timeout(), Some(&Duration::from_secs(3)));
+        let off = Connector::new("host=db keepalives=0".parse::<Config>().unwrap());
+        assert!(!off.config().get_keepalives());
+        assert_eq!(off.config().get_keepalives_interval(), None, "no probe settings once keepalives are off");
+        assert!(off.network_bounds().contains("keepalives off"));
+    }
+}
