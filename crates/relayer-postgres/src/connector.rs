@@ -47,6 +47,9 @@ pub struct Connector {
     tls: Option<Tls>,
     /// The longest a pooled connection waits for the answer to one statement (RES-5).
     statement_timeout: Duration,
+    /// How long the server lets a transaction of a [`PgSession`](crate::PgSession) sit idle
+    /// before ending it (RES-5); `None`: the server's setting.
+    transaction_idle_timeout: Option<Duration>,
 }
 
 /// How long opening a connection may take, TCP connect and startup together, when the
@@ -116,7 +119,12 @@ impl Connector {
     /// Plain connections to `config`: no TLS, whatever its `sslmode` asks (`require` then
     /// fails to connect).
     pub fn new(config: Config) -> Self {
-        Connector { config: bounded(config), tls: None, statement_timeout: DEFAULT_STATEMENT_TIMEOUT }
+        Connector {
+            config: bounded(config),
+            tls: None,
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
+            transaction_idle_timeout: None,
+        }
     }
 
     /// Connections to `config` through `tls`, any tokio-postgres TLS connector (e.g.
@@ -162,7 +170,12 @@ impl Connector {
     /// plaintext otherwise: libpq's default, for `connector_from_url` only.
     #[cfg_attr(not(feature = "tls-rustls"), allow(dead_code))]
     pub(crate) fn preferring(config: Config, tls: Tls) -> Self {
-        Connector { config: bounded(config), tls: Some(tls), statement_timeout: DEFAULT_STATEMENT_TIMEOUT }
+        Connector {
+            config: bounded(config),
+            tls: Some(tls),
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
+            transaction_idle_timeout: None,
+        }
     }
 
     /// The same connector whose pooled connections wait at most `timeout` for the answer to
@@ -179,6 +192,25 @@ impl Connector {
     /// The longest a pooled connection waits for the answer to one statement.
     pub fn statement_timeout(&self) -> Duration {
         self.statement_timeout
+    }
+
+    /// The same connector whose store sessions' transactions (`PgSession::begin`) are ended
+    /// by the server once idle for `timeout` (`SET LOCAL idle_in_transaction_session_timeout`,
+    /// at least 1 ms): a transaction whose client went silent then releases its locks — a
+    /// lease row, claimed rows — within that bound instead of when the server's TCP gives up
+    /// (RES-5). Only for pools whose transactions never wait that long on purpose: a host
+    /// sets it on its maintenance pool (twice the statement timeout, within the shortest
+    /// lease), never on a consumer's, whose inbox transactions last as long as a handler.
+    #[must_use]
+    pub fn with_transaction_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.transaction_idle_timeout = Some(timeout.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// How long the server lets a store session's transaction sit idle; `None`: the
+    /// server's own setting.
+    pub fn transaction_idle_timeout(&self) -> Option<Duration> {
+        self.transaction_idle_timeout
     }
 
     /// The network bounds of its connections, for messages and tests: connect timeout, TCP
@@ -221,6 +253,7 @@ impl Connector {
             config: bounded(config),
             tls: self.tls.clone(),
             statement_timeout: self.statement_timeout,
+            transaction_idle_timeout: self.transaction_idle_timeout,
         }
     }
 

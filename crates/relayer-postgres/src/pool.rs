@@ -132,7 +132,11 @@ impl bb8::ManageConnection for PgConnectionManager {
         let mode = self.statements;
         let (client, task) = self.connector.connect_with_task().await?;
         let mut client = PgClient::with_mode(client, mode);
-        client.watchdog = Some(Watchdog { connection: task, bound: self.connector.statement_timeout() });
+        client.watchdog = Some(Watchdog {
+            connection: task,
+            bound: self.connector.statement_timeout(),
+            transaction_idle: self.connector.transaction_idle_timeout(),
+        });
         Ok(client)
     }
 
@@ -155,6 +159,8 @@ struct Watchdog {
     connection: AbortHandle,
     /// The longest one statement may wait for its answer.
     bound: Duration,
+    /// How long the server lets a store session's transaction sit idle.
+    transaction_idle: Option<Duration>,
 }
 
 /// A tokio-postgres client and the worker statements prepared on its connection.
@@ -209,6 +215,12 @@ impl PgClient {
     /// client wrapped with [`new`](Self::new).
     pub fn statement_timeout(&self) -> Option<Duration> {
         self.watchdog.as_ref().map(|watchdog| watchdog.bound)
+    }
+
+    /// How long the server lets a store session's transaction on this connection sit idle
+    /// ([`Connector::with_transaction_idle_timeout`]); `None`: the server's setting.
+    pub fn transaction_idle_timeout(&self) -> Option<Duration> {
+        self.watchdog.as_ref().and_then(|watchdog| watchdog.transaction_idle)
     }
 
     /// Runs `call` (statements on this connection) within the statement timeout (RES-5).

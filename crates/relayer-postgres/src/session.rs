@@ -176,15 +176,13 @@ impl Session for PgSession {
     async fn begin(&mut self) -> Result<(), StorageError> {
         // Marked first: a BEGIN whose answer was lost may still have started one.
         self.in_transaction = true;
-        match self.connection.statement_timeout() {
+        match self.connection.transaction_idle_timeout() {
             // RES-5: a transaction whose client went silent (a black-holed connection the
             // client already gave up) must not keep its locks — a lease row, claimed rows —
-            // until the server's TCP gives up: the server ends it after twice the statement
-            // timeout of idleness, which outlasts every wait a pass makes inside it (a send
-            // is bounded by half a claim or lease, as the statement timeout is).
-            Some(bound) => {
-                let idle = bound.saturating_mul(2).as_millis();
-                let sql = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {idle}");
+            // until the server's TCP gives up.
+            Some(idle) => {
+                let sql =
+                    format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", idle.as_millis());
                 self.run(&sql, "beginning a transaction").await
             }
             None => self.run("BEGIN", "beginning a transaction").await,

@@ -57,7 +57,11 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
         (None, size) => {
             // The plan sizes the maintenance pool whenever none is lent.
             let size = size.unwrap_or(1);
-            open("maintenance".to_owned(), size, setup.database.clone()).await.map_err(StartError::Connect)?
+            // Its transactions (a sweep pass under its lease row lock, a cleanup or
+            // dead-letter batch) never idle past the shortest lease: the server ends one
+            // whose client went silent within that bound, freeing its locks (RES-5).
+            let database = setup.database.clone().with_transaction_idle_timeout(statement_timeout * 2);
+            open("maintenance".to_owned(), size, database).await.map_err(StartError::Connect)?
         }
     };
     {
