@@ -30,7 +30,8 @@ Commands:
                           nextest (or to cargo test).
   ci                      fmt check, module cycles (`cycles`), rule ids (`rules`), clippy -D warnings, the facade's docs with every feature
                           (RUSTDOCFLAGS=-D warnings), cargo check of each crate on its own, cargo package,
-                          cargo deny (when installed), `test`, then runs the examples and the
+                          cargo deny check licenses bans sources (advisories only with
+                          RELAYER_DENY_ADVISORIES=1: skipped by name), `test`, then runs the examples and the
                           demo at 300 orders (its RESULT line must say lost=0). Stops
                           at the first failure. Broker tests without their broker are listed
                           by name in a `broker tests skipped: N` line; the inbox example is
@@ -60,6 +61,9 @@ const DEFAULT_TEST_THREADS: u32 = 4;
 
 /// Orders the demo writes in `cargo xtask ci`: every step runs, in well under a minute.
 const CI_DEMO_MESSAGES: u32 = 300;
+
+/// Set to `1` to run `cargo deny check advisories` too (it fetches the advisory database).
+const DENY_ADVISORIES: &str = "RELAYER_DENY_ADVISORIES";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -211,10 +215,31 @@ fn ci(args: &[String]) -> Result<(), String> {
             "xtask",
         ],
     ));
+    // The supply chain (deny.toml): licenses, banned and duplicate crates, sources. `.ci/run`
+    // installs cargo-deny when it is missing. The advisory database lives on a code host these
+    // machines cannot reach, so `advisories` is skipped by name unless asked for.
     if run::has_cargo_subcommand("deny") {
-        steps.push(Step::cargo("licenses and sources", &["deny", "check", "bans", "licenses", "sources"]));
+        steps.push(Step::cargo(
+            "cargo deny: licenses, bans, sources",
+            &["deny", "check", "licenses", "bans", "sources"],
+        ));
+        if std::env::var_os(DENY_ADVISORIES).is_some_and(|value| value == "1") {
+            steps.push(Step::cargo("cargo deny: advisories", &["deny", "check", "advisories"]));
+        } else {
+            steps.push(Step::skipped(
+                "cargo deny: advisories",
+                &format!(
+                    "the advisory database (github.com/rustsec/advisory-db) cannot be fetched from this \
+                     machine; run `cargo deny check advisories` where a network allows, or set \
+                     {DENY_ADVISORIES}=1"
+                ),
+            ));
+        }
     } else {
-        steps.push(Step::skipped("cargo deny", "cargo-deny is not installed (cargo install cargo-deny)"));
+        steps.push(Step::skipped(
+            "cargo deny",
+            "cargo-deny is not installed (`.ci/run` installs it; or `cargo install --locked cargo-deny`)",
+        ));
     }
     steps.push(Step::Tests);
     // TRN-4: the worked examples compile (clippy above) and run against the same database.

@@ -43,6 +43,7 @@ impl PgLockGuard {
             Some(SessionError::WrongBackend { expected, actual }) => error.with_source(format!(
                 "the check ran on backend pid {actual}, the lock was taken on pid {expected}"
             )),
+            Some(SessionError::Unanswered(bound)) => error.with_source(crate::session::unanswered(bound)),
             None => error.with_source(why.to_owned()),
         }
     }
@@ -98,6 +99,12 @@ impl LockGuard for PgLockGuard {
                 );
                 drop(session);
                 Err(LockError::new(&self.resource, LockErrorKind::Database).with_source(e))
+            }
+            Err(SessionError::Unanswered(bound)) => {
+                // The socket is closed already; the server frees the lock when it notices.
+                drop(session);
+                Err(LockError::new(&self.resource, LockErrorKind::Database)
+                    .with_source(crate::session::unanswered(bound)))
             }
             Err(e @ SessionError::WrongBackend { .. }) => {
                 self.session = Some(session);

@@ -86,7 +86,7 @@ mod lock;
 mod session;
 mod shared;
 
-pub use lock::PgAdvisoryLock;
+pub use lock::{DEFAULT_CALL_TIMEOUT, PgAdvisoryLock};
 
 /// The tracing target of every event this crate logs.
 pub(crate) const TARGET: &str = "relayer::lock";

@@ -23,6 +23,32 @@ const DEFAULT_APPLICATION_NAME: &str = "relayer-advisory-lock";
 /// an unreachable server.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The longest opening a lock session, or one statement on it, waits for PostgreSQL, unless
+/// [`PgAdvisoryLock::with_call_timeout`] says otherwise (RES-5).
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// tokio-postgres's `keepalives_idle` when none is given: taken as "not set".
+const TOKIO_POSTGRES_KEEPALIVES_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
+
+/// `config` with keepalives (10 s idle, every 5 s, 3 probes) and a 20 s TCP user timeout
+/// wherever it sets none, as relayer's pools have them (RES-5); `keepalives=0` is honoured.
+fn bounded(config: &mut Config) {
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(Duration::from_secs(20));
+    }
+    if config.get_keepalives() {
+        if config.get_keepalives_idle() == TOKIO_POSTGRES_KEEPALIVES_IDLE {
+            config.keepalives_idle(Duration::from_secs(10));
+        }
+        if config.get_keepalives_interval().is_none() {
+            config.keepalives_interval(Duration::from_secs(5));
+        }
+        if config.get_keepalives_retries().is_none() {
+            config.keepalives_retries(3);
+        }
+    }
+}
+
 /// A [`DistributedLock`] backed by PostgreSQL session advisory locks (LDR-3).
 ///
 /// Each held lock lives on its own dedicated connection, opened from the `Config` given here
@@ -56,6 +82,8 @@ pub struct PgAdvisoryLock<T = NoTls> {
     raised_to_require: bool,
     /// Why no session may be opened: `sslmode=disable` with a TLS connector.
     refused: Option<&'static str>,
+    /// The longest opening a session, or one statement on it, waits (RES-5).
+    call_timeout: Duration,
     shared: Arc<Shared>,
 }
 
@@ -90,6 +118,7 @@ impl<T: 'static> PgAdvisoryLock<T> {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
         }
+        bounded(&mut config);
         let given_tls = !(&tls as &dyn std::any::Any).is::<NoTls>();
         let (mut raised_to_require, mut refused) = (false, None);
         match config.get_ssl_mode() {
@@ -101,7 +130,7 @@ impl<T: 'static> PgAdvisoryLock<T> {
             _ => {}
         }
         let shared = Arc::new(Shared { shutdown: CancellationToken::new(), idle: IdleSessions::default() });
-        PgAdvisoryLock { config, tls, raised_to_require, refused, shared }
+        PgAdvisoryLock { config, tls, raised_to_require, refused, call_timeout: DEFAULT_CALL_TIMEOUT, shared }
     }
 }
 
@@ -120,8 +149,19 @@ impl<T> PgAdvisoryLock<T> {
         self
     }
 
+    /// Bounds every wait on a lock session (RES-5): opening it, taking, checking and
+    /// releasing the lock each take at most `timeout` (default [`DEFAULT_CALL_TIMEOUT`], at
+    /// least 1 ms). Past it the session's socket is closed and the call fails; a guard whose
+    /// check timed out reports the lock lost. Keep it below the interval of the passes the
+    /// lock leads.
+    #[must_use]
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
     /// The settings sessions connect with (`sslmode` as [`with_tls`](Self::with_tls) left
-    /// it).
+    /// it; keepalives and a TCP user timeout added where it set none).
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -166,7 +206,7 @@ where
         tokio::select! {
             biased;
             () = self.shared.shutdown.cancelled() => Err(LockError::new(resource, LockErrorKind::ShuttingDown)),
-            session = Session::open(&self.config, self.tls.clone(), resource) => session,
+            session = Session::open(&self.config, self.tls.clone(), resource, self.call_timeout) => session,
         }
     }
 }

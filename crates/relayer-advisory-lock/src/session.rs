@@ -10,12 +10,22 @@
 //! Released sessions whose unlock succeeded hold no lock and may be reused; they wait in a
 //! small bounded [`IdleSessions`] list. A session in any other state is dropped, never
 //! reused.
+//!
+//! No wait on a session is unbounded (RES-5): opening one, and each of its statements,
+//! takes at most the lock's call timeout. A statement without an answer in time closes the
+//! session's socket at once (a black-holed connection would otherwise hold the caller until
+//! the kernel gives up) and fails; the caller then treats the lock as lost. The session
+//! also asks the server to probe the connection (`tcp_keepalives_*`, `tcp_user_timeout`),
+//! so a holder cut off by the network loses its lock server-side within a minute, not the
+//! two hours of the kernel's defaults.
 
+use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use relayer_core::{LockError, LockErrorKind};
+use tokio::task::AbortHandle;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{Client, Config, SimpleQueryMessage, Socket, Statement};
 
@@ -45,6 +55,10 @@ pub(crate) const MAX_IDLE_SESSIONS: usize = 4;
 /// One open lock session.
 pub(crate) struct Session {
     client: Client,
+    /// Ends the connection's task, closing its socket, when a statement got no answer.
+    connection: AbortHandle,
+    /// The longest one statement waits for its answer.
+    bound: Duration,
     pid: i32,
     try_lock: Statement,
     unlock: Statement,
@@ -64,6 +78,8 @@ pub(crate) enum SessionError {
     Database(tokio_postgres::Error),
     /// The statement answered from another backend than the one the session was opened on.
     WrongBackend { expected: i32, actual: i32 },
+    /// No answer came within the call timeout; the session's socket was closed (RES-5).
+    Unanswered(Duration),
 }
 
 impl SessionError {
@@ -81,24 +97,92 @@ impl SessionError {
                     "the statement ran on backend pid {actual}, the session was opened on pid {expected}"
                 )))
             }
+            SessionError::Unanswered(bound) => {
+                LockError::new(resource, database_kind).with_source(unanswered(bound))
+            }
         }
     }
 }
 
+/// Why a lock session gave up on a statement.
+pub(crate) fn unanswered(bound: Duration) -> String {
+    format!(
+        "no answer from PostgreSQL within {bound:?} (a silent network or a stuck server): the lock \
+         session was closed"
+    )
+}
+
+/// The server-side settings that make PostgreSQL probe a lock session's connection and drop
+/// it when the network goes silent, from the client's own keepalive settings (RES-5).
+/// `tcp_user_timeout` exists from PostgreSQL 12 on, and is only set there.
+fn server_probe_sql(config: &Config) -> String {
+    let idle = config.get_keepalives_idle().as_secs().max(1);
+    let interval = config.get_keepalives_interval().map_or(5, |d| d.as_secs().max(1));
+    let count = config.get_keepalives_retries().unwrap_or(3).max(1);
+    let user_timeout = config.get_tcp_user_timeout().map_or(20_000, Duration::as_millis);
+    format!(
+        "SELECT set_config('tcp_keepalives_idle', '{idle}', false), \
+                set_config('tcp_keepalives_interval', '{interval}', false), \
+                set_config('tcp_keepalives_count', '{count}', false); \
+         SELECT set_config('tcp_user_timeout', '{user_timeout}', false) \
+         WHERE current_setting('server_version_num')::int >= 120000"
+    )
+}
+
 impl Session {
     /// Opens, probes and prepares a new session.
-    pub(crate) async fn open<T>(config: &Config, tls: T, resource: &str) -> Result<Session, LockError>
+    /// Opens, probes and prepares a new session, all within `bound` (RES-5).
+    pub(crate) async fn open<T>(
+        config: &Config,
+        tls: T,
+        resource: &str,
+        bound: Duration,
+    ) -> Result<Session, LockError>
+    where
+        T: MakeTlsConnect<Socket> + Clone,
+        T::Stream: Send + 'static,
+    {
+        let timed_out = || LockError::new(resource, LockErrorKind::Database).with_source(unanswered(bound));
+        let db = |e: tokio_postgres::Error| LockError::new(resource, LockErrorKind::Database).with_source(e);
+        let (client, connection) = tokio::time::timeout(bound, config.connect(tls.clone()))
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(db)?;
+        let connection = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(target: TARGET, error = %e, "lock session connection ended with an error");
+            }
+        })
+        .abort_handle();
+        match tokio::time::timeout(bound, Session::start(config, tls, resource, client)).await {
+            Ok(Ok((client, pid, [try_lock, unlock, held]))) => {
+                tracing::debug!(target: TARGET, pid, "lock session opened");
+                Ok(Session { client, connection, bound, pid, try_lock, unlock, held })
+            }
+            Ok(Err(error)) => {
+                connection.abort();
+                Err(error)
+            }
+            Err(_) => {
+                connection.abort();
+                Err(timed_out())
+            }
+        }
+    }
+
+    /// Probes a freshly opened session, asks the server to probe its connection, and
+    /// prepares the lock's statements; the pid of its backend, with the statements.
+    async fn start<T>(
+        config: &Config,
+        tls: T,
+        resource: &str,
+        client: Client,
+    ) -> Result<(Client, i32, [Statement; 3]), LockError>
     where
         T: MakeTlsConnect<Socket> + Clone,
         T::Stream: Send + 'static,
     {
         let db = |e: tokio_postgres::Error| LockError::new(resource, LockErrorKind::Database).with_source(e);
-        let (client, connection) = config.connect(tls.clone()).await.map_err(db)?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(target: TARGET, error = %e, "lock session connection ended with an error");
-            }
-        });
 
         // The probe uses the simple query protocol: a transaction-mode pooler may also refuse
         // named prepared statements, and we want to name the pooler, not that symptom.
@@ -126,14 +210,15 @@ impl Session {
             )));
         }
 
+        client.simple_query(&server_probe_sql(config)).await.map_err(db)?;
+
         let (try_lock, unlock, held) = tokio::try_join!(
             client.prepare(TRY_LOCK_SQL),
             client.prepare(UNLOCK_SQL),
             client.prepare(HELD_SQL),
         )
         .map_err(db)?;
-        tracing::debug!(target: TARGET, pid, "lock session opened");
-        Ok(Session { client, pid, try_lock, unlock, held })
+        Ok((client, pid, [try_lock, unlock, held]))
     }
 
     /// The backend pid this session was opened on.
@@ -161,9 +246,25 @@ impl Session {
         self.run(&self.held, key).await
     }
 
-    /// Runs a `(bool, pid)` statement and checks the pid.
+    /// `call` within the call timeout; past it the socket is closed at once (RES-5).
+    async fn bounded<R>(
+        &self,
+        call: impl Future<Output = Result<R, tokio_postgres::Error>>,
+    ) -> Result<R, SessionError> {
+        match tokio::time::timeout(self.bound, call).await {
+            Ok(result) => result.map_err(SessionError::Database),
+            Err(_) => {
+                self.connection.abort();
+                tracing::warn!(target: TARGET, pid = self.pid, bound = ?self.bound,
+                    "no answer on the lock session within its call timeout: closed it (RES-5)");
+                Err(SessionError::Unanswered(self.bound))
+            }
+        }
+    }
+
+    /// Runs a `(bool, pid)` statement within the call timeout and checks the pid.
     async fn run(&self, statement: &Statement, key: i64) -> Result<bool, SessionError> {
-        let row = self.client.query_one(statement, &[&key]).await.map_err(SessionError::Database)?;
+        let row = self.bounded(self.client.query_one(statement, &[&key])).await?;
         let answer: bool = row.try_get(0).map_err(SessionError::Database)?;
         let pid: i32 = row.try_get(1).map_err(SessionError::Database)?;
         if pid == self.pid {

@@ -632,7 +632,7 @@ prop_compose! {
 }
 
 prop_compose! {
-    fn dead_letter_options()(every in interval(), batch in batch_size(), max_backoff in interval(), lease in lease()) -> DeadLetterOptions {
+    fn dead_letter_options()(batch in batch_size(), max_backoff in interval(), (lease, every) in lease_and_interval()) -> DeadLetterOptions {
         DeadLetterOptions::builder().interval(every).batch_size(batch).max_backoff(max_backoff).lease_duration(lease).build().unwrap()
     }
 }

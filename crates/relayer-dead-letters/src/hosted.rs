@@ -19,6 +19,7 @@ where
     }
 
     async fn run_hosted(self: Box<Self>, shutdown: CancellationToken) -> Result<(), WorkerError> {
-        self.run(shutdown).await
+        self.run(shutdown).await;
+        Ok(())
     }
 }

@@ -49,7 +49,7 @@
 //! let namespace = Namespace::default();
 //! let leadership = Leadership::Advisory(lock, lock_resource(&namespace));
 //! let worker = DeadLetterWorker::new(source, namespace, policies, DeadLetterOptions::default(), leadership);
-//! worker.run(CancellationToken::new()).await?; // returns once the token is cancelled
+//! worker.run(CancellationToken::new()).await; // returns once the token is cancelled
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]

@@ -20,6 +20,10 @@ pub struct DeadLetterReport {
     pub batches: u32,
     /// The host began shutting down before every type was done; the next pass carries on.
     pub stopped_early: bool,
+    /// Under a lease: a batch found the lease no longer this pass's (another instance took
+    /// it over, it lapsed, or a contender held its row at that instant), moved nothing, and
+    /// the pass stopped there (LDR-6). The next pass settles who leads.
+    pub fenced_off: bool,
     /// Per message type with a policy, in the set's order.
     pub types: Vec<TypeReport>,
 }
@@ -62,6 +66,9 @@ impl fmt::Display for DeadLetterReport {
         )?;
         if self.stopped_early {
             f.write_str(" stopped_early")?;
+        }
+        if self.fenced_off {
+            f.write_str(" fenced_off")?;
         }
         Ok(())
     }

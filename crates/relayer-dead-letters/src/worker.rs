@@ -3,6 +3,8 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use relayer_core::session::{Session, StoreSource};
@@ -10,6 +12,7 @@ use relayer_core::store::{HoldLease, Lease, MoveDeadLetters, VerifySchema};
 use relayer_core::{DeadLetterAction, DeadLetterOptions, DeadLetterPolicies, DeadLetterRule, Namespace};
 use relayer_worker::{
     Leadership, Pass, PassLoop, PassOutcome, WorkerError, WorkerEvent, WorkerKind, release_lease_at_shutdown,
+    roll_back_failed_pass,
 };
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +26,10 @@ const TARGET: &str = "relayer::dead_letter";
 
 /// Test signals kept for slow subscribers.
 const EVENT_CAPACITY: usize = 256;
+
+/// The longest a failed batch transaction waits for its rollback (a round trip) before it
+/// leaves it to the session, whose drop discards the connection.
+const ROLLBACK_PATIENCE: Duration = Duration::from_secs(5);
 
 /// The advisory-lock resource of the policy pass of `namespace` (LDR-5): one leader per
 /// namespace, whatever its policy set.
@@ -64,7 +71,14 @@ where
         leadership: Leadership,
     ) -> Self {
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
-        let pass = PolicyPass { source, namespace, policies, options, leadership };
+        let pass = PolicyPass {
+            source,
+            namespace,
+            policies,
+            options,
+            leadership,
+            schema_verified: AtomicBool::new(false),
+        };
         DeadLetterWorker { pass: Arc::new(pass), events }
     }
 
@@ -89,37 +103,32 @@ where
         self.events.subscribe()
     }
 
-    /// Checks the schema, then runs a pass at once and one every `interval` until
-    /// `shutdown` is cancelled; failed passes are logged and retried with backoff (RES-1,
-    /// RES-2). On shutdown the lease or lock is released.
+    /// Runs a pass at once and one every `interval` until `shutdown` is cancelled; failed
+    /// passes are logged and retried with backoff (RES-1, RES-2). On shutdown the lease or
+    /// lock is released.
     ///
-    /// Returns an error only when it cannot start: the schema is missing or too old, or no
-    /// session can be opened to check it.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), WorkerError> {
+    /// The first pass begins by checking the namespace's schema; a missing or old schema and
+    /// an unreachable database are failed passes like any other, retried with backoff until
+    /// they are fixed, so a database that is down or being migrated when the worker starts
+    /// never ends it (RES-4), as with the sweeper and cleanup (refusing a missing schema up
+    /// front is the host's `start`, OPT-5).
+    pub async fn run(self, shutdown: CancellationToken) {
         let pass = self.pass;
-        {
-            let session = pass
-                .source
-                .open()
-                .await
-                .map_err(|e| WorkerError::store("opening a store session to check the schema", e))?;
-            session.verify_schema().await.map_err(|e| {
-                WorkerError::store("dead-letter policies cannot start: checking the schema", e)
-            })?;
-        }
         let backoff = pass.options.pass_backoff();
         let leadership = pass.leadership.clone();
         PassLoop::with_shared_pass(WorkerKind::DeadLetter, pass, backoff, leadership)
             .events_to(self.events)
             .run(shutdown)
             .await;
-        Ok(())
     }
 
     /// Runs one pass on `session`: takes or renews the lease in a short transaction of its
     /// own (lease leadership), applies every policy until its type's due dead letters are
-    /// moved, counts the stuck ones, and renews the lease. With [`Leadership::Advisory`] the
-    /// caller must hold the lock (as [`run`](Self::run) does).
+    /// moved, counts the stuck ones, and renews the lease. Under a lease each batch is a
+    /// transaction that first locks the lease row and checks it is still this holder's, at
+    /// the same term (LDR-6): a deposed leader's batch moves nothing, and its pass stops
+    /// ([`DeadLetterReport::fenced_off`]). With [`Leadership::Advisory`] the caller must hold
+    /// the lock (as [`run`](Self::run) does). The schema is not checked here.
     pub async fn run_once(&self, session: &mut S::Session) -> Result<DeadLetterReport, WorkerError> {
         self.pass.apply(session, &CancellationToken::new()).await
     }
@@ -142,6 +151,8 @@ struct PolicyPass<S> {
     policies: DeadLetterPolicies,
     options: DeadLetterOptions,
     leadership: Leadership,
+    /// Set once the loop's schema check passed; a failed check is a failed pass, retried.
+    schema_verified: AtomicBool,
 }
 
 impl<S> PolicyPass<S>
@@ -167,13 +178,14 @@ where
             Leadership::Advisory(..) | Leadership::EveryInstance => None,
         };
         report.led = true;
-        // Each statement commits on its own: a move is one statement (DLP-3).
+        // Without a lease each statement commits on its own: a move is one statement
+        // (DLP-3). Under a lease each batch is fenced by the lease's owner and term (LDR-6).
         for rule in self.policies.rules() {
             if shutdown.is_cancelled() {
                 report.stopped_early = true;
                 break;
             }
-            let applied = self.apply_rule(&*session, rule, shutdown, &mut report.batches).await?;
+            let applied = self.apply_rule(session, rule, lease.as_ref(), shutdown, &mut report).await?;
             if applied.stuck > 0 {
                 tracing::error!(target: TARGET, namespace = %self.namespace, message_type = %applied.message_type,
                     stuck = applied.stuck, policy = %rule.policy(),
@@ -181,8 +193,11 @@ where
             }
             report.stopped_early |= shutdown.is_cancelled();
             report.add(applied);
+            if report.fenced_off {
+                break;
+            }
         }
-        if let Some(lease) = &lease {
+        if let Some(lease) = lease.as_ref().filter(|_| !report.fenced_off) {
             self.renew(&*session, lease).await?;
         }
         if report.redriven > 0 || report.expired > 0 {
@@ -214,29 +229,33 @@ where
     }
 
     /// Moves or deletes `rule`'s due dead letters a batch at a time until a batch comes back
-    /// short, then counts the stuck ones.
+    /// short, then counts the stuck ones. Under `lease`, a batch that finds the lease no
+    /// longer this holder's sets [`DeadLetterReport::fenced_off`] and ends the rule.
     async fn apply_rule(
         &self,
-        store: &S::Session,
+        session: &mut S::Session,
         rule: &DeadLetterRule,
+        lease: Option<&Lease>,
         shutdown: &CancellationToken,
-        batches: &mut u32,
+        pass: &mut DeadLetterReport,
     ) -> Result<TypeReport, WorkerError> {
         let mut report = TypeReport::new(rule.message_type().clone());
         let limit = self.options.batch_size();
-        let message_type = rule.message_type();
         loop {
-            let moved = match rule.policy().action() {
-                DeadLetterAction::Redrive { after, give_up_after } => store
-                    .redrive_dead_letters(message_type, after, give_up_after, limit)
-                    .await
-                    .map_err(|e| WorkerError::store("redriving dead letters", e))?,
-                DeadLetterAction::Expire { after } => store
-                    .expire_dead_letters(message_type, after, limit)
-                    .await
-                    .map_err(|e| WorkerError::store("expiring dead letters", e))?,
+            let moved = match lease {
+                None => self.move_batch(&*session, rule, limit).await?,
+                Some(lease) => match self.fenced_batch(session, rule, lease, limit).await? {
+                    Some(moved) => moved,
+                    None => {
+                        pass.fenced_off = true;
+                        tracing::warn!(target: TARGET, namespace = %self.namespace, job = %lease.job,
+                            term = lease.term, "the dead-letter lease is no longer this pass's (taken over, \
+                            lapsed, or busy at that instant): the pass stops, its batch moved nothing");
+                        return Ok(report);
+                    }
+                },
             };
-            *batches = batches.saturating_add(1);
+            pass.batches = pass.batches.saturating_add(1);
             match rule.policy().action() {
                 DeadLetterAction::Redrive { .. } => report.redriven += moved,
                 DeadLetterAction::Expire { .. } => report.expired += moved,
@@ -246,12 +265,72 @@ where
             }
         }
         if let DeadLetterAction::Redrive { after, give_up_after } = rule.policy().action() {
-            report.stuck = store
-                .count_stuck_dead_letters(message_type, after, give_up_after)
+            report.stuck = session
+                .count_stuck_dead_letters(rule.message_type(), after, give_up_after)
                 .await
                 .map_err(|e| WorkerError::store("counting stuck dead letters", e))?;
         }
         Ok(report)
+    }
+
+    /// One move or delete statement of `rule`, at most `limit` dead letters.
+    async fn move_batch(
+        &self,
+        store: &S::Session,
+        rule: &DeadLetterRule,
+        limit: u32,
+    ) -> Result<u64, WorkerError> {
+        let message_type = rule.message_type();
+        match rule.policy().action() {
+            DeadLetterAction::Redrive { after, give_up_after } => store
+                .redrive_dead_letters(message_type, after, give_up_after, limit)
+                .await
+                .map_err(|e| WorkerError::store("redriving dead letters", e)),
+            DeadLetterAction::Expire { after } => store
+                .expire_dead_letters(message_type, after, limit)
+                .await
+                .map_err(|e| WorkerError::store("expiring dead letters", e)),
+        }
+    }
+
+    /// One batch fenced by `lease` (LDR-6): a transaction that locks the lease row, goes on
+    /// only while it is still this holder's at the same term (renewing it), moves the batch
+    /// and commits. `None`: the lease is not this holder's any more (or a contender held its
+    /// row at that instant); the transaction was rolled back and nothing moved.
+    async fn fenced_batch(
+        &self,
+        session: &mut S::Session,
+        rule: &DeadLetterRule,
+        lease: &Lease,
+        limit: u32,
+    ) -> Result<Option<u64>, WorkerError> {
+        session.begin().await.map_err(|e| WorkerError::store("beginning a fenced batch", e))?;
+        let duration = match &self.leadership {
+            Leadership::Lease { lease_duration, .. } => *lease_duration,
+            Leadership::Advisory(..) | Leadership::EveryInstance => self.options.lease_duration(),
+        };
+        let held = match session.acquire(&lease.job, &lease.owner, duration).await {
+            Ok(held) => held,
+            Err(error) => {
+                roll_back_failed_pass(session, ROLLBACK_PATIENCE).await;
+                return Err(WorkerError::store("locking the dead-letter lease for a batch", error));
+            }
+        };
+        // A different term means the lease changed hands since this pass took it (even if
+        // it came back to this owner): this pass's leadership is over.
+        if held.is_none_or(|held| held.term != lease.term) {
+            roll_back_failed_pass(session, ROLLBACK_PATIENCE).await;
+            return Ok(None);
+        }
+        let moved = match self.move_batch(&*session, rule, limit).await {
+            Ok(moved) => moved,
+            Err(error) => {
+                roll_back_failed_pass(session, ROLLBACK_PATIENCE).await;
+                return Err(error);
+            }
+        };
+        session.commit().await.map_err(|e| WorkerError::store("committing a fenced batch", e))?;
+        Ok(Some(moved))
     }
 
     /// Expiry restarts when the pass completes (LDR-2). A renewal that finds the lease
@@ -289,6 +368,13 @@ where
             .open()
             .await
             .map_err(|e| WorkerError::store("opening the pass's store session", e))?;
+        if !self.schema_verified.load(Ordering::Acquire) {
+            session
+                .verify_schema()
+                .await
+                .map_err(|e| WorkerError::store("checking the namespace's schema", e))?;
+            self.schema_verified.store(true, Ordering::Release);
+        }
         let report = self.apply(&mut session, shutdown).await?;
         Ok(if report.led { PassOutcome::Led(report) } else { PassOutcome::NotLeader })
     }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::{DAY, db_now, dead_letter, in_queue, send, setup, source};
 use relayer_core::{DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule, StoreSource};
 use relayer_dead_letters::{DeadLetterWorker, LEASE_JOB};
-use relayer_postgres::PgSource;
-use relayer_test_support::{Fault, FaultyStore, StoreCall, TestDb, Transience};
+use relayer_postgres::{LeaseStatements, PgSource};
+use relayer_test_support::{Fault, FaultyStore, StoreCall, TestDb, Transience, within};
 use relayer_worker::Leadership;
 
 /// A worker redriving queue `orders`' dead letters from `dead`, `batch_size` at a time, on
@@ -85,4 +85,49 @@ async fn a_connection_lost_between_the_lease_and_the_moves_costs_one_pass_ldr_2(
     assert!(report.led, "the lease the lost pass took is still this owner's");
     assert_eq!(report.redriven, 7);
     assert_eq!(in_queue(&client, &db, "orders").await, 7);
+}
+
+/// LDR-6: a leader whose lease passed to another instance while its pass was under way
+/// moves nothing more. Its pass took the lease (term 1), then stalls before its first
+/// batch; the lease lapses and another owner takes it (term 2). The stale pass's batch
+/// checks owner and term, finds them changed, rolls back and ends: every dead letter stays
+/// for the new leader.
+#[tokio::test]
+async fn a_stale_leaders_pass_commits_nothing_ldr_6() {
+    let (db, mut client) = setup().await;
+    send(&db, "orders", 7, db_now(&client).await).await;
+    dead_letter(&client, &db, "orders", "dead", "handler", 7).await;
+    let store = FaultyStore::new(source(&db, 1).await);
+    let leadership = Leadership::lease(LEASE_JOB, "a", Duration::from_secs(1));
+    let stale = worker(&db, store.clone(), 10, leadership);
+
+    // The first acquire takes the lease; the second is the first batch's fence.
+    let stalled = store.inject(Fault::hold(StoreCall::Acquire).at_call(2));
+    let pass = tokio::spawn({
+        let store = store.clone();
+        async move { stale.run_once(&mut store.open().await.unwrap()).await }
+    });
+    within(stalled.struck(1)).await;
+
+    // Another instance takes the lease once it has lapsed (a bounded wait on a condition).
+    let leases = LeaseStatements::new(db.namespace());
+    let taken = within(async {
+        loop {
+            if let Some(lease) = leases.acquire_committed(&mut client, LEASE_JOB, "b", DAY).await.unwrap() {
+                return lease;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert_eq!(taken.term, 2, "{taken:?}");
+
+    stalled.release();
+    let report = within(pass).await.unwrap().unwrap();
+    assert!(report.led && report.fenced_off, "{report:?}");
+    assert_eq!(report.redriven, 0, "{report:?}");
+    assert_eq!(in_queue(&client, &db, "dead").await, 7, "the stale leader moved nothing");
+    assert_eq!(in_queue(&client, &db, "orders").await, 0);
+    let current = leases.current(&client, LEASE_JOB).await.unwrap().unwrap();
+    assert_eq!((current.owner.as_str(), current.term), ("b", 2), "the new leader's lease is untouched");
 }

@@ -394,7 +394,7 @@ async fn one_replica_leads_through_the_advisory_lock_ldr_5() {
     }
     shutdown.cancel();
     for task in tasks {
-        within(task).await.unwrap().unwrap();
+        within(task).await.unwrap();
     }
     let leaders = outcomes.iter().filter(|led| led.iter().all(|l| *l)).count();
     let followers = outcomes.iter().filter(|led| led.iter().all(|l| !*l)).count();
@@ -432,4 +432,43 @@ async fn a_lease_can_lead_the_pass_instead_ldr_5() {
         a.run_once(&mut a.source().open().await.unwrap()).await.unwrap().led,
         "the holder renews its lease"
     );
+}
+
+/// RES-4: a worker started before its namespace has a schema does not end: each pass fails
+/// and is retried with backoff, and once the schema is applied the worker runs and moves
+/// dead letters.
+#[tokio::test]
+async fn a_worker_started_before_its_schema_keeps_retrying_and_then_runs_res_4() {
+    let db = relayer_test_support::TestDb::new().await;
+    let rule = DeadLetterRule::queue("orders", "dead", redrive(Duration::ZERO, DAY));
+    let worker = worker(&db, vec![rule], 10).await;
+    let mut events = worker.subscribe();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(worker.run(shutdown.clone()));
+    let mut failures = 0;
+    while failures < 2 {
+        match within(events.recv()).await.unwrap() {
+            WorkerEvent::PassFailed { .. } => failures += 1,
+            WorkerEvent::PassSucceeded { .. } => panic!("a pass succeeded without a schema"),
+            WorkerEvent::Stopped => panic!("the worker stopped"),
+            _ => {}
+        }
+    }
+    assert!(!task.is_finished(), "a failed start must not end the worker");
+
+    let mut client = db.connect().await;
+    relayer_postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    send(&db, "orders", 3, db_now(&client).await).await;
+    dead_letter(&client, &db, "orders", "dead", "handler", 3).await;
+    let mut redriven = 0;
+    while redriven < 3 {
+        if let WorkerEvent::PassSucceeded { outcome: PassOutcome::Led(report), .. } =
+            within(events.recv()).await.unwrap()
+        {
+            redriven += report.redriven;
+        }
+    }
+    assert_eq!(in_queue(&client, &db, "orders").await, 3);
+    shutdown.cancel();
+    within(task).await.unwrap();
 }

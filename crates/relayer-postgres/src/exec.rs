@@ -175,14 +175,17 @@ pub(crate) async fn one_row(
     })
 }
 
-/// A pooled connection runs its statements through its own cache.
+/// A pooled connection runs its statements through its own cache, each within the
+/// connection's statement timeout (RES-5, [`PgClient::bounded`]).
 #[async_trait]
 impl Executor for PgClient {
     async fn rows(&self, sql: &str, params: &TypedParams<'_>) -> Result<Vec<Row>, tokio_postgres::Error> {
-        Prepared::new(&**self, self.statements()).rows(sql, params).await
+        let prepared = Prepared::new(&**self, self.statements());
+        self.bounded(prepared.rows(sql, params), tokio_postgres::Error::__private_api_timeout).await
     }
 
     async fn affected(&self, sql: &str, params: &TypedParams<'_>) -> Result<u64, tokio_postgres::Error> {
-        Prepared::new(&**self, self.statements()).affected(sql, params).await
+        let prepared = Prepared::new(&**self, self.statements());
+        self.bounded(prepared.affected(sql, params), tokio_postgres::Error::__private_api_timeout).await
     }
 }

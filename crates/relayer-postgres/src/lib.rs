@@ -38,7 +38,7 @@ pub mod status;
 mod store;
 pub mod tls;
 
-pub use connector::{Connector, TlsModeConflict};
+pub use connector::{Connector, DEFAULT_STATEMENT_TIMEOUT, TlsModeConflict};
 pub use dead_letter_policy::DeadLetterPolicyStatements;
 pub use dead_letters::{
     DeadLetterApi, DeadLetterApiError, Mode, OutboxDeadFilter, OutboxDeadRow, QueueDeadLetter,
@@ -52,7 +52,10 @@ pub use lanes::{HeadFailure, LaneClaim, LaneHead, LaneStatements, ParkedLane};
 pub use lanes_admin::{LaneAdmin, LaneListing};
 pub use leases::{Lease, LeaseStatements};
 pub use listen::{Heard, listen};
-pub use migrate::{MigrationReport, current_version, migrate, migration_lock_resource, verify_schema};
+pub use migrate::{
+    MIGRATION_ATTEMPTS, MIGRATION_LOCK_TIMEOUT, MigrationReport, current_version, migrate,
+    migration_lock_resource, verify_schema,
+};
 pub use notifications::PgNotifications;
 pub use outbox::{
     Claimed, ClaimedMessage, Completion, CompletionReport, DEFAULT_MAX_BODY_BYTES, EnqueueBatch,

@@ -4,8 +4,17 @@
 //! transaction under a transaction-scoped advisory lock on the schema, so concurrent
 //! callers apply each step once and the others find it done. Workers never create tables;
 //! they call [`verify_schema`] at start and fail with a clear error if it is missing or old.
+//!
+//! No lock wait of a migration is unbounded (RES-5): the transaction runs with
+//! `lock_timeout` = [`MIGRATION_LOCK_TIMEOUT`], so a step that needs a table lock held by a
+//! long transaction (or the migration lock, held by a caller that went silent) gives up
+//! instead of queueing every worker's statements behind it, and is tried again, up to
+//! [`MIGRATION_ATTEMPTS`] times in all.
+
+use std::time::Duration;
 
 use relayer_core::{Namespace, advisory_lock_key};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{GenericClient, Row};
 
@@ -29,13 +38,52 @@ pub fn migration_lock_resource(namespace: &Namespace) -> String {
     format!("migrate:{}", namespace.schema())
 }
 
+/// The longest one lock wait of a migration lasts before its transaction gives up (and is
+/// tried again): the migration lock, and the table locks its steps take (RES-5).
+pub const MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many times [`migrate`] tries before a lock timeout is its answer.
+pub const MIGRATION_ATTEMPTS: u32 = 5;
+
 /// Brings `namespace` to [`SCHEMA_VERSION`], creating the schema if needed.
+///
+/// Every lock wait lasts at most [`MIGRATION_LOCK_TIMEOUT`]; a transaction that timed out
+/// waiting was rolled back whole and is tried again after a pause (1 s, 2 s, 4 s …), up to
+/// [`MIGRATION_ATTEMPTS`] tries. The last lock timeout is then returned (SQLSTATE 55P03,
+/// transient), naming the namespace.
 pub async fn migrate(
+    client: &mut tokio_postgres::Client,
+    namespace: &Namespace,
+) -> Result<MigrationReport, StorageError> {
+    let mut attempt = 1;
+    loop {
+        match migrate_once(client, namespace).await {
+            Err(error)
+                if error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) && attempt < MIGRATION_ATTEMPTS =>
+            {
+                let pause = Duration::from_secs(1 << (attempt - 1).min(5));
+                tracing::warn!(target: "relayer::schema", %namespace, attempt, ?pause,
+                    cause = %relayer_core::error_chain(&error),
+                    "a migration lock wait timed out (a long transaction holds a table, or another \
+                     migration is running); trying again");
+                tokio::time::sleep(pause).await;
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// One try of [`migrate`]: one transaction, its lock waits bounded.
+async fn migrate_once(
     client: &mut tokio_postgres::Client,
     namespace: &Namespace,
 ) -> Result<MigrationReport, StorageError> {
     let context = || format!("migrating namespace {namespace}");
     let tx = client.transaction().await.map_err(|e| StorageError::database(context(), e))?;
+    tx.batch_execute(&format!("SET LOCAL lock_timeout = '{}ms'", MIGRATION_LOCK_TIMEOUT.as_millis()))
+        .await
+        .map_err(|e| StorageError::database(context(), e))?;
     let key = advisory_lock_key(&migration_lock_resource(namespace));
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&key])
         .await

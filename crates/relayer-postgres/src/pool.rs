@@ -11,9 +11,13 @@
 //! per connection and then only bound and executed; see [`crate::exec`].
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
+
+use tokio::task::AbortHandle;
 
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Statement};
@@ -126,16 +130,37 @@ impl bb8::ManageConnection for PgConnectionManager {
 
     async fn connect(&self) -> Result<PgClient, tokio_postgres::Error> {
         let mode = self.statements;
-        self.connector.connect().await.map(|client| PgClient::with_mode(client, mode))
+        let (client, task) = self.connector.connect_with_task().await?;
+        let mut client = PgClient::with_mode(client, mode);
+        client.watchdog = Some(Watchdog {
+            connection: task,
+            bound: self.connector.statement_timeout(),
+            transaction_idle: self.connector.transaction_idle_timeout(),
+        });
+        Ok(client)
     }
 
     async fn is_valid(&self, conn: &mut PgClient) -> Result<(), tokio_postgres::Error> {
-        conn.client.simple_query("").await.map(|_| ())
+        let conn = &*conn;
+        conn.bounded(conn.client.simple_query(""), tokio_postgres::Error::__private_api_timeout)
+            .await
+            .map(|_| ())
     }
 
     fn has_broken(&self, conn: &mut PgClient) -> bool {
-        conn.discarded || conn.client.is_closed()
+        conn.discarded.load(Ordering::Acquire) || conn.client.is_closed()
     }
+}
+
+/// What bounds the statements of a connection the pool opened (RES-5).
+#[derive(Debug)]
+struct Watchdog {
+    /// Ends the connection's task, which closes its socket.
+    connection: AbortHandle,
+    /// The longest one statement may wait for its answer.
+    bound: Duration,
+    /// How long the server lets a store session's transaction sit idle.
+    transaction_idle: Option<Duration>,
 }
 
 /// A tokio-postgres client and the worker statements prepared on its connection.
@@ -148,8 +173,10 @@ pub struct PgClient {
     client: Client,
     statements: StatementCache,
     /// Set when the connection must not be lent again (a session dropped inside its
-    /// transaction): the pool closes it on return.
-    discarded: bool,
+    /// transaction, a statement without an answer in time): the pool closes it on return.
+    discarded: AtomicBool,
+    /// Set on connections the pool opened: their statements are bounded (RES-5).
+    watchdog: Option<Watchdog>,
 }
 
 impl PgClient {
@@ -160,7 +187,12 @@ impl PgClient {
 
     /// Wraps `client`, its statements in `mode`.
     pub fn with_mode(client: Client, mode: StatementMode) -> Self {
-        PgClient { client, statements: StatementCache::new(mode), discarded: false }
+        PgClient {
+            client,
+            statements: StatementCache::new(mode),
+            discarded: AtomicBool::new(false),
+            watchdog: None,
+        }
     }
 
     /// The client, mutably (to begin a transaction), and the cache of its connection.
@@ -169,8 +201,50 @@ impl PgClient {
     }
 
     /// Marks the connection unfit to be lent again: the pool closes it when it comes back.
-    pub fn discard(&mut self) {
-        self.discarded = true;
+    pub fn discard(&self) {
+        self.discarded.store(true, Ordering::Release);
+    }
+
+    /// Whether the connection was marked unfit to be lent again.
+    pub fn is_discarded(&self) -> bool {
+        self.discarded.load(Ordering::Acquire)
+    }
+
+    /// The longest one statement on this connection waits for its answer: the connector's
+    /// statement timeout for a connection a [`PgPool`] opened, `None` (unbounded) for a
+    /// client wrapped with [`new`](Self::new).
+    pub fn statement_timeout(&self) -> Option<Duration> {
+        self.watchdog.as_ref().map(|watchdog| watchdog.bound)
+    }
+
+    /// How long the server lets a store session's transaction on this connection sit idle
+    /// ([`Connector::with_transaction_idle_timeout`]); `None`: the server's setting.
+    pub fn transaction_idle_timeout(&self) -> Option<Duration> {
+        self.watchdog.as_ref().and_then(|watchdog| watchdog.transaction_idle)
+    }
+
+    /// Runs `call` (statements on this connection) within the statement timeout (RES-5).
+    /// Past it, the connection is closed at once and discarded — a black-holed connection
+    /// would otherwise hold the call until the kernel gives up, and a late answer must never
+    /// reach the next borrower — and `timed_out()` is returned. A client wrapped with
+    /// [`new`](Self::new) has no bound.
+    pub async fn bounded<T, E>(
+        &self,
+        call: impl Future<Output = Result<T, E>>,
+        timed_out: impl FnOnce() -> E,
+    ) -> Result<T, E> {
+        let Some(watchdog) = &self.watchdog else { return call.await };
+        match tokio::time::timeout(watchdog.bound, call).await {
+            Ok(result) => result,
+            Err(_) => {
+                self.discard();
+                watchdog.connection.abort();
+                tracing::warn!(target: "relayer::postgres", bound = ?watchdog.bound,
+                    "no answer from PostgreSQL within the statement timeout: closed the connection \
+                     (a silent network or a stuck server); the work is retried on a new one (RES-5)");
+                Err(timed_out())
+            }
+        }
     }
 
     /// The statements prepared on this connection.

@@ -150,7 +150,11 @@ impl PgSession {
     }
 
     async fn run(&mut self, sql: &str, what: &str) -> Result<(), StorageError> {
-        self.connection.batch_execute(sql).await.map_err(|e| StorageError::database(what, e))
+        let connection = &*self.connection;
+        connection
+            .bounded(connection.batch_execute(sql), tokio_postgres::Error::__private_api_timeout)
+            .await
+            .map_err(|e| StorageError::database(what, e))
     }
 }
 
@@ -172,7 +176,17 @@ impl Session for PgSession {
     async fn begin(&mut self) -> Result<(), StorageError> {
         // Marked first: a BEGIN whose answer was lost may still have started one.
         self.in_transaction = true;
-        self.run("BEGIN", "beginning a transaction").await
+        match self.connection.transaction_idle_timeout() {
+            // RES-5: a transaction whose client went silent (a black-holed connection the
+            // client already gave up) must not keep its locks — a lease row, claimed rows —
+            // until the server's TCP gives up.
+            Some(idle) => {
+                let sql =
+                    format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", idle.as_millis());
+                self.run(&sql, "beginning a transaction").await
+            }
+            None => self.run("BEGIN", "beginning a transaction").await,
+        }
     }
 
     async fn commit(&mut self) -> Result<(), StorageError> {
@@ -191,7 +205,16 @@ impl Session for PgSession {
 #[async_trait]
 impl VerifySchema for PgSession {
     async fn verify_schema(&self) -> Result<i32, StorageError> {
-        crate::migrate::verify_schema(&**self.connection, &self.statements.namespace).await
+        let connection = &*self.connection;
+        let namespace = &self.statements.namespace;
+        connection
+            .bounded(crate::migrate::verify_schema(&**connection, namespace), || {
+                StorageError::database(
+                    format!("checking the schema of {namespace}"),
+                    tokio_postgres::Error::__private_api_timeout(),
+                )
+            })
+            .await
     }
 }
 

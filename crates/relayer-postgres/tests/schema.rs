@@ -147,3 +147,29 @@ async fn printed_schema_applies_and_passes_the_version_check() {
         None
     );
 }
+
+/// RES-5: a migration never waits on a lock without bound. While another session holds the
+/// migration lock, each try gives up after `MIGRATION_LOCK_TIMEOUT` and is tried again (said
+/// at WARN); once the lock is free, the next try migrates.
+#[tokio::test]
+async fn a_migration_waiting_on_a_lock_times_out_and_tries_again_res_5() {
+    let db = TestDb::new().await;
+    let ns = db.namespace().clone();
+    let key = relayer_core::advisory_lock_key(&relayer_postgres::migration_lock_resource(&ns));
+    let holder = db.connect().await;
+    holder.execute("SELECT pg_advisory_lock($1)", &[&key]).await.unwrap();
+
+    let warnings = relayer_test_support::Warnings::default();
+    let _capture = warnings.capture();
+    let mut client = db.connect().await;
+    let migrating = tokio::spawn(async move { migrate(&mut client, &ns).await });
+    relayer_test_support::eventually("a try's lock wait timed out and is tried again", || async {
+        warnings.text().contains("a migration lock wait timed out")
+    })
+    .await;
+    assert!(!migrating.is_finished(), "one timed-out try is not the answer");
+
+    holder.execute("SELECT pg_advisory_unlock($1)", &[&key]).await.unwrap();
+    let report = relayer_test_support::within(migrating).await.unwrap().unwrap();
+    assert_eq!(report.applied, STEPS.to_vec());
+}

@@ -8,6 +8,7 @@
 //! (LISTEN, advisory locks) and a pool the application lends keep their own names.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use relayer_core::TransportRegistry;
 use relayer_postgres::{Connector, PgPool, StatementMode, StorageError, connect_pool_with, verify_schema};
@@ -37,8 +38,10 @@ pub(crate) struct Connected {
 /// Opens `setup`'s pools: the maintenance pool first (or takes the lent one), where the
 /// schema is checked before any other pool opens.
 pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
-    let open = |pool: String, size: u32, database: Connector| {
-        connect_pool_with(labeled(&database, &pool), size, setup.statements)
+    let statement_timeout = statement_timeout(setup);
+    let open = move |pool: String, size: u32, database: Connector| {
+        let database = labeled(&database, &pool).with_statement_timeout(statement_timeout);
+        connect_pool_with(database, size, setup.statements)
     };
     let maintenance = match (&setup.lent_pool, setup.pools.maintenance) {
         (Some(lent), _) => {
@@ -54,7 +57,11 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
         (None, size) => {
             // The plan sizes the maintenance pool whenever none is lent.
             let size = size.unwrap_or(1);
-            open("maintenance".to_owned(), size, setup.database.clone()).await.map_err(StartError::Connect)?
+            // Its transactions (a sweep pass under its lease row lock, a cleanup or
+            // dead-letter batch) never idle past the shortest lease: the server ends one
+            // whose client went silent within that bound, freeing its locks (RES-5).
+            let database = setup.database.clone().with_transaction_idle_timeout(statement_timeout * 2);
+            open("maintenance".to_owned(), size, database).await.map_err(StartError::Connect)?
         }
     };
     {
@@ -99,6 +106,33 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
     }
 
     Ok(Connected { maintenance, dispatcher, consumers, transports: Arc::new(transports) })
+}
+
+/// The longest one statement of the host's pools waits for its answer (RES-5): the default
+/// bound, lowered to half the shortest lease or claim the host's statements run under, so a
+/// black-holed connection is given up well before another instance may take over its work
+/// (at least 1 s).
+pub(crate) fn statement_timeout(setup: &Setup) -> Duration {
+    let mut bound = relayer_postgres::DEFAULT_STATEMENT_TIMEOUT;
+    let mut within = |limit: Duration| bound = bound.min(limit / 2);
+    if let Some(dispatcher) = &setup.dispatcher {
+        within(dispatcher.claim_duration());
+    }
+    if let Some(sweeper) = &setup.sweeper {
+        within(sweeper.options().lease_duration());
+    }
+    if let Some(cleanup) = &setup.cleanup {
+        within(cleanup.options().lease_duration());
+    }
+    #[cfg(feature = "dead-letters")]
+    if let Some((_, led)) = &setup.dead_letters {
+        within(led.options().lease_duration());
+    }
+    #[cfg(feature = "consumer")]
+    for spec in &setup.consumers {
+        within(spec.subscription.options().visibility_timeout());
+    }
+    bound.max(Duration::from_secs(1))
 }
 
 /// Refuses a lent pool whose connections send statements otherwise than the builder's

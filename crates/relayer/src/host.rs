@@ -1,10 +1,12 @@
 //! The running host: its hosted workers as tokio tasks, started and stopped alike (LIF-1).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use relayer_core::{Namespace, TransportRegistry, error_chain};
 use relayer_postgres::OutboxWriter;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::fingerprints::SettingsDisagreement;
@@ -189,24 +191,76 @@ impl RelayerHost {
         self.record.disagreements()
     }
 
-    /// Stops the host: cancels the workers, waits for each in start order to finish its
-    /// passes in flight and release its lease or lock, removes this instance's fingerprint
-    /// rows, and returns. Calling it again, or concurrently, is harmless: later calls wait
-    /// for the first and do nothing. A pool the application lent stays open.
-    pub async fn shutdown(&self) {
+    /// Stops the host within [`DEFAULT_SHUTDOWN_TIMEOUT`]: see
+    /// [`shutdown_within`](Self::shutdown_within).
+    pub async fn shutdown(&self) -> ShutdownReport {
+        self.shutdown_within(DEFAULT_SHUTDOWN_TIMEOUT).await
+    }
+
+    /// Stops the host, returning within about `bound` whatever the network does (RES-5):
+    /// cancels the workers, waits for each in start order to finish its passes in flight
+    /// and release its lease or lock, removes this instance's fingerprint rows, and returns.
+    /// A worker still running when `bound` has passed (its database silent, say) is
+    /// abandoned — its task ends at once; its lease then expires on the database clock, its
+    /// lock goes with its session — and named in the report and at WARN. Calling it again,
+    /// or concurrently, is harmless: later calls wait for the first and do nothing. A pool
+    /// the application lent stays open.
+    pub async fn shutdown_within(&self, bound: Duration) -> ShutdownReport {
         let mut running = self.running.lock().await;
         self.shutdown.cancel();
-        for (worker, task) in running.tasks.drain(..) {
-            if let Err(error) = task.await {
-                tracing::error!(target: TARGET, %worker, %error, "a worker task ended abnormally");
+        let deadline = Instant::now() + bound;
+        let mut report = ShutdownReport::default();
+        for (worker, mut task) in running.tasks.drain(..) {
+            match tokio::time::timeout_at(deadline, &mut task).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::error!(target: TARGET, %worker, %error, "a worker task ended abnormally");
+                }
+                Err(_) => {
+                    task.abort();
+                    tracing::warn!(target: TARGET, %worker, ?bound,
+                        "a worker did not stop within the shutdown bound: abandoned (its lease expires, \
+                         its lock goes with its session)");
+                    report.abandoned.push(worker);
+                }
             }
         }
         if running.recorded {
             running.recorded = false;
-            self.record.forget().await;
+            // Rows left behind stop counting as live after ten minutes anyway.
+            let left = deadline.saturating_duration_since(Instant::now()).max(FORGET_AT_LEAST);
+            if tokio::time::timeout(left, self.record.forget()).await.is_err() {
+                tracing::warn!(target: TARGET, instance = %self.instance_id,
+                    "could not remove this instance's fingerprint rows within the shutdown bound");
+                report.abandoned.push("fingerprints".to_owned());
+            }
             tracing::info!(target: TARGET, namespace = %self.namespace, instance = %self.instance_id,
-                "relayer host stopped");
+                abandoned = ?report.abandoned, "relayer host stopped");
         }
+        report
+    }
+}
+
+/// How long [`RelayerHost::shutdown`] waits for the workers before it abandons them (RES-5).
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The least time given to removing the fingerprint rows, even past the shutdown bound.
+const FORGET_AT_LEAST: Duration = Duration::from_secs(1);
+
+/// What a [`RelayerHost::shutdown`] could not finish in its bound.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// The workers (as the host's logs name them: `dispatcher`, `consumer:orders` …) that
+    /// were still running at the bound and were abandoned, in start order; `fingerprints`
+    /// when this instance's rows could not be removed in time. Empty: a clean stop.
+    pub abandoned: Vec<String>,
+}
+
+impl ShutdownReport {
+    /// Whether every worker stopped gracefully in time.
+    pub fn is_clean(&self) -> bool {
+        self.abandoned.is_empty()
     }
 }
 

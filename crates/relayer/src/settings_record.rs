@@ -83,13 +83,32 @@ impl SettingsRecord {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(REFRESH_INTERVAL) => {}
             }
-            let compared = match self.pool.get().await {
-                Ok(connection) => {
-                    record_and_compare(&**connection, &self.statements, &self.instance_id, &self.workers)
-                        .await
-                        .map_err(|e| relayer_core::error_chain(&e))
+            // Bounded (RES-5): the pool's wait, the statements' timeout, and shutdown.
+            let refreshed = async {
+                match self.pool.get().await {
+                    Ok(connection) => {
+                        connection
+                            .bounded(
+                                async {
+                                    record_and_compare(
+                                        &**connection,
+                                        &self.statements,
+                                        &self.instance_id,
+                                        &self.workers,
+                                    )
+                                    .await
+                                    .map_err(|e| relayer_core::error_chain(&e))
+                                },
+                                || "no answer from PostgreSQL within the statement timeout".to_owned(),
+                            )
+                            .await
+                    }
+                    Err(error) => Err(error.to_string()),
                 }
-                Err(error) => Err(error.to_string()),
+            };
+            let compared = tokio::select! {
+                () = shutdown.cancelled() => return,
+                compared = refreshed => compared,
             };
             match compared {
                 Ok(current) => {
@@ -110,11 +129,19 @@ impl SettingsRecord {
     /// once unseen for a while).
     pub(crate) async fn forget(&self) {
         let forgotten = match self.pool.get().await {
-            Ok(connection) => self
-                .statements
-                .forget_instance(&**connection, &self.instance_id)
-                .await
-                .map_err(|e| e.to_string()),
+            Ok(connection) => {
+                connection
+                    .bounded(
+                        async {
+                            self.statements
+                                .forget_instance(&**connection, &self.instance_id)
+                                .await
+                                .map_err(|e| e.to_string())
+                        },
+                        || "no answer from PostgreSQL within the statement timeout".to_owned(),
+                    )
+                    .await
+            }
             Err(error) => Err(error.to_string()),
         };
         if let Err(cause) = forgotten {

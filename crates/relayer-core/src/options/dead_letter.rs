@@ -8,14 +8,15 @@ use super::error::{Field, OptionsError};
 use super::fingerprint::sha1_hex;
 use super::limits::{MINUTE, SECOND};
 use super::setting_value::SettingValue;
-use super::validate::{check_batch_size, check_interval, check_lease};
+use super::validate::{check_batch_size, check_greater, check_interval, check_lease};
 use super::worker_options::worker_options;
 use crate::backoff::PassBackoff;
 
 worker_options! {
     /// Options of the dead-letter policy worker (§11).
     DeadLetterOptions built by DeadLetterOptionsBuilder in section "dead_letter" {
-        /// Time between passes (DLP-1). Default 15m; positive, at most 49d.
+        /// Time between passes (DLP-1). Default 15m; positive, and shorter than
+        /// `lease_duration` (so under 1h).
         #[serde(with = "crate::duration::human")]
         interval: Duration = 15 * MINUTE;
         /// Most dead letters one statement moves or deletes. Default 100; 1..=10000.
@@ -25,9 +26,10 @@ worker_options! {
         #[serde(with = "crate::duration::human")]
         max_backoff: Duration = 60 * SECOND;
         /// How long the pass's lease lasts without renewal, when it is led by a lease rather
-        /// than the default advisory lock (LDR-2, LDR-5). Default 30s; 1s..=1h.
+        /// than the default advisory lock (LDR-2, LDR-5). Default 30m; 1s..=1h, and longer
+        /// than `interval` so an idle leader renews in time.
         #[serde(with = "crate::duration::human")]
-        lease_duration: Duration = 30 * SECOND;
+        lease_duration: Duration = 30 * MINUTE;
     }
 }
 
@@ -37,7 +39,10 @@ impl DeadLetterOptionsBuilder {
         check_interval(field("interval"), self.interval)?;
         check_batch_size(field("batch_size"), self.batch_size)?;
         check_interval(field("max_backoff"), self.max_backoff)?;
-        check_lease(field("lease_duration"), self.lease_duration)
+        check_lease(field("lease_duration"), self.lease_duration)?;
+        // LDR-2: the lease outlives the wait between passes, or it lapses between them and
+        // another instance takes over every pass.
+        check_greater(field("lease_duration"), self.lease_duration, field("interval"), self.interval)
     }
 }
 

@@ -123,6 +123,20 @@ fn errors_name_the_field_and_the_value_opt_3() {
     assert_eq!((error.field(), error.value()), ("sweeper.batch_size", "0"));
 }
 
+/// LDR-2 for the dead-letter pass (issue 21): a lease that does not outlive the wait
+/// between passes lapses between them; the options refuse it, naming both, and the defaults
+/// fit.
+#[test]
+fn a_dead_letter_lease_not_longer_than_its_interval_is_refused_naming_both_ldr_2() {
+    let error =
+        DeadLetterOptions::builder().interval(secs(900)).lease_duration(secs(30)).build().unwrap_err();
+    assert_eq!(error.to_string(), "dead_letter.lease_duration: 30s must be greater than interval (15m)");
+    let error = DeadLetterOptions::builder().interval(secs(60)).lease_duration(secs(60)).build().unwrap_err();
+    assert_eq!((error.field(), error.value()), ("dead_letter.lease_duration", "1m"));
+    let defaults = DeadLetterOptions::default();
+    assert!(defaults.lease_duration() > defaults.interval(), "{defaults:?}");
+}
+
 #[test]
 fn edges_of_every_range_are_accepted() {
     SweeperOptions::builder()

@@ -1,0 +1,54 @@
+//! Bounds against a silent network on relayer's own connections (RES-5), against a real
+//! PostgreSQL: a statement without an answer in time, and idle transactions.
+#![allow(clippy::unwrap_used)] // In test helpers too, a failed unwrap is a failed test.
+
+use std::time::Duration;
+
+use relayer_core::session::{Session, StoreSource};
+use relayer_postgres::{Connector, Executor, PgSource, connect_pool};
+use relayer_test_support::{TestDb, within};
+
+/// RES-5: a statement that gets no answer within the pool's statement timeout fails (as a
+/// transient error, without SQLSTATE) instead of waiting, its connection is closed and
+/// discarded, and the pool lends a fresh one next.
+#[tokio::test]
+async fn a_statement_without_an_answer_in_time_fails_and_its_connection_is_discarded_res_5() {
+    let db = TestDb::new().await;
+    let connector = Connector::new(db.config()).with_statement_timeout(Duration::from_millis(300));
+    let pool = connect_pool(connector, 1).await.unwrap();
+    let first_pid: i32 = {
+        let connection = pool.get().await.unwrap();
+        assert_eq!(connection.statement_timeout(), Some(Duration::from_millis(300)));
+        let pid = connection.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+        let error = within(connection.rows("SELECT pg_sleep(5)", &[])).await.unwrap_err();
+        assert!(error.code().is_none(), "{error}");
+        assert!(connection.is_discarded(), "a timed-out connection is never lent again");
+        pid
+    };
+    let connection = within(pool.get()).await.unwrap();
+    assert!(!connection.is_discarded());
+    let pid: i32 = connection.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    assert_ne!(pid, first_pid, "a new connection, not the timed-out one");
+}
+
+/// RES-5: a store session's transaction carries the connector's idle-transaction bound, so
+/// the server ends one whose client went silent; without the setting it keeps the server's.
+#[tokio::test]
+async fn store_transactions_carry_the_idle_transaction_bound_res_5() {
+    let db = TestDb::new().await;
+    let show = "SELECT current_setting('idle_in_transaction_session_timeout')";
+    let bounded = Connector::new(db.config()).with_transaction_idle_timeout(Duration::from_secs(3));
+    let source = PgSource::new(connect_pool(bounded, 1).await.unwrap(), db.namespace());
+    let mut session = source.open().await.unwrap();
+    session.begin().await.unwrap();
+    let setting: String = session.connection().query_one(show, &[]).await.unwrap().get(0);
+    assert_eq!(setting, "3s");
+    session.rollback().await.unwrap();
+
+    let plain = PgSource::new(connect_pool(db.config(), 1).await.unwrap(), db.namespace());
+    let mut session = plain.open().await.unwrap();
+    session.begin().await.unwrap();
+    let setting: String = session.connection().query_one(show, &[]).await.unwrap().get(0);
+    assert_eq!(setting, "0", "the server's own setting");
+    session.rollback().await.unwrap();
+}
