@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod backoff;
+pub mod bounded_text;
 pub mod breaker;
 pub mod consumer;
 pub mod context_headers;
@@ -36,6 +37,7 @@ pub mod time;
 pub mod transport;
 
 pub use async_trait::async_trait;
+pub use bounded_text::BoundedText;
 
 /// An error and its whole `source()` chain on one line — `error: cause: cause …` — so a log
 /// line or a stored `last_error` says what failed and why.

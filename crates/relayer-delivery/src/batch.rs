@@ -67,15 +67,9 @@ pub(crate) async fn send_batch(
     }
 }
 
-/// The longest `last_error` stored: enough for a cause chain, bounded so a chatty
-/// transport cannot bloat the outbox.
-const MAX_ERROR_CHARS: usize = 2000;
-
-/// `text` cut to [`MAX_ERROR_CHARS`].
-pub(crate) fn bounded(mut text: String) -> String {
-    if let Some((cut, _)) = text.char_indices().nth(MAX_ERROR_CHARS) {
-        text.truncate(cut);
-        text.push('…');
-    }
-    text
+/// `text` as stored in `last_error`: without NUL and at most
+/// [`MAX_ERROR_BYTES`](relayer_core::bounded_text::MAX_ERROR_BYTES), so a chatty transport
+/// cannot bloat the outbox (the store applies the same conversion to whatever it binds).
+pub(crate) fn bounded(text: String) -> String {
+    relayer_core::BoundedText::error(&text).into_string()
 }

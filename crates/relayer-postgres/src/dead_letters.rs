@@ -48,7 +48,7 @@ use std::time::SystemTime;
 
 use relayer_core::options::MAX_BATCH_SIZE;
 use relayer_core::postgres::JsonbHeaders;
-use relayer_core::{Headers, MessageId, Namespace, Timestamp, advisory_lock_key};
+use relayer_core::{BoundedText, Headers, MessageId, Namespace, Timestamp, advisory_lock_key};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -282,8 +282,10 @@ impl DeadLetterApi {
             let sql = format!("SELECT seq, message_id {selection}");
             return touched(&read(client, &sql, &clauses, &what).await?);
         }
-        let (actor, detail) =
-            (clauses.bind(actor.to_owned(), Type::TEXT), clauses.bind(filter.to_string(), Type::TEXT));
+        let (actor, detail) = (
+            clauses.bind(BoundedText::actor(actor), Type::TEXT),
+            clauses.bind(BoundedText::error(&filter.to_string()), Type::TEXT),
+        );
         let sql = format!(
             "WITH picked AS MATERIALIZED ( \
                SELECT seq, message_id, queue, original_topic, rejection_reason {selection} FOR UPDATE SKIP LOCKED), \
@@ -348,7 +350,7 @@ impl DeadLetterApi {
             .collect();
         keys.sort_unstable();
         keys.dedup();
-        let detail = filter.to_string();
+        let (actor, detail) = (BoundedText::actor(actor), BoundedText::error(&filter.to_string()));
         let sql = format!(
             "WITH locked AS ( \
                SELECT count(*) AS lanes FROM (SELECT pg_advisory_xact_lock(key) \
@@ -407,8 +409,10 @@ impl DeadLetterApi {
         }
         let mut clauses = filter.render();
         let limit = clauses.bind(limit, Type::INT8);
-        let (actor, detail) =
-            (clauses.bind(actor.to_owned(), Type::TEXT), clauses.bind(filter.to_string(), Type::TEXT));
+        let (actor, detail) = (
+            clauses.bind(BoundedText::actor(actor), Type::TEXT),
+            clauses.bind(BoundedText::error(&filter.to_string()), Type::TEXT),
+        );
         let sql = format!(
             "WITH picked AS MATERIALIZED ( \
                SELECT seq FROM {dead} WHERE {where_} ORDER BY seq LIMIT {limit} FOR UPDATE SKIP LOCKED), \
