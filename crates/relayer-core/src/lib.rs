@@ -98,7 +98,7 @@ pub use consumer::{AfterFailure, ConsumerOptions, ConsumerOptionsBuilder, Reject
 pub use cursor::{KeysetCursor, PageEnd, PassPlan, RecoveryPage, ScanWindow};
 pub use dead_letter::{
     DeadLetterAction, DeadLetterDecision, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRow,
-    DeadLetterRule, DeadLetterSetupError, DeadLetterType, SubscriptionQueues,
+    DeadLetterRule, DeadLetterSetupError, DeadLetterType, SubscriptionQueues, dead_letter_cycle,
 };
 pub use duration::{DurationError, HumanDuration, Retention};
 pub use eligibility::OutboxRow;
