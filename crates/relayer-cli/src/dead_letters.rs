@@ -20,7 +20,7 @@ pub(crate) async fn run(args: &Args, command: DeadLetterCommand) -> CliResult {
             if selection.outbox {
                 let rows = api.list_outbox(&client, &outbox_filter(&selection, None)?).await?;
                 if json {
-                    print_json(&Value::Array(rows.iter().map(outbox_json).collect()));
+                    print_json(&Value::Array(rows.iter().map(|r| listed(outbox_json(r))).collect()));
                 } else {
                     let mut table =
                         Table::new(&["seq", "message id", "destination", "tries", "died", "error"])
@@ -41,7 +41,7 @@ pub(crate) async fn run(args: &Args, command: DeadLetterCommand) -> CliResult {
             } else {
                 let rows = api.list_queue(&client, &queue_filter(&selection, None)?).await?;
                 if json {
-                    print_json(&Value::Array(rows.iter().map(queue_json).collect()));
+                    print_json(&Value::Array(rows.iter().map(|l| listed(queue_json(l))).collect()));
                 } else {
                     let mut table = Table::new(&["seq", "message id", "queue", "from", "reason", "dead"]);
                     for r in &rows {
@@ -225,6 +225,7 @@ fn queue_json(l: &QueueDeadLetter) -> Value {
         "dead_lettered_at": l.dead_lettered_at.to_string(),
         "headers": l.headers.iter().collect::<std::collections::BTreeMap<_, _>>(),
         "body": body_text(&l.body),
+        "body_bytes": l.body_bytes,
         "trace_context": l.trace_context,
     })
 }
@@ -243,8 +244,18 @@ fn outbox_json(r: &OutboxDeadRow) -> Value {
         "failed_at": r.failed_at.to_string(),
         "headers": r.headers.iter().collect::<std::collections::BTreeMap<_, _>>(),
         "body": body_text(&r.body),
+        "body_bytes": r.body_bytes,
         "trace_context": r.trace_context,
     })
+}
+
+/// A listed dead letter: its body stays in the table (`list` never reads it; `show` does),
+/// so only `body_bytes` says how large it is.
+fn listed(mut value: Value) -> Value {
+    if let Some(object) = value.as_object_mut() {
+        object.remove("body");
+    }
+    value
 }
 
 /// One `name: value` line per field of a JSON object.

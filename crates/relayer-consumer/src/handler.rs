@@ -16,7 +16,8 @@ pub enum Outcome {
     /// when `None`), its handled count one higher; dead-lettered instead once the count
     /// reaches `max_handled_count` (QUE-2).
     Requeue {
-        /// How long the message stays invisible.
+        /// How long the message stays invisible: at most the subscription's
+        /// `max_requeue_delay`, a longer delay is clamped to it.
         delay: Option<Duration>,
         /// Why: logged, and stamped as the rejection message if it is dead-lettered.
         reason: String,
@@ -34,7 +35,7 @@ impl Outcome {
         Outcome::Requeue { delay: None, reason: error.to_string() }
     }
 
-    /// Requeue after `delay`.
+    /// Requeue after `delay`, clamped to the subscription's `max_requeue_delay`.
     pub fn requeue_after(delay: Duration, reason: impl Into<String>) -> Self {
         Outcome::Requeue { delay: Some(delay), reason: reason.into() }
     }

@@ -187,7 +187,13 @@ where
         let kind = match self.subscription.options().after_failure(message.handled_count) {
             AfterFailure::Requeue(backoff) => {
                 tracing::debug!(target: TARGET, %queue, seq = receipt.seq, %reason, "requeueing");
-                SettlementKind::Requeue(Requeue { receipt, delay: delay.unwrap_or(backoff) })
+                // A handler's own delay is clamped to `max_requeue_delay`: a year-long (or
+                // `Duration::MAX`) delay would hide the message past any operator's notice.
+                let max = self.subscription.options().max_requeue_delay();
+                SettlementKind::Requeue(Requeue {
+                    receipt,
+                    delay: delay.map_or(backoff, |asked| asked.min(max)),
+                })
             }
             AfterFailure::DeadLetter => self.dead_letter(receipt, RejectionReason::MaxHandledCount, &reason),
         };

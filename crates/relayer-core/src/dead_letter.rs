@@ -531,6 +531,62 @@ impl fmt::Display for DeadLetterPolicies {
     }
 }
 
+/// A cycle among `subscriptions`' dead-letter and invalid-message queues (QUE-2): each
+/// queue in order, the first repeated at the end (`["a", "b", "a"]`), or `None`.
+///
+/// A message dead-lettered from `a` into `b`, whose own subscription dead-letters into
+/// `a`, would move between the two forever, its handled count reset each time. The host
+/// refuses such a setup at start (OPT-5). Edges go from a subscription's queue to its
+/// dead-letter queue and to its invalid-message queue; a queue without a subscription here
+/// ends a path.
+///
+/// ```
+/// use relayer_core::dead_letter::{SubscriptionQueues, dead_letter_cycle};
+///
+/// let a = SubscriptionQueues::new("a", Some("b"));
+/// let b = SubscriptionQueues::new("b", Some("a"));
+/// assert_eq!(dead_letter_cycle(&[a.clone(), b]), Some(vec!["a".into(), "b".into(), "a".into()]));
+/// assert_eq!(dead_letter_cycle(&[a, SubscriptionQueues::new("b", Some("dead"))]), None);
+/// ```
+pub fn dead_letter_cycle(subscriptions: &[SubscriptionQueues]) -> Option<Vec<String>> {
+    use std::collections::BTreeMap;
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for subscription in subscriptions {
+        let targets = next.entry(subscription.queue.as_str()).or_default();
+        targets.extend(subscription.dead_letter_queue.as_deref());
+        targets.extend(subscription.invalid_message_queue.as_deref());
+    }
+    // Depth-first, iteratively: `path` is the current chain, `done` the queues whose every
+    // path was followed without meeting a cycle.
+    let mut done: BTreeSet<&str> = BTreeSet::new();
+    for start in next.keys().copied() {
+        if done.contains(start) {
+            continue;
+        }
+        let mut path: Vec<(&str, usize)> = vec![(start, 0)];
+        while let Some(&(queue, edge)) = path.last() {
+            let targets = next.get(queue).map_or(&[][..], Vec::as_slice);
+            let Some(target) = targets.get(edge).copied() else {
+                done.insert(queue);
+                path.pop();
+                continue;
+            };
+            if let Some(last) = path.last_mut() {
+                last.1 += 1;
+            }
+            if let Some(at) = path.iter().position(|(on_path, _)| *on_path == target) {
+                let mut cycle: Vec<String> = path[at..].iter().map(|(q, _)| (*q).to_owned()).collect();
+                cycle.push(target.to_owned());
+                return Some(cycle);
+            }
+            if !done.contains(target) {
+                path.push((target, 0));
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod backoff;
+pub mod bounded_text;
 pub mod breaker;
 pub mod consumer;
 pub mod context_headers;
@@ -36,6 +37,7 @@ pub mod time;
 pub mod transport;
 
 pub use async_trait::async_trait;
+pub use bounded_text::BoundedText;
 
 /// An error and its whole `source()` chain on one line — `error: cause: cause …` — so a log
 /// line or a stored `last_error` says what failed and why.
@@ -96,7 +98,7 @@ pub use consumer::{AfterFailure, ConsumerOptions, ConsumerOptionsBuilder, Reject
 pub use cursor::{KeysetCursor, PageEnd, PassPlan, RecoveryPage, ScanWindow};
 pub use dead_letter::{
     DeadLetterAction, DeadLetterDecision, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRow,
-    DeadLetterRule, DeadLetterSetupError, DeadLetterType, SubscriptionQueues,
+    DeadLetterRule, DeadLetterSetupError, DeadLetterType, SubscriptionQueues, dead_letter_cycle,
 };
 pub use duration::{DurationError, HumanDuration, Retention};
 pub use eligibility::OutboxRow;

@@ -1,5 +1,6 @@
 //! relayer's own types as PostgreSQL values (feature `postgres`): [`MessageId`] as a
-//! `uuid`, a message's [`Headers`] as a `jsonb` object of strings ([`JsonbHeaders`]).
+//! `uuid`, a message's [`Headers`] as a `jsonb` object of strings ([`JsonbHeaders`]), and
+//! external text as `text` only once made a [`BoundedText`](crate::BoundedText).
 //!
 //! These are the only encoding of the two columns: every statement binds and reads them
 //! through [`ToSql`]/[`FromSql`], one value or an array (`Vec<T>`, `&[T]`) at a time. The
@@ -29,6 +30,16 @@ impl ToSql for MessageId {
     }
 
     accepts!(UUID);
+    to_sql_checked!();
+}
+
+/// External text is bound only in this form: no NUL, bounded (SPEC §15).
+impl ToSql for crate::BoundedText {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+        self.as_str().to_sql(ty, out)
+    }
+
+    accepts!(TEXT, VARCHAR);
     to_sql_checked!();
 }
 

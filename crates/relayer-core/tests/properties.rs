@@ -18,7 +18,10 @@ use relayer_core::eligibility::{
     dead_row_expired, dispatch_claimable, inbox_row_expired, is_poison, recovery_eligible, retention_cutoff,
 };
 use relayer_core::namespace::{MAX_IDENTIFIER_LEN, MAX_PREFIX_LEN};
-use relayer_core::options::{MAX_BATCH_SIZE, MAX_INTERVAL, MAX_LEASE, MAX_RETENTION, MIN_LEASE};
+use relayer_core::options::{
+    MAX_BATCH_SIZE, MAX_BODY_BYTES_LIMIT, MAX_DISPATCH_MEMORY_BYTES, MAX_INTERVAL, MAX_LEASE, MAX_RETENTION,
+    MIN_LEASE,
+};
 use relayer_core::{
     BreakerState, CircuitBreaker, CleanupOptions, DeadLetterDecision, DeadLetterOptions, DeadLetterPolicy,
     DeadLetterRow, DispatcherOptions, ErrorClass, IdentifierKind, KeysetCursor, Namespace, OutboxRow,
@@ -561,7 +564,7 @@ prop_compose! {
         cool_down in interval(),
         poll in interval(),
         max_backoff in interval(),
-        body in 1usize..=1 << 30,
+        body in 1usize..=MAX_BODY_BYTES_LIMIT,
         concurrency in 1u32..=64,
         linger_ms in 0u64..=1_000,
     ) -> DispatcherOptions {
@@ -575,7 +578,8 @@ prop_compose! {
             .breaker_cool_down(cool_down)
             .poll_interval(poll)
             .max_backoff(max_backoff)
-            .max_body_bytes(body)
+            // Within the memory ceiling (OPT-3): the largest body this batch and concurrency allow.
+            .max_body_bytes(body.min(usize::try_from(MAX_DISPATCH_MEMORY_BYTES / (u64::from(batch) * 2 * (u64::from(concurrency) + 1))).unwrap()))
             .concurrency(concurrency)
             .linger(Duration::from_millis(linger_ms))
             .build()

@@ -1,12 +1,13 @@
 //! One batch to one transport: bounded by a deadline (TRN-5), panics caught (TRN-2), and
 //! exactly one outcome per message whatever the transport does.
 
+use std::num::NonZeroUsize;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use relayer_core::{Envelope, SendOutcome, Transport, TransportError};
+use relayer_core::{Capabilities, Envelope, SendOutcome, Transport, TransportError};
 
 const TARGET: &str = "relayer::delivery";
 
@@ -30,7 +31,7 @@ pub(crate) async fn send_batch(
     let Ok(sent) = tokio::time::timeout(timeout, sending).await else {
         // The broker may still accept what timed out, and the retry sends it again (DSP-7):
         // whether consumers then see it twice is the transport's declaration (TRN-1).
-        let deduplicates_by_id = transport.capabilities().deduplicates_by_id;
+        let deduplicates_by_id = capabilities(transport.as_ref()).deduplicates_by_id;
         let repeat = if deduplicates_by_id {
             "the broker drops the repeat of a late acceptance by message id, within its deduplication window"
         } else {
@@ -67,15 +68,35 @@ pub(crate) async fn send_batch(
     }
 }
 
-/// The longest `last_error` stored: enough for a cause chain, bounded so a chatty
-/// transport cannot bloat the outbox.
-const MAX_ERROR_CHARS: usize = 2000;
+/// The transport's batch limit, or — when `batch_limit()` panics — the error that fails
+/// each message of the group, as a panicking `send` would (TRN-2).
+pub(crate) fn batch_limit(transport: &dyn Transport) -> Result<NonZeroUsize, TransportError> {
+    std::panic::catch_unwind(AssertUnwindSafe(|| transport.batch_limit())).map_err(|panic| {
+        let what = relayer_core::panic_text(panic.as_ref());
+        tracing::error!(target: TARGET, transport = transport.name(), panic = %what,
+            "transport panicked in batch_limit(); its messages count as failed sends");
+        TransportError::transient(format!(
+            "transport {:?} panicked in batch_limit(): {what}",
+            transport.name()
+        ))
+    })
+}
 
-/// `text` cut to [`MAX_ERROR_CHARS`].
-pub(crate) fn bounded(mut text: String) -> String {
-    if let Some((cut, _)) = text.char_indices().nth(MAX_ERROR_CHARS) {
-        text.truncate(cut);
-        text.push('…');
-    }
-    text
+/// The transport's declared capabilities, or none when `capabilities()` panics (TRN-2):
+/// declaring nothing is the safe reading. Every worker reads a transport's capabilities
+/// through this, so user code cannot end a pass or the host's start by panicking there.
+pub fn capabilities(transport: &dyn Transport) -> Capabilities {
+    std::panic::catch_unwind(AssertUnwindSafe(|| transport.capabilities())).unwrap_or_else(|panic| {
+        let what = relayer_core::panic_text(panic.as_ref());
+        tracing::error!(target: TARGET, transport = transport.name(), panic = %what,
+            "transport panicked in capabilities(); read as declaring none");
+        Capabilities::NONE
+    })
+}
+
+/// `text` as stored in `last_error`: without NUL and at most
+/// [`MAX_ERROR_BYTES`](relayer_core::bounded_text::MAX_ERROR_BYTES), so a chatty transport
+/// cannot bloat the outbox (the store applies the same conversion to whatever it binds).
+pub(crate) fn bounded(text: String) -> String {
+    relayer_core::BoundedText::error(&text).into_string()
 }

@@ -31,5 +31,6 @@ mod batch;
 mod breakers;
 mod send_path;
 
+pub use batch::capabilities;
 pub use breakers::{Breakers, Destination};
 pub use send_path::{HeadOutcome, SendPath, SendTally};

@@ -11,7 +11,7 @@ use relayer_core::{
 };
 use tokio::time::Instant;
 
-use crate::batch::{BatchEnd, bounded, send_batch};
+use crate::batch::{BatchEnd, batch_limit, bounded, send_batch};
 use crate::breakers::{Breakers, Destination};
 
 /// What sending a claimed batch came to: the [`Completion`] to write under the claim, and
@@ -187,7 +187,16 @@ impl SendPath {
             }
             return tally;
         };
-        let limit = transport.batch_limit().get();
+        let limit = match batch_limit(transport.as_ref()) {
+            Ok(limit) => limit.get(),
+            Err(error) => {
+                tally.panics += 1;
+                for (seq, envelope) in seqs.iter().zip(&envelopes) {
+                    tally.fail(*seq, envelope.attempts, &error, &self.policy);
+                }
+                return tally;
+            }
+        };
         let send_timeout = self.options.effective_send_timeout();
         for (seq_chunk, chunk) in seqs.chunks(limit).zip(envelopes.chunks(limit)) {
             let left = deadline.saturating_duration_since(Instant::now());

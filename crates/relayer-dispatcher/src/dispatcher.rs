@@ -230,13 +230,18 @@ where
 
     /// Sends the rows this process just committed, at once (OUT-4's commit-triggered
     /// dispatch), on one store session. Rows another dispatcher already holds, lane rows
-    /// and rows not yet due are left to the passes.
+    /// and rows not yet due are left to the passes, and so is everything past the first
+    /// `batch_size` rows: one call claims, holds in memory and sends at most a batch, like
+    /// a pass (a caller enqueueing 100 000 rows at once must not claim them all under one
+    /// claim deadline).
     pub async fn dispatch_now(&self, written: &[Enqueued]) -> Result<PassReport, WorkerError> {
         if written.is_empty() {
             return Ok(PassReport::default());
         }
         let session = self.shared.source.open().await.map_err(store("opening a store session"))?;
-        let seqs: Vec<i64> = written.iter().map(|w| w.seq).collect();
+        let batch = usize::try_from(self.shared.options.batch_size()).unwrap_or(usize::MAX);
+        let seqs: Vec<i64> = written.iter().take(batch).map(|w| w.seq).collect();
+        let left_to_the_loop = written.len() > seqs.len();
         let token = Uuid::new_v4();
         // Taken before the claim is sent: the send deadline errs early, never late (TRN-5).
         let claimed_at = tokio::time::Instant::now();
@@ -246,8 +251,9 @@ where
             .map_err(store("claiming just-written outbox rows"))?;
         let has_lane_rows = claimed.messages.len() + claimed.undecodable.len() < seqs.len();
         let report = self.shared.send_and_complete(&session, token, claimed_at, claimed).await?;
-        if has_lane_rows {
-            // Lane rows (or rows held elsewhere): let the loop look now rather than at the next poll.
+        if has_lane_rows || left_to_the_loop {
+            // Lane rows, rows held elsewhere or past the batch: let the loop look now rather
+            // than at the next poll.
             self.shared.wake.all();
         }
         Ok(report)

@@ -48,7 +48,7 @@ use std::time::SystemTime;
 
 use relayer_core::options::MAX_BATCH_SIZE;
 use relayer_core::postgres::JsonbHeaders;
-use relayer_core::{Headers, MessageId, Namespace, Timestamp, advisory_lock_key};
+use relayer_core::{BoundedText, Headers, MessageId, Namespace, Timestamp, advisory_lock_key};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -113,8 +113,11 @@ pub struct QueueDeadLetter {
     pub dead_lettered_at: Timestamp,
     /// Its headers.
     pub headers: Headers,
-    /// Its body.
+    /// Its body, as read by [`DeadLetterApi::show_queue`]; empty in a listing
+    /// ([`DeadLetterApi::list_queue`] leaves bodies in the table: see `body_bytes`).
     pub body: Vec<u8>,
+    /// The body's size in bytes (in listings too).
+    pub body_bytes: i64,
     /// Its creation context (trace context).
     pub trace_context: Option<String>,
 }
@@ -142,19 +145,30 @@ pub struct OutboxDeadRow {
     pub failed_at: Timestamp,
     /// Its headers.
     pub headers: Headers,
-    /// Its body.
+    /// Its body, as read by [`DeadLetterApi::show_outbox`]; empty in a listing
+    /// ([`DeadLetterApi::list_outbox`] leaves bodies in the table: see `body_bytes`).
     pub body: Vec<u8>,
+    /// The body's size in bytes (in listings too).
+    pub body_bytes: i64,
     /// Its creation context (trace context).
     pub trace_context: Option<String>,
 }
 
-/// The columns every queue dead-letter read returns, in [`decode_queue`]'s order.
+/// The columns every queue dead-letter read returns, in [`decode_queue`]'s order; `{body}`
+/// is [`BODY`] or [`NO_BODY`].
 const QUEUE_COLUMNS: &str = "seq, message_id, queue, original_topic, rejection_reason, rejection_message, \
-     handled_count, created_at, dead_lettered_at, headers, body, trace_context";
+     handled_count, created_at, dead_lettered_at, headers, {body}, trace_context, octet_length(body)::int8";
 
 /// The columns every outbox dead-row read returns, in [`decode_dead`]'s order.
 const DEAD_COLUMNS: &str = "seq, message_id, transport, destination, lane, attempts, last_error, created_at, \
-     failed_at, headers, body, trace_context";
+     failed_at, headers, {body}, trace_context, octet_length(body)::int8";
+
+/// The body column of a `show`.
+const BODY: &str = "body";
+
+/// The body column of a listing: bodies stay in the table. A listing of up to 10 000
+/// dead letters of up to 64 MiB each would otherwise read gigabytes it never shows.
+const NO_BODY: &str = "''::bytea";
 
 /// The dead-letter API of one namespace (see the [module docs](self)).
 #[derive(Clone, Debug)]
@@ -182,14 +196,26 @@ impl DeadLetterApi {
         }
     }
 
-    /// Queue dead letters matching `filter`, in `seq` order.
+    /// Queue dead letters matching `filter`, in `seq` order, without their bodies (each
+    /// row's `body` is empty, `body_bytes` its size): [`show_queue`](Self::show_queue)
+    /// reads one body.
     pub async fn list_queue(
         &self,
         client: &impl Executor,
         filter: &QueueDeadLetterFilter,
     ) -> Result<Vec<QueueDeadLetter>, DeadLetterApiError> {
+        self.read_queue(client, filter, NO_BODY).await
+    }
+
+    async fn read_queue(
+        &self,
+        client: &impl Executor,
+        filter: &QueueDeadLetterFilter,
+        body: &str,
+    ) -> Result<Vec<QueueDeadLetter>, DeadLetterApiError> {
         let clauses = filter.render("dead_lettered_at IS NOT NULL");
-        let listing = (self.queue.as_str(), QUEUE_COLUMNS, "listing queue dead letters");
+        let columns = QUEUE_COLUMNS.replace("{body}", body);
+        let listing = (self.queue.as_str(), columns.as_str(), "listing queue dead letters");
         list(client, listing, clauses, filter.common.limit, decode_queue).await
     }
 
@@ -200,7 +226,7 @@ impl DeadLetterApi {
         message_id: MessageId,
     ) -> Result<Option<QueueDeadLetter>, DeadLetterApiError> {
         let filter = QueueDeadLetterFilter::message(message_id).limit(1);
-        Ok(self.list_queue(client, &filter).await?.into_iter().next())
+        Ok(self.read_queue(client, &filter, BODY).await?.into_iter().next())
     }
 
     /// Redrives the queue dead letters `filter` selects that have an original topic (DLP-7):
@@ -282,8 +308,10 @@ impl DeadLetterApi {
             let sql = format!("SELECT seq, message_id {selection}");
             return touched(&read(client, &sql, &clauses, &what).await?);
         }
-        let (actor, detail) =
-            (clauses.bind(actor.to_owned(), Type::TEXT), clauses.bind(filter.to_string(), Type::TEXT));
+        let (actor, detail) = (
+            clauses.bind(BoundedText::actor(actor), Type::TEXT),
+            clauses.bind(BoundedText::error(&filter.to_string()), Type::TEXT),
+        );
         let sql = format!(
             "WITH picked AS MATERIALIZED ( \
                SELECT seq, message_id, queue, original_topic, rejection_reason {selection} FOR UPDATE SKIP LOCKED), \
@@ -302,13 +330,25 @@ impl DeadLetterApi {
         touched(&read(client, &sql, &clauses, &what).await?)
     }
 
-    /// Rows of the outbox's dead table matching `filter`, in `seq` order.
+    /// Rows of the outbox's dead table matching `filter`, in `seq` order, without their
+    /// bodies (each row's `body` is empty, `body_bytes` its size):
+    /// [`show_outbox`](Self::show_outbox) reads one body.
     pub async fn list_outbox(
         &self,
         client: &impl Executor,
         filter: &OutboxDeadFilter,
     ) -> Result<Vec<OutboxDeadRow>, DeadLetterApiError> {
-        let listing = (self.dead.as_str(), DEAD_COLUMNS, "listing dead outbox rows");
+        self.read_outbox(client, filter, NO_BODY).await
+    }
+
+    async fn read_outbox(
+        &self,
+        client: &impl Executor,
+        filter: &OutboxDeadFilter,
+        body: &str,
+    ) -> Result<Vec<OutboxDeadRow>, DeadLetterApiError> {
+        let columns = DEAD_COLUMNS.replace("{body}", body);
+        let listing = (self.dead.as_str(), columns.as_str(), "listing dead outbox rows");
         list(client, listing, filter.render(), filter.common.limit, decode_dead).await
     }
 
@@ -319,7 +359,7 @@ impl DeadLetterApi {
         message_id: MessageId,
     ) -> Result<Option<OutboxDeadRow>, DeadLetterApiError> {
         let filter = OutboxDeadFilter::message(message_id).limit(1);
-        Ok(self.list_outbox(client, &filter).await?.into_iter().next())
+        Ok(self.read_outbox(client, &filter, BODY).await?.into_iter().next())
     }
 
     /// Moves the dead rows `filter` selects back into the outbox (DLP-7): a new `seq`, no
@@ -348,7 +388,7 @@ impl DeadLetterApi {
             .collect();
         keys.sort_unstable();
         keys.dedup();
-        let detail = filter.to_string();
+        let (actor, detail) = (BoundedText::actor(actor), BoundedText::error(&filter.to_string()));
         let sql = format!(
             "WITH locked AS ( \
                SELECT count(*) AS lanes FROM (SELECT pg_advisory_xact_lock(key) \
@@ -407,8 +447,10 @@ impl DeadLetterApi {
         }
         let mut clauses = filter.render();
         let limit = clauses.bind(limit, Type::INT8);
-        let (actor, detail) =
-            (clauses.bind(actor.to_owned(), Type::TEXT), clauses.bind(filter.to_string(), Type::TEXT));
+        let (actor, detail) = (
+            clauses.bind(BoundedText::actor(actor), Type::TEXT),
+            clauses.bind(BoundedText::error(&filter.to_string()), Type::TEXT),
+        );
         let sql = format!(
             "WITH picked AS MATERIALIZED ( \
                SELECT seq FROM {dead} WHERE {where_} ORDER BY seq LIMIT {limit} FOR UPDATE SKIP LOCKED), \
@@ -548,6 +590,7 @@ fn decode_queue(row: &Row) -> Result<QueueDeadLetter, StorageError> {
         dead_lettered_at: timestamp(row, 8, what)?,
         headers,
         body: row.try_get(10).map_err(decode)?,
+        body_bytes: row.try_get(12).map_err(decode)?,
         trace_context: row.try_get(11).map_err(decode)?,
     })
 }
@@ -569,6 +612,7 @@ fn decode_dead(row: &Row) -> Result<OutboxDeadRow, StorageError> {
         failed_at: timestamp(row, 8, what)?,
         headers,
         body: row.try_get(10).map_err(decode)?,
+        body_bytes: row.try_get(12).map_err(decode)?,
         trace_context: row.try_get(11).map_err(decode)?,
     })
 }

@@ -64,6 +64,24 @@ impl fmt::Display for StorageErrorKind {
     }
 }
 
+/// Column `index` of a row of `what`, read with `try_get`: a NULL where a value is
+/// required, or a type this build does not expect (a schema changed by hand), is a
+/// [`StorageErrorKind::MalformedRow`] error naming `what` and the column, never a panic.
+pub(crate) fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a tokio_postgres::Row,
+    index: usize,
+    what: &str,
+) -> Result<T, StorageError> {
+    row.try_get(index).map_err(|e| {
+        let name = row.columns().get(index).map_or("?", tokio_postgres::Column::name);
+        StorageError {
+            context: format!("reading column {index} ({name}) of {what}"),
+            kind: StorageErrorKind::MalformedRow,
+            source: Some(e.into()),
+        }
+    })
+}
+
 /// `1 message`, `2 messages`: a batch's size in an error's context.
 pub(crate) fn messages(count: usize) -> String {
     match count {
@@ -122,22 +140,47 @@ impl StorageError {
     /// Whether retrying later may succeed: a lost or refused connection, a pool timeout,
     /// a serialization failure or deadlock, a server shutting down or starting up.
     pub fn is_transient(&self) -> bool {
-        use tokio_postgres::error::SqlState;
         match self.kind {
             StorageErrorKind::Pool => true,
             StorageErrorKind::Database => match self.code() {
                 None => true, // I/O error or closed connection: no SQLSTATE.
-                Some(code) => {
-                    let class = &code.code()[..2];
-                    // 08: connection exception; 53: insufficient resources; 57: operator intervention.
-                    matches!(class, "08" | "53" | "57")
-                        || *code == SqlState::T_R_SERIALIZATION_FAILURE
-                        || *code == SqlState::T_R_DEADLOCK_DETECTED
-                        || *code == SqlState::LOCK_NOT_AVAILABLE
-                }
+                Some(code) => transient_sqlstate(code),
             },
             _ => false,
         }
+    }
+}
+
+/// Whether a server error with `code` may succeed when retried. The class is the code's
+/// first two characters; a code shorter than that, or not ASCII (a server or proxy may send
+/// anything), has no class and is not transient — it never panics.
+fn transient_sqlstate(code: &tokio_postgres::error::SqlState) -> bool {
+    use tokio_postgres::error::SqlState;
+    let class = code.code().get(..2);
+    // 08: connection exception; 53: insufficient resources; 57: operator intervention.
+    matches!(class, Some("08" | "53" | "57"))
+        || *code == SqlState::T_R_SERIALIZATION_FAILURE
+        || *code == SqlState::T_R_DEADLOCK_DETECTED
+        || *code == SqlState::LOCK_NOT_AVAILABLE
+}
+
+#[cfg(test)]
+mod sqlstate_tests {
+    use tokio_postgres::error::SqlState;
+
+    use super::transient_sqlstate;
+
+    /// SPEC §15: a malformed SQLSTATE (empty, one character, a multi-byte character where
+    /// the class ends) is classified, never sliced into a panic.
+    #[test]
+    fn malformed_sqlstates_are_classified_without_panicking_spec_15() {
+        for code in ["", "0", "é", "0é", "\u{fffd}8006"] {
+            assert!(!transient_sqlstate(&SqlState::from_code(code)), "{code:?}");
+        }
+        assert!(transient_sqlstate(&SqlState::from_code("08006")));
+        assert!(transient_sqlstate(&SqlState::from_code("57P01")));
+        assert!(transient_sqlstate(&SqlState::T_R_DEADLOCK_DETECTED));
+        assert!(!transient_sqlstate(&SqlState::from_code("23505")));
     }
 }
 

@@ -27,7 +27,7 @@
 use std::time::{Duration, SystemTime};
 
 use relayer_core::time::database_micros;
-use relayer_core::{Namespace, Timestamp};
+use relayer_core::{BoundedText, Namespace, Timestamp};
 
 use tokio_postgres::types::Type;
 use uuid::Uuid;
@@ -362,6 +362,9 @@ impl LaneStatements {
             HeadFailure::Park { error } => (error, Duration::ZERO, true),
         };
         let delay_us = database_micros(retry_after);
+        // External text (SPEC §15): a NUL would fail the statement and the lane would
+        // never count the attempt nor park.
+        let error = BoundedText::error(error);
         let updated = crate::exec::affected(
             client,
             &self.fail_head,
@@ -410,7 +413,7 @@ impl LaneStatements {
         let rows = crate::exec::rows(
             client,
             &self.release_lane,
-            &[(&lane, Type::TEXT), (&actor, Type::TEXT)],
+            &[(&lane, Type::TEXT), (&BoundedText::actor(actor), Type::TEXT)],
             format!("releasing lane {lane:?}"),
         )
         .await?;
@@ -427,8 +430,13 @@ impl LaneStatements {
         actor: &str,
     ) -> Result<Option<i64>, StorageError> {
         let what = format!("skipping the head of lane {lane:?}");
-        let row =
-            one_row(client, &self.skip_head, &[(&lane, Type::TEXT), (&actor, Type::TEXT)], &what).await?;
+        let row = one_row(
+            client,
+            &self.skip_head,
+            &[(&lane, Type::TEXT), (&BoundedText::actor(actor), Type::TEXT)],
+            &what,
+        )
+        .await?;
         let audited: i64 = row.get(0);
         Ok(if audited == 0 { None } else { row.get(1) })
     }

@@ -34,6 +34,7 @@ mod row_codec;
 mod rustls_tls;
 mod schema;
 mod session;
+mod split;
 pub mod status;
 mod store;
 pub mod tls;

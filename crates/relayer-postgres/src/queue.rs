@@ -42,6 +42,8 @@ pub fn queue_channel(namespace: &Namespace) -> String {
 pub struct QueueStatements {
     insert: String,
     channel: String,
+    /// The most bytes of rows one insert binds ([`crate::split`]); lowered only by tests.
+    max_statement_bytes: usize,
 }
 
 impl QueueStatements {
@@ -62,12 +64,38 @@ impl QueueStatements {
                  SELECT n, CASE WHEN n > 0 THEN pg_notify($7, $1) END FROM counted"
             ),
             channel: queue_channel(namespace),
+            max_statement_bytes: crate::split::MAX_STATEMENT_BYTES,
         }
     }
 
-    /// Inserts `messages` into queue `queue`, in order, in one statement; returns how many
-    /// rows were inserted.
+    /// The largest total of row bytes one insert binds, lowered by tests to split small
+    /// batches (the default is [`MAX_STATEMENT_BYTES`](crate::split::MAX_STATEMENT_BYTES)).
+    #[cfg(test)]
+    pub(crate) fn with_max_statement_bytes(mut self, bytes: usize) -> Self {
+        self.max_statement_bytes = bytes;
+        self
+    }
+
+    /// Inserts `messages` into queue `queue`, in order, in one statement — or, when their
+    /// rows add up to more than 256 MiB, in one statement per run under PostgreSQL's 1 GiB
+    /// limits (SPEC §15) — and returns how many rows were inserted. On an autocommitting
+    /// client a failure after the first run leaves the runs before it written: the caller's
+    /// retry sends them again (at least once, DSP-7).
     pub async fn insert(
+        &self,
+        client: &impl Executor,
+        queue: &str,
+        messages: &[Envelope],
+    ) -> Result<u64, StorageError> {
+        let sizes: Vec<usize> = messages.iter().map(crate::split::envelope_bytes).collect();
+        let mut inserted = 0;
+        for run in crate::split::split_by_bytes(&sizes, self.max_statement_bytes) {
+            inserted += self.insert_run(client, queue, &messages[run]).await?;
+        }
+        Ok(inserted)
+    }
+
+    async fn insert_run(
         &self,
         client: &impl Executor,
         queue: &str,

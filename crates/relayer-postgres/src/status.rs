@@ -17,7 +17,7 @@ use std::time::Duration;
 use relayer_core::Namespace;
 use tokio_postgres::GenericClient;
 
-use crate::error::StorageError;
+use crate::error::{StorageError, column};
 use crate::migrate::current_version;
 use crate::status::elapsed::{duration_from_micros, micros_since};
 
@@ -173,17 +173,19 @@ pub async fn namespace_status(
     ))
     .await?
     .iter()
-    .map(|r| Backlog {
-        transport: r.get(0),
-        destination: r.get(1),
-        pending: r.get(2),
-        due: r.get(3),
-        scheduled: r.get(4),
-        retrying: r.get(5),
-        ordered: r.get(6),
-        oldest_age: r.get::<_, Option<i64>>(7).map(duration_from_micros),
+    .map(|r| {
+        Ok(Backlog {
+            transport: column(r, 0, "the outbox backlog")?,
+            destination: column(r, 1, "the outbox backlog")?,
+            pending: column(r, 2, "the outbox backlog")?,
+            due: column(r, 3, "the outbox backlog")?,
+            scheduled: column(r, 4, "the outbox backlog")?,
+            retrying: column(r, 5, "the outbox backlog")?,
+            ordered: column(r, 6, "the outbox backlog")?,
+            oldest_age: r.get::<_, Option<i64>>(7).map(duration_from_micros),
+        })
     })
-    .collect();
+    .collect::<Result<_, StorageError>>()?;
     // Index: lanes_parked_idx; outbox_lane_idx for the rows waiting behind each.
     let parked_lanes: Vec<ParkedLaneStatus> = query(format!(
         "SELECT l.lane, {age}, l.parked_seq, l.parked_reason, \
@@ -193,14 +195,16 @@ pub async fn namespace_status(
     ))
     .await?
     .iter()
-    .map(|r| ParkedLaneStatus {
-        lane: r.get(0),
-        parked_for: duration_from_micros(r.get(1)),
-        parked_seq: r.get(2),
-        reason: r.get(3),
-        waiting: r.get(4),
+    .map(|r| {
+        Ok(ParkedLaneStatus {
+            lane: column(r, 0, "the parked lanes")?,
+            parked_for: duration_from_micros(column(r, 1, "the parked lanes")?),
+            parked_seq: column(r, 2, "the parked lanes")?,
+            reason: column(r, 3, "the parked lanes")?,
+            waiting: column(r, 4, "the parked lanes")?,
+        })
     })
-    .collect();
+    .collect::<Result<_, StorageError>>()?;
     let dead_rows: Vec<DeadRows> = query(format!(
         "SELECT transport, destination, count(*), {age} FROM {dead} \
          GROUP BY transport, destination ORDER BY count(*) DESC, transport, destination",
@@ -208,13 +212,15 @@ pub async fn namespace_status(
     ))
     .await?
     .iter()
-    .map(|r| DeadRows {
-        transport: r.get(0),
-        destination: r.get(1),
-        count: r.get(2),
-        oldest_age: duration_from_micros(r.get(3)),
+    .map(|r| {
+        Ok(DeadRows {
+            transport: column(r, 0, "the dead rows")?,
+            destination: column(r, 1, "the dead rows")?,
+            count: column(r, 2, "the dead rows")?,
+            oldest_age: duration_from_micros(column(r, 3, "the dead rows")?),
+        })
     })
-    .collect();
+    .collect::<Result<_, StorageError>>()?;
     let dead_letters: Vec<DeadLetters> = query(format!(
         "SELECT queue, original_topic, rejection_reason, count(*), {age} FROM {queue} \
          WHERE dead_lettered_at IS NOT NULL GROUP BY queue, original_topic, rejection_reason \
@@ -223,14 +229,16 @@ pub async fn namespace_status(
     ))
     .await?
     .iter()
-    .map(|r| DeadLetters {
-        queue: r.get(0),
-        original_topic: r.get(1),
-        reason: r.get(2),
-        count: r.get(3),
-        oldest_age: duration_from_micros(r.get(4)),
+    .map(|r| {
+        Ok(DeadLetters {
+            queue: column(r, 0, "the dead letters")?,
+            original_topic: column(r, 1, "the dead letters")?,
+            reason: column(r, 2, "the dead letters")?,
+            count: column(r, 3, "the dead letters")?,
+            oldest_age: duration_from_micros(column(r, 4, "the dead letters")?),
+        })
     })
-    .collect();
+    .collect::<Result<_, StorageError>>()?;
     let counts = client
         .query_one(&format!("SELECT count(*) FROM {inbox}", inbox = namespace.table("inbox"),), &[])
         .await
@@ -238,8 +246,8 @@ pub async fn namespace_status(
     let queues = query(format!("SELECT queue, count(*) FROM {queue} GROUP BY queue ORDER BY queue"))
         .await?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+        .map(|r| Ok((column(r, 0, "the queues")?, column(r, 1, "the queues")?)))
+        .collect::<Result<_, StorageError>>()?;
     let (leases, instances) =
         (workers::leases(client, namespace).await?, workers::instances(client, namespace).await?);
     let disagreements = workers::disagreements(&instances);
@@ -257,7 +265,7 @@ pub async fn namespace_status(
         dead: dead_rows.iter().map(|d| d.count).sum(),
         dead_rows,
         dead_letters,
-        inbox: counts.get(0),
+        inbox: column(&counts, 0, "the inbox count")?,
         queues,
         leases,
         instances,

@@ -9,12 +9,22 @@ use relayer_core::{Envelope, TransportError};
 /// `delivery_mode` 2: the broker writes the message to disk in a durable queue.
 const PERSISTENT: u8 = 2;
 
-/// AMQP short strings (header names) hold at most 255 bytes.
+/// AMQP short strings (routing keys, header names) hold at most 255 bytes.
 const MAX_SHORT_STRING: usize = 255;
 
-/// The properties of `envelope`'s publish. A header name longer than AMQP allows is a
-/// permanent failure of that message, naming the header.
-pub(crate) fn properties(envelope: &Envelope) -> Result<BasicProperties, TransportError> {
+/// The properties of `envelope`'s publish with `routing_key`. A routing key or a header
+/// name longer than AMQP allows is a permanent failure of that message, naming it: lapin
+/// would write a malformed frame, the broker close the channel, and every retry do the
+/// same (the outbox accepts destinations up to 1024 bytes for other transports).
+pub(crate) fn properties(envelope: &Envelope, routing_key: &str) -> Result<BasicProperties, TransportError> {
+    if routing_key.len() > MAX_SHORT_STRING {
+        return Err(TransportError::permanent(format!(
+            "message {}: routing key (destination) {:?} is {} bytes long; an AMQP routing key holds {MAX_SHORT_STRING}",
+            envelope.id,
+            relayer_core::BoundedText::from_external(routing_key, 40).as_str(),
+            routing_key.len()
+        )));
+    }
     let mut headers = FieldTable::default();
     let mut insert = |name: &str, value: &str| {
         if name.len() > MAX_SHORT_STRING {
@@ -67,7 +77,7 @@ mod tests {
             lane: Some("order-7".to_owned()),
             attempts: 1,
         };
-        let sent = properties(&envelope).unwrap();
+        let sent = properties(&envelope, "orders").unwrap();
         assert_eq!(sent.message_id().as_ref().map(ToString::to_string), Some(envelope.id.to_string()));
         assert_eq!(*sent.delivery_mode(), Some(PERSISTENT));
         assert_eq!(*sent.timestamp(), Some(86_400));
@@ -78,7 +88,14 @@ mod tests {
 
         let mut long = envelope;
         long.headers.insert("x".repeat(256), "v".to_owned());
-        let error = properties(&long).unwrap_err();
+        let error = properties(&long, "orders").unwrap_err();
         assert!(!error.is_transient() && error.to_string().contains("256 bytes long"), "{error}");
+
+        long.headers.clear();
+        let error = properties(&long, &"k".repeat(256)).unwrap_err();
+        assert!(!error.is_transient(), "{error}");
+        assert!(error.to_string().contains("routing key (destination) \"kkk"), "{error}");
+        assert!(error.to_string().contains("is 256 bytes long; an AMQP routing key holds 255"), "{error}");
+        assert!(properties(&long, &"k".repeat(255)).is_ok());
     }
 }

@@ -91,7 +91,7 @@ impl Transport for RabbitMqTransport {
         // gone, and one that timed out leaves the channel in an unknown state.
         let channel = pooled.channel();
         let publish = |envelope| async move {
-            let properties = match properties(envelope) {
+            let properties = match properties(envelope, routing_key) {
                 Ok(properties) => properties,
                 Err(error) => return Published::Failed(error),
             };

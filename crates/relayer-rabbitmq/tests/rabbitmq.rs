@@ -530,3 +530,48 @@ async fn stalled(
 fn writer(dispatcher: &Dispatcher<PgSource>) -> OutboxWriter {
     OutboxWriter::for_registry(dispatcher.namespace(), dispatcher.send_path().transports())
 }
+
+/// TRN-2, DSP-5, SPEC §15: a destination longer than an AMQP routing key (255 bytes) — the
+/// outbox accepts up to 1024 for other transports — is a permanent failure naming it, so
+/// the row is buried on its first attempt; before, lapin wrote a malformed frame and the
+/// row was retried forever. The other messages of the pass are delivered.
+#[tokio::test]
+async fn a_routing_key_over_255_bytes_is_a_permanent_error_and_its_row_is_buried_trn_2() {
+    let Some(fixture) =
+        Fixture::new("a_routing_key_over_255_bytes_is_a_permanent_error_and_its_row_is_buried_trn_2").await
+    else {
+        return;
+    };
+    let rabbitmq = Arc::new(transport(fixture.broker, Duration::from_secs(5)));
+    let options = DispatcherOptions::builder()
+        .max_attempts(std::num::NonZeroU32::new(5))
+        .retry_base(Duration::from_millis(10))
+        .build()
+        .unwrap();
+    let dispatcher = fixture.dispatcher(rabbitmq, options).await;
+    let long_key = format!("{}_{}", fixture.queue, "k".repeat(300));
+    let mut messages = fixture.messages(2);
+    messages.push(NewMessage::new("rabbitmq", long_key.as_str(), b"too long".to_vec()));
+    writer(&dispatcher).enqueue(&fixture.client, &messages).await.unwrap();
+    let dead = fixture.db.namespace().table("dead");
+    eventually("the row is buried", || async {
+        fixture.pass(&dispatcher).await;
+        let sql = format!("SELECT count(*) FROM {dead}");
+        fixture.client.query_one(&sql, &[]).await.unwrap().get::<_, i64>(0) == 1
+    })
+    .await;
+    let row = fixture
+        .client
+        .query_one(&format!("SELECT attempts, last_error, destination FROM {dead}"), &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, i32>(0), 1, "a permanent error buries at once");
+    let error: String = row.get(1);
+    assert!(
+        error.contains(&format!("is {} bytes long; an AMQP routing key holds 255", long_key.len())),
+        "{error}"
+    );
+    assert_eq!(row.get::<_, String>(2), long_key);
+    assert_eq!(fixture.received().await.len(), 2, "the rest of the pass is delivered");
+    fixture.finish().await;
+}

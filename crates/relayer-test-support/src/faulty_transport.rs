@@ -29,7 +29,7 @@ pub type Sink = Arc<Mutex<Vec<(String, Envelope)>>>;
 /// A recording transport with injectable failures, panics, slowness and a gate.
 ///
 /// Every knob is a public field: counters and switches are atomics a test may flip while
-/// workers send; `delay` and `permanent` are set before the transport is shared.
+/// workers send; `delay`, `permanent` and `error_detail` are set before the transport is shared.
 #[derive(Debug)]
 pub struct FaultyTransport {
     name: String,
@@ -52,6 +52,9 @@ pub struct FaultyTransport {
     pub failing: AtomicBool,
     /// Failures are permanent instead of transient.
     pub permanent: bool,
+    /// Appended to every injected error's text: text PostgreSQL refuses (a NUL), or a very
+    /// long one (SPEC §15).
+    pub error_detail: String,
     /// Each call sleeps this long before answering.
     pub delay: Duration,
     /// While set, every call waits for [`open_gate`](Self::open_gate) before answering.
@@ -85,6 +88,7 @@ impl FaultyTransport {
             failing_destinations: Mutex::new(HashSet::new()),
             failing: AtomicBool::new(false),
             permanent: false,
+            error_detail: String::new(),
             delay: Duration::ZERO,
             gated: AtomicBool::new(false),
             gate: Semaphore::new(0),
@@ -113,6 +117,7 @@ impl FaultyTransport {
     }
 
     fn error(&self, what: &str) -> TransportError {
+        let what = format!("{what}{}", self.error_detail);
         if self.permanent { TransportError::permanent(what) } else { TransportError::transient(what) }
     }
 }

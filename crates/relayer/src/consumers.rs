@@ -15,7 +15,8 @@ pub(crate) struct ConsumerSpec {
     pub(crate) handling: Handling<relayer_postgres::PgSession>,
 }
 
-/// Whole-setup checks that need no database (OPT-5): one subscription per queue per host.
+/// Whole-setup checks that need no database (OPT-5): one subscription per queue per host,
+/// and no cycle among their dead-letter queues (QUE-2).
 pub(crate) fn check(specs: &[ConsumerSpec]) -> Result<(), StartError> {
     let mut queues = BTreeSet::new();
     for spec in specs {
@@ -26,6 +27,10 @@ pub(crate) fn check(specs: &[ConsumerSpec]) -> Result<(), StartError> {
                 reason: "has two subscriptions on this host; raise its concurrency instead",
             });
         }
+    }
+    if let Some(cycle) = relayer_core::dead_letter_cycle(&self::queues(specs)) {
+        let cycle = cycle.iter().map(|queue| format!("{queue:?}")).collect::<Vec<_>>().join(" → ");
+        return Err(StartError::DeadLetterCycle { cycle });
     }
     Ok(())
 }
@@ -44,7 +49,6 @@ pub(crate) fn demand(specs: &[ConsumerSpec]) -> Vec<ConsumerDemand> {
 
 /// Each subscription's queue, dead-letter queue and invalid-message queue, for checking
 /// dead-letter policies against them (DLP-6).
-#[cfg_attr(not(feature = "dead-letters"), allow(dead_code))]
 pub(crate) fn queues(specs: &[ConsumerSpec]) -> Vec<SubscriptionQueues> {
     specs
         .iter()

@@ -48,6 +48,16 @@ pub enum StartError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// The subscriptions' dead-letter (or invalid-message) queues lead back to a queue they
+    /// came from, so a dead-lettered message would move between them forever (QUE-2).
+    #[cfg(feature = "consumer")]
+    #[error(
+        "relayer setup: dead-letter queues form a cycle: {cycle}; a message dead-lettered there would move between them forever — give one of them a dead-letter queue no subscription here consumes"
+    )]
+    DeadLetterCycle {
+        /// The queues of the cycle in order, the first repeated at the end (`"a" → "b" → "a"`).
+        cycle: String,
+    },
     /// The instance id is empty.
     #[error(
         "relayer setup: instance_id: must not be empty (it is this instance's lease owner and fingerprint key)"

@@ -107,7 +107,13 @@ impl RelayerHost {
         let declared: Vec<String> = transports
             .names()
             .filter_map(|name| transports.get(name))
-            .map(|transport| format!("{} ({})", transport.name(), transport.capabilities()))
+            .map(|transport| {
+                // User code: a panic there must not end the start (TRN-2); declare none.
+                let declared =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transport.capabilities()))
+                        .unwrap_or(relayer_core::Capabilities::NONE);
+                format!("{} ({declared})", transport.name())
+            })
             .collect();
         tracing::info!(target: TARGET, %namespace, instance = %instance_id, %database, transports = ?declared,
             workers = ?tasks.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(), "relayer host started");

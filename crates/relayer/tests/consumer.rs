@@ -68,3 +68,21 @@ async fn two_subscriptions_of_one_queue_are_refused_at_start_opt_5() {
     assert!(matches!(error, StartError::Subscription { .. }), "{error:?}");
     assert!(error.to_string().contains("\"orders\" has two subscriptions"), "{error}");
 }
+
+/// QUE-2, OPT-5: subscriptions whose dead-letter queues lead back to each other (A → B →
+/// A) are refused at start, naming the cycle, before anything runs.
+#[tokio::test]
+async fn dead_letter_queues_forming_a_cycle_are_refused_at_start_que_2() {
+    let db = TestDb::new().await; // not even migrated: the check comes before the database
+    let options = || ConsumerOptions::builder().build().unwrap();
+    let a = Subscription::new("a", options()).unwrap().with_dead_letter_queue("b").unwrap();
+    let b = Subscription::new("b", options()).unwrap().with_dead_letter_queue("a").unwrap();
+    let error = Relayer::builder(db.config(), db.namespace().clone())
+        .consumer(a, Arc::new(Bodies::default()))
+        .consumer(b, Arc::new(Bodies::default()))
+        .start()
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StartError::DeadLetterCycle { .. }), "{error:?}");
+    assert!(error.to_string().contains(r#"dead-letter queues form a cycle: "a" → "b" → "a""#), "{error}");
+}

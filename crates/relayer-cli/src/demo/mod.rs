@@ -401,7 +401,7 @@ async fn consume(
         loop {
             tokio::time::sleep(TICK).await;
             let row = client.query_one(&sql, &[&queues, &dead_letter_queues, &CONSUMER]).await?;
-            let (pending, dead_letters, inbox): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+            let (pending, dead_letters, inbox): (i64, i64, i64) = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
             println!(
                 "      {:>5.2} s  queues {pending:>5}  dead-letter queues {dead_letters:>4}  inbox {inbox:>5}  \
                  rejected {:>4}  redriven and handled {:>4}",
@@ -499,8 +499,8 @@ async fn snapshot(client: &Client, tables: &Tables, queue: &str) -> Result<Snaps
             &[&queue],
         )
         .await?;
-    let get = |index: usize| usize::try_from(row.get::<_, i64>(index)).unwrap_or(0);
-    Ok(Snapshot { outbox: get(0), claimed: get(1), queue: get(2), dead: get(3), inbox: get(4) })
+    let get = |index: usize| row.try_get::<_, i64>(index).map(|n| usize::try_from(n).unwrap_or(0));
+    Ok(Snapshot { outbox: get(0)?, claimed: get(1)?, queue: get(2)?, dead: get(3)?, inbox: get(4)? })
 }
 
 /// Prints a progress line every [`TICK`] until `done` holds, or fails after [`STEP_TIMEOUT`].
@@ -599,7 +599,7 @@ async fn missing_from_queue(
 }
 
 async fn count(client: &Client, sql: &str, ids: &[Uuid]) -> Result<i64, tokio_postgres::Error> {
-    Ok(client.query_one(sql, &[&ids]).await?.get(0))
+    client.query_one(sql, &[&ids]).await?.try_get(0)
 }
 
 /// Whether each lane's messages reached the queue in the order they were written (LAN-1).
@@ -620,7 +620,7 @@ async fn lanes_in_order(
         .await?;
     let mut last: HashMap<String, i64> = HashMap::new();
     for row in rows {
-        let (lane, n): (String, i64) = (row.get(0), row.get(1));
+        let (lane, n): (String, i64) = (row.try_get(0)?, row.try_get(1)?);
         if last.insert(lane, n).is_some_and(|previous| previous >= n) {
             return Ok(false);
         }
@@ -678,7 +678,7 @@ async fn crash_child(
     let left = snapshot(client, tables, "payments").await?;
     let distinct =
         format!("SELECT count(DISTINCT message_id) FROM {} WHERE queue = 'payments'", tables.queue);
-    let delivered: i64 = client.query_one(&distinct, &[]).await?.get(0);
+    let delivered: i64 = client.query_one(&distinct, &[]).await?.try_get(0)?;
     println!("      killed the child ({status})");
     Ok(Crash { delivered: usize::try_from(delivered).unwrap_or(0), left })
 }

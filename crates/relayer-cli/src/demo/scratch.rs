@@ -42,7 +42,8 @@ pub(crate) async fn recreate(client: &mut Client, namespace: &Namespace) -> Resu
     let quoted = namespace.quoted_schema();
     let found = match existing {
         None => Found::Nothing,
-        Some(row) if row.get::<_, Option<String>>(0).as_deref() == Some(MARKER) => {
+        // An unreadable comment is not the marker: the schema is then refused, never dropped.
+        Some(row) if row.try_get::<_, Option<String>>(0).ok().flatten().as_deref() == Some(MARKER) => {
             tx.batch_execute(&format!("DROP SCHEMA {quoted} CASCADE"))
                 .await
                 .map_err(|e| failed("dropping", e))?;

@@ -9,7 +9,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::error::{Field, OptionsError};
 use super::fingerprint::sha1_hex;
 use super::limits::{
-    DEFAULT_SEND_TIMEOUT, MAX_BODY_BYTES_LIMIT, MAX_CONCURRENCY, MAX_LINGER, MILLISECOND, MINUTE, SECOND,
+    DEFAULT_SEND_TIMEOUT, MAX_BODY_BYTES_LIMIT, MAX_CONCURRENCY, MAX_DISPATCH_MEMORY_BYTES, MAX_LINGER,
+    MILLISECOND, MINUTE, SECOND,
 };
 use super::setting_value::SettingValue;
 use super::sweeper::SweeperOptions;
@@ -57,7 +58,9 @@ worker_options! {
         /// Longest wait between failed polls (RES-2). Default 60s; positive, at most 49d.
         #[serde(with = "crate::duration::human")]
         max_backoff: Duration = 60 * SECOND;
-        /// Largest message body accepted at enqueue (OUT-3). Default 1 MiB; 1..=1 GiB.
+        /// Largest message body accepted at enqueue (OUT-3). Default 1 MiB; 1 byte..=1 GiB
+        /// less 1 MiB (`MAX_BODY_BYTES_LIMIT`), and `batch_size × max_body_bytes × 2 ×
+        /// (concurrency + 1)` at most 16 GiB (`MAX_DISPATCH_MEMORY_BYTES`).
         max_body_bytes: usize = 1 << 20;
         /// Unordered passes run side by side, each claiming its own batch (claims skip
         /// rows another holds), so one batch's send and commits overlap the next one's.
@@ -93,6 +96,19 @@ impl DispatcherOptionsBuilder {
         check_range(field("max_body_bytes"), self.max_body_bytes, 1..=MAX_BODY_BYTES_LIMIT)?;
         check_range(field("concurrency"), self.concurrency, 1..=MAX_CONCURRENCY)?;
         check_range(field("linger"), self.linger, Duration::ZERO..=MAX_LINGER)?;
+        let bodies = dispatch_memory(self.batch_size, self.max_body_bytes, self.concurrency);
+        if bodies > MAX_DISPATCH_MEMORY_BYTES {
+            let problem = format!(
+                "with batch_size {} and concurrency {}: the dispatcher could hold {} GiB of bodies \
+                 (batch_size × max_body_bytes × 2 batches × (concurrency + 1 lane loop)); the limit is {} GiB \
+                 — lower max_body_bytes, batch_size or concurrency",
+                self.batch_size,
+                self.concurrency,
+                bodies.div_ceil(1 << 30),
+                MAX_DISPATCH_MEMORY_BYTES >> 30
+            );
+            return Err(OptionsError::new(field("max_body_bytes"), self.max_body_bytes, problem));
+        }
         if let Some(send_timeout) = self.send_timeout {
             check_positive(field("send_timeout"), send_timeout)?;
             check_at_most_half(
@@ -104,6 +120,14 @@ impl DispatcherOptionsBuilder {
         }
         Ok(())
     }
+}
+
+/// The most bytes of bodies a dispatcher with these settings holds at once: two batches
+/// (one sending, one claimed ahead) of `batch_size` bodies of `max_body_bytes` in each of
+/// its `concurrency` unordered loops and its lane loop. Saturating.
+pub fn dispatch_memory(batch_size: u32, max_body_bytes: usize, concurrency: u32) -> u64 {
+    let body = u64::try_from(max_body_bytes).unwrap_or(u64::MAX);
+    u64::from(batch_size).saturating_mul(body).saturating_mul(2).saturating_mul(u64::from(concurrency) + 1)
 }
 
 impl DispatcherOptions {

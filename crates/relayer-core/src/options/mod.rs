@@ -38,11 +38,11 @@ pub(crate) mod worker_options;
 
 pub use self::cleanup::{CleanupOptions, CleanupOptionsBuilder};
 pub use self::dead_letter::{DeadLetterOptions, DeadLetterOptionsBuilder};
-pub use self::dispatcher::{DispatcherOptions, DispatcherOptionsBuilder};
+pub use self::dispatcher::{DispatcherOptions, DispatcherOptionsBuilder, dispatch_memory};
 pub use self::error::OptionsError;
 pub use self::limits::{
-    DEFAULT_SEND_TIMEOUT, MAX_BATCH_SIZE, MAX_BODY_BYTES_LIMIT, MAX_CONCURRENCY, MAX_INTERVAL, MAX_LEASE,
-    MAX_LINGER, MAX_RETENTION, MIN_LEASE,
+    DEFAULT_SEND_TIMEOUT, MAX_BATCH_SIZE, MAX_BODY_BYTES_LIMIT, MAX_CONCURRENCY, MAX_DISPATCH_MEMORY_BYTES,
+    MAX_INTERVAL, MAX_LEASE, MAX_LINGER, MAX_RETENTION, MIN_LEASE,
 };
 pub use self::sweeper::{SweeperOptions, SweeperOptionsBuilder};
 

@@ -97,7 +97,7 @@ fn errors_name_the_field_and_the_value_opt_3() {
         ),
         (
             DispatcherOptions::builder().max_body_bytes(0).build().map(drop),
-            "dispatcher.max_body_bytes: 0 is out of range (1..=1073741824)",
+            "dispatcher.max_body_bytes: 0 is out of range (1..=1072693248)",
         ),
         (
             CleanupOptions::builder().dead_retention(Retention::After(Duration::ZERO)).build().map(drop),
@@ -137,6 +137,33 @@ fn a_dead_letter_lease_not_longer_than_its_interval_is_refused_naming_both_ldr_2
     assert!(defaults.lease_duration() > defaults.interval(), "{defaults:?}");
 }
 
+/// OPT-3: options under which a dispatcher could hold more bodies than
+/// `MAX_DISPATCH_MEMORY_BYTES` are refused, naming `max_body_bytes`, `batch_size` and
+/// `concurrency`; the largest product within it is accepted.
+#[test]
+fn a_dispatcher_that_could_hold_more_than_the_memory_ceiling_is_refused_naming_its_options_opt_3() {
+    use super::{MAX_DISPATCH_MEMORY_BYTES, dispatch_memory};
+    let error =
+        DispatcherOptions::builder().batch_size(MAX_BATCH_SIZE).max_body_bytes(1 << 20).build().unwrap_err();
+    assert_eq!((error.field(), error.value()), ("dispatcher.max_body_bytes", "1048576"));
+    assert_eq!(
+        error.to_string(),
+        "dispatcher.max_body_bytes: 1048576 with batch_size 10000 and concurrency 2: the dispatcher could hold \
+         59 GiB of bodies (batch_size × max_body_bytes × 2 batches × (concurrency + 1 lane loop)); the limit is \
+         16 GiB — lower max_body_bytes, batch_size or concurrency"
+    );
+    // 1000 × 1 MiB × 2 × (2 + 1) = 6000 MiB: within the ceiling.
+    assert_eq!(dispatch_memory(1000, 1 << 20, 2), 6000 << 20);
+    DispatcherOptions::builder().batch_size(1000).max_body_bytes(1 << 20).build().unwrap();
+    let largest = usize::try_from(MAX_DISPATCH_MEMORY_BYTES / (2 * 10_000 * 3)).unwrap();
+    DispatcherOptions::builder().batch_size(MAX_BATCH_SIZE).max_body_bytes(largest).build().unwrap();
+    DispatcherOptions::builder().batch_size(MAX_BATCH_SIZE).max_body_bytes(largest + 1).build().unwrap_err();
+    // Options read from a file are held to the same ceiling (OPT-2).
+    let toml = "batch_size = 10000\nmax_body_bytes = 1048576\n";
+    let error = toml::from_str::<DispatcherOptions>(toml).unwrap_err().to_string();
+    assert!(error.contains("the limit is 16 GiB"), "{error}");
+}
+
 #[test]
 fn edges_of_every_range_are_accepted() {
     SweeperOptions::builder()
@@ -151,6 +178,12 @@ fn edges_of_every_range_are_accepted() {
         .batch_size(MAX_BATCH_SIZE)
         .retry_base(secs(5))
         .retry_max(secs(5))
+        .max_body_bytes(MAX_BODY_BYTES_LIMIT / MAX_BATCH_SIZE as usize)
+        .build()
+        .unwrap();
+    DispatcherOptions::builder()
+        .batch_size(1)
+        .concurrency(1)
         .max_body_bytes(MAX_BODY_BYTES_LIMIT)
         .build()
         .unwrap();

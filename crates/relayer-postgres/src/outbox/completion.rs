@@ -2,6 +2,7 @@
 //! rows released with their retry delay or moved to the dead table, deferred rows released.
 //! Every part is fenced, by the claim token or by what a locked page's rows are.
 
+use relayer_core::BoundedText;
 use relayer_core::store::{Completion, CompletionReport};
 use tokio_postgres::types::Type;
 use uuid::Uuid;
@@ -51,6 +52,9 @@ impl OutboxStatements {
             });
         }
         let statement = statements[0];
+        // A transport's error is external text: one with a NUL would fail this statement,
+        // and the batch would be sent again forever, never counted (SPEC §15).
+        let failed_error: Vec<BoundedText> = c.failed_error.iter().map(|e| BoundedText::error(e)).collect();
         let row = one_row(
             client,
             statement,
@@ -58,7 +62,7 @@ impl OutboxStatements {
                 (&token, Type::UUID),
                 (&c.accepted, Type::INT8_ARRAY),
                 (&c.failed_seq, Type::INT8_ARRAY),
-                (&c.failed_error, Type::TEXT_ARRAY),
+                (&failed_error, Type::TEXT_ARRAY),
                 (&c.failed_delay_us, Type::INT8_ARRAY),
                 (&c.failed_dead, Type::BOOL_ARRAY),
                 (&c.deferred_seq, Type::INT8_ARRAY),

@@ -54,6 +54,8 @@ pub struct OutboxWriter {
     channel: String,
     transports: BTreeSet<String>,
     max_body_bytes: usize,
+    /// The most bytes of rows one insert binds ([`crate::split`]); lowered only by tests.
+    max_statement_bytes: usize,
 }
 
 /// One rendering of the enqueue statement, with and without the NOTIFY.
@@ -125,6 +127,7 @@ impl OutboxWriter {
             lane_lock_prefix: lane_lock_prefix(namespace),
             transports: transports.into_iter().map(Into::into).collect(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_statement_bytes: crate::split::MAX_STATEMENT_BYTES,
             notify: true,
         }
     }
@@ -167,6 +170,10 @@ impl OutboxWriter {
     /// Every message is validated first; on any refusal nothing is written. The rows become
     /// visible, and dispatchers listening on the namespace's channel wake, iff the caller's
     /// transaction commits.
+    ///
+    /// A batch whose rows add up to more than 256 MiB is written in several statements, in
+    /// order, each under PostgreSQL's 1 GiB limits (one round trip each). They commit
+    /// together inside a transaction; on an autocommitting client one by one.
     pub async fn enqueue(
         &self,
         client: &impl Executor,
@@ -176,8 +183,39 @@ impl OutboxWriter {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let what = format!("enqueueing {}", crate::error::messages(messages.len()));
-        Ok(super::batch::insert_and_read_back(client, batch.statement(), &batch.params(), what).await?)
+        let what = || format!("enqueueing {}", crate::error::messages(messages.len()));
+        let sizes: Vec<usize> = messages.iter().map(crate::split::message_bytes).collect();
+        let runs = crate::split::split_by_bytes(&sizes, self.max_statement_bytes);
+        if runs.len() <= 1 {
+            return Ok(super::batch::insert_and_read_back(
+                client,
+                batch.statement(),
+                &batch.params(),
+                what(),
+            )
+            .await?);
+        }
+        // Each run locks every lane key of the whole batch, sorted, before it draws a seq:
+        // the first run takes them all (LAN-1c), the others find them held by their own
+        // transaction, so writers of several lanes still cannot deadlock.
+        let lane_keys = batch.lane_keys.clone();
+        let mut written = Vec::with_capacity(messages.len());
+        for run in runs {
+            let mut part = self.encode(&messages[run], lane_keys.clone());
+            part.statement = self.statement_for(&part);
+            written.extend(
+                super::batch::insert_and_read_back(client, part.statement(), &part.params(), what()).await?,
+            );
+        }
+        Ok(written)
+    }
+
+    /// The largest total of row bytes one insert binds, lowered by tests to split small
+    /// batches (the default is [`MAX_STATEMENT_BYTES`](crate::split::MAX_STATEMENT_BYTES)).
+    #[cfg(test)]
+    pub(crate) fn with_max_statement_bytes(mut self, bytes: usize) -> Self {
+        self.max_statement_bytes = bytes;
+        self
     }
 
     /// Validates `messages` and encodes them as the parameters of the one enqueue statement
@@ -190,10 +228,31 @@ impl OutboxWriter {
         for (index, message) in messages.iter().enumerate() {
             message.validate(index, self.max_body_bytes, |name| self.transports.contains(name))?;
         }
+        let mut batch = self.encode(messages, Vec::new());
+        batch.lane_keys = batch
+            .lanes
+            .iter()
+            .flatten()
+            .map(|lane| advisory_lock_key(&format!("{}{lane}", self.lane_lock_prefix)))
+            .collect();
+        batch.statement = self.statement_for(&batch);
+        Ok(batch)
+    }
+
+    /// The statement rendering for `batch`: with the lanes' locks when it has lane keys, with
+    /// the NOTIFY unless the writer is silent.
+    fn statement_for(&self, batch: &EnqueueBatch<'_>) -> &str {
+        let statements = if batch.lane_keys.is_empty() { &self.unordered } else { &self.ordered };
+        if self.notify { &statements.notifying } else { &statements.silent }
+    }
+
+    /// `messages` (already validated) encoded as the enqueue's parameters, with `lane_keys`
+    /// and no statement chosen yet.
+    fn encode<'a>(&'a self, messages: &'a [NewMessage], lane_keys: Vec<i64>) -> EnqueueBatch<'a> {
         // The columns every writer binds come from one place (the direct queue writer too).
         let WrittenColumns { ids, destinations, bodies, headers, trace_contexts, deliver_at, delays } =
             WrittenColumns::of(messages);
-        let mut batch = EnqueueBatch {
+        EnqueueBatch {
             statement: "",
             ids,
             transports: messages.iter().map(NewMessage::transport).collect(),
@@ -204,18 +263,9 @@ impl OutboxWriter {
             lanes: messages.iter().map(NewMessage::lane_key).collect(),
             deliver_at,
             delays,
-            lane_keys: Vec::new(),
+            lane_keys,
             channel: self.notify.then_some(self.channel.as_str()),
-        };
-        batch.lane_keys = batch
-            .lanes
-            .iter()
-            .flatten()
-            .map(|lane| advisory_lock_key(&format!("{}{lane}", self.lane_lock_prefix)))
-            .collect();
-        let statements = if batch.lane_keys.is_empty() { &self.unordered } else { &self.ordered };
-        batch.statement = if self.notify { &statements.notifying } else { &statements.silent };
-        Ok(batch)
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use relayer_core::postgres::JsonbHeaders;
 use relayer_core::time::database_micros;
-use relayer_core::{Namespace, Timestamp, Uuid};
+use relayer_core::{BoundedText, Namespace, Timestamp, Uuid};
 use tokio_postgres::Row;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -159,9 +159,9 @@ impl ConsumeStatements {
         let (seqs, tokens) = split(dead_letters.iter().map(|d| d.receipt));
         let targets: Vec<&str> = dead_letters.iter().map(|d| d.queue.as_str()).collect();
         let reasons: Vec<&str> = dead_letters.iter().map(|d| d.reason.as_str()).collect();
-        // PostgreSQL text cannot hold NUL; a handler's message might.
-        let messages: Vec<String> =
-            dead_letters.iter().map(|d| d.message.replace('\0', "\u{fffd}")).collect();
+        // A handler's message is external text: bounded, and without NUL (SPEC §15).
+        let messages: Vec<BoundedText> =
+            dead_letters.iter().map(|d| BoundedText::error(&d.message)).collect();
         let handled: Vec<i32> = dead_letters.iter().map(|d| i32::from(d.handled)).collect();
         let params: [(&(dyn ToSql + Sync), Type); 6] = [
             (&seqs, Type::INT8_ARRAY),

@@ -59,6 +59,8 @@ pub struct QueueWriter {
     channel: String,
     transport: String,
     max_body_bytes: usize,
+    /// The most bytes of rows one insert binds ([`crate::split`]); lowered only by tests.
+    max_statement_bytes: usize,
     notify_interval: Duration,
     /// When each queue was last notified by this writer (or its clones).
     notified: Arc<Mutex<HashMap<String, Instant>>>,
@@ -89,14 +91,27 @@ impl QueueWriter {
             channel: super::queue_channel(namespace),
             transport: queue_transport.into(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_statement_bytes: crate::split::MAX_STATEMENT_BYTES,
             notify_interval: DEFAULT_NOTIFY_INTERVAL,
             notified: Arc::default(),
         }
     }
 
-    /// Sets the largest body accepted, in bytes.
+    /// Sets the largest body accepted, in bytes, at most
+    /// [`MAX_BODY_BYTES_LIMIT`](relayer_core::options::MAX_BODY_BYTES_LIMIT) (1 GiB less
+    /// 1 MiB, what one PostgreSQL insert can carry with its row): a larger value means that
+    /// limit, so a body PostgreSQL would refuse inside the caller's transaction is refused
+    /// before it (OUT-3).
     pub fn with_max_body_bytes(mut self, max_body_bytes: usize) -> Self {
-        self.max_body_bytes = max_body_bytes;
+        self.max_body_bytes = max_body_bytes.min(relayer_core::options::MAX_BODY_BYTES_LIMIT);
+        self
+    }
+
+    /// The largest total of row bytes one insert binds, lowered by tests to split small
+    /// batches (the default is [`MAX_STATEMENT_BYTES`](crate::split::MAX_STATEMENT_BYTES)).
+    #[cfg(test)]
+    pub(crate) fn with_max_statement_bytes(mut self, bytes: usize) -> Self {
+        self.max_statement_bytes = bytes;
         self
     }
 
@@ -127,8 +142,34 @@ impl QueueWriter {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let what = format!("enqueueing {} into the queue table", crate::error::messages(batch.len()));
-        Ok(crate::outbox::insert_and_read_back(client, batch.statement(), &batch.params(), what).await?)
+        let what = || format!("enqueueing {} into the queue table", crate::error::messages(batch.len()));
+        let sizes: Vec<usize> = messages.iter().map(crate::split::message_bytes).collect();
+        let runs = crate::split::split_by_bytes(&sizes, self.max_statement_bytes);
+        if runs.len() <= 1 {
+            return Ok(crate::outbox::insert_and_read_back(
+                client,
+                batch.statement(),
+                &batch.params(),
+                what(),
+            )
+            .await?);
+        }
+        // Over PostgreSQL's limits as one statement (SPEC §15): one insert per run, in
+        // order; the first run's NOTIFY wakes the batch's queues on commit.
+        let mut wake = batch.wake.clone();
+        let mut written = Vec::with_capacity(messages.len());
+        for run in runs {
+            let part = QueueBatch {
+                statement: &self.insert,
+                columns: WrittenColumns::of(&messages[run]),
+                wake: std::mem::take(&mut wake),
+                channel: &self.channel,
+            };
+            written.extend(
+                crate::outbox::insert_and_read_back(client, part.statement(), &part.params(), what()).await?,
+            );
+        }
+        Ok(written)
     }
 
     /// Validates `messages` and encodes them as the parameters of the one insert this
@@ -218,5 +259,18 @@ impl<'a> QueueBatch<'a> {
             EnqueueParam::Texts(&self.wake),
             EnqueueParam::Text(self.channel),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// OUT-3: no body limit lets through a body one PostgreSQL insert cannot carry.
+    #[test]
+    fn the_body_limit_never_exceeds_what_postgresql_stores_out_3() {
+        let writer = QueueWriter::new(&Namespace::default(), "queue").with_max_body_bytes(usize::MAX);
+        assert_eq!(writer.max_body_bytes, relayer_core::options::MAX_BODY_BYTES_LIMIT);
+        assert_eq!(writer.with_max_body_bytes(64).max_body_bytes, 64);
     }
 }

@@ -12,7 +12,7 @@ use relayer_core::Namespace;
 use tokio_postgres::GenericClient;
 
 use super::elapsed::duration_from_micros;
-use crate::error::StorageError;
+use crate::error::{StorageError, column};
 
 /// The oldest transaction and the xmin horizon of the server.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -58,10 +58,10 @@ pub(super) async fn horizon(client: &impl GenericClient) -> Result<Horizon, Stor
         .await
         .map_err(|e| StorageError::database("reading the xmin horizon", e))?;
     Ok(Horizon {
-        oldest_transaction_age: row.get::<_, Option<i64>>(0).map(duration_from_micros),
-        oldest_transaction_pid: row.get(1),
-        oldest_transaction_application: row.get(2),
-        xmin_age: row.get(3),
+        oldest_transaction_age: column::<Option<i64>>(&row, 0, "the xmin horizon")?.map(duration_from_micros),
+        oldest_transaction_pid: column(&row, 1, "the xmin horizon")?,
+        oldest_transaction_application: column(&row, 2, "the xmin horizon")?,
+        xmin_age: column(&row, 3, "the xmin horizon")?,
     })
 }
 
@@ -77,5 +77,14 @@ pub(super) async fn dead_tuples(
         )
         .await
         .map_err(|e| StorageError::database(format!("reading the dead tuples of {namespace}"), e))?;
-    Ok(rows.iter().map(|r| DeadTuples { table: r.get(0), live: r.get(1), dead: r.get(2) }).collect())
+    rows.iter()
+        .map(|r| {
+            let what = "the dead tuples";
+            Ok(DeadTuples {
+                table: column(r, 0, what)?,
+                live: column(r, 1, what)?,
+                dead: column(r, 2, what)?,
+            })
+        })
+        .collect()
 }

@@ -24,7 +24,7 @@ use relayer_core::duration::parse_duration;
 use tokio_postgres::GenericClient;
 
 use super::elapsed::{duration_from_micros, micros_since};
-use crate::error::StorageError;
+use crate::error::{StorageError, column};
 
 /// Instances seen within this window count as running (as the host's own comparison).
 const LIVE_WINDOW: &str = "10 minutes";
@@ -163,17 +163,18 @@ pub(super) async fn leases(
         .query(&sql, &[])
         .await
         .map_err(|e| StorageError::database(format!("reading the leases of {namespace}"), e))?;
-    Ok(rows
-        .iter()
-        .map(|r| LeaseStatus {
-            job: r.get(0),
-            owner: r.get(1),
-            term: r.get(2),
-            held_for: duration_from_micros(r.get(3)),
-            since_renewal: duration_from_micros(r.get(4)),
-            expires_in_micros: r.get(5),
+    rows.iter()
+        .map(|r| {
+            Ok(LeaseStatus {
+                job: column(r, 0, "the leases")?,
+                owner: column(r, 1, "the leases")?,
+                term: column(r, 2, "the leases")?,
+                held_for: duration_from_micros(column(r, 3, "the leases")?),
+                since_renewal: duration_from_micros(column(r, 4, "the leases")?),
+                expires_in_micros: column(r, 5, "the leases")?,
+            })
         })
-        .collect())
+        .collect()
 }
 
 pub(super) async fn instances(
@@ -192,10 +193,9 @@ pub(super) async fn instances(
         .query(&sql, &[])
         .await
         .map_err(|e| StorageError::database(format!("reading the instances of {namespace}"), e))?;
-    Ok(rows
-        .iter()
+    rows.iter()
         .map(|r| {
-            let settings: serde_json::Value = r.get(3);
+            let settings: serde_json::Value = column(r, 3, "the instances")?;
             let settings = settings
                 .as_object()
                 .map(|object| {
@@ -208,16 +208,16 @@ pub(super) async fn instances(
                         .collect()
                 })
                 .unwrap_or_default();
-            InstanceStatus {
-                worker: r.get(0),
-                instance: r.get(1),
-                fingerprint: r.get(2),
+            Ok(InstanceStatus {
+                worker: column(r, 0, "the instances")?,
+                instance: column(r, 1, "the instances")?,
+                fingerprint: column(r, 2, "the instances")?,
                 settings,
-                since_seen: duration_from_micros(r.get(4)),
-                running_for: duration_from_micros(r.get(5)),
-            }
+                since_seen: duration_from_micros(column(r, 4, "the instances")?),
+                running_for: duration_from_micros(column(r, 5, "the instances")?),
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// Workers whose live instances recorded more than one fingerprint, naming the settings
