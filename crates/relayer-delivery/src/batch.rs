@@ -97,6 +97,6 @@ pub fn capabilities(transport: &dyn Transport) -> Capabilities {
 /// `text` as stored in `last_error`: without NUL and at most
 /// [`MAX_ERROR_BYTES`](relayer_core::bounded_text::MAX_ERROR_BYTES), so a chatty transport
 /// cannot bloat the outbox (the store applies the same conversion to whatever it binds).
-pub(crate) fn bounded(text: String) -> String {
-    relayer_core::BoundedText::error(&text).into_string()
+pub(crate) fn bounded(text: &str) -> String {
+    relayer_core::BoundedText::error(text).into_string()
 }

@@ -139,7 +139,7 @@ impl SendPath {
             let error = missing_transport(transport);
             let decision = retry_or_bury(&self.policy, envelope.attempts, error.class());
             return HeadOutcome::Failed {
-                error: bounded(error.chain()),
+                error: bounded(&error.chain()),
                 decision,
                 panicked: false,
                 timed_out: false,
@@ -162,7 +162,7 @@ impl SendPath {
                 self.breakers.record(&key, false);
                 let decision = retry_or_bury(&self.policy, envelope.attempts, error.class());
                 HeadOutcome::Failed {
-                    error: bounded(error.chain()),
+                    error: bounded(&error.chain()),
                     decision,
                     panicked: end.panicked,
                     timed_out: end.timed_out,
@@ -260,7 +260,7 @@ struct GroupTally {
 impl GroupTally {
     fn fail(&mut self, seq: i64, attempts_before: u32, error: &TransportError, policy: &RetryPolicy) {
         self.failed += 1;
-        let text = bounded(error.chain());
+        let text = bounded(&error.chain());
         match retry_or_bury(policy, attempts_before, error.class()) {
             FailureDecision::Bury { .. } => self.buried.push((seq, text)),
             FailureDecision::Retry { after, .. } => self.retried.push((seq, text, after)),
