@@ -130,7 +130,6 @@ fn server_probe_sql(config: &Config) -> String {
 }
 
 impl Session {
-    /// Opens, probes and prepares a new session.
     /// Opens, probes and prepares a new session, all within `bound` (RES-5).
     pub(crate) async fn open<T>(
         config: &Config,
@@ -159,10 +158,8 @@ impl Session {
                 tracing::debug!(target: TARGET, pid, "lock session opened");
                 Ok(Session { client, connection, bound, pid, try_lock, unlock, held })
             }
-            Ok(Err(error)) => {
-                connection.abort();
-                Err(error)
-            }
+            // The client is gone with `start`: the connection says goodbye and ends.
+            Ok(Err(error)) => Err(error),
             Err(_) => {
                 connection.abort();
                 Err(timed_out())
