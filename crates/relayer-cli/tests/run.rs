@@ -115,12 +115,19 @@ impl Drop for Sidecar {
 const SWEEPER: &str =
     "[sweeper]\nsweep_interval = \"100ms\"\nrecovery_delay = \"0s\"\nlease_duration = \"30s\"\n";
 
+/// The sweeper lease's holder, by instance id (the owner without its per-start nonce,
+/// `{instance_id}#{nonce}`), and whether it is live.
 async fn lease_owner(client: &Client, db: &TestDb) -> Option<(String, bool)> {
     let sql = format!(
         "SELECT owner, expires_at > now() FROM {} WHERE job = 'sweeper'",
         db.namespace().table("leases")
     );
-    client.query_opt(&sql, &[]).await.unwrap().map(|row| (row.get(0), row.get(1)))
+    client.query_opt(&sql, &[]).await.unwrap().map(|row| {
+        let owner: String = row.get(0);
+        let (instance, nonce) = owner.rsplit_once('#').expect("the owner carries a nonce");
+        assert_eq!(nonce.len(), 8, "{owner}");
+        (instance.to_owned(), row.get(1))
+    })
 }
 
 /// OPT-2: each bad value is refused by `config check` and by `run` in one line on standard
@@ -238,7 +245,8 @@ async fn run_stops_on_sigterm_releases_its_lease_and_a_second_run_leads_at_once_
         status["workers"].as_array().unwrap().iter().find(|w| w["worker"] == "sweeper").unwrap().clone();
     assert_eq!((sweeper["source"].as_str(), sweeper["stalled"].as_bool()), (Some("lease"), Some(false)));
     assert_eq!(sweeper["interval_seconds"], 0.1);
-    assert_eq!(status["leases"][1]["owner"], "first", "{}", status["leases"]);
+    let owner = status["leases"][1]["owner"].as_str().unwrap_or_default();
+    assert!(owner.starts_with("first#"), "{}", status["leases"]);
 
     let (success, stderr) = sidecar.terminate().await;
     assert!(success, "{stderr}");
