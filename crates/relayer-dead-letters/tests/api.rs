@@ -393,3 +393,31 @@ async fn a_redrive_skips_dead_letters_in_flight_and_clears_their_receipt_dlp_7()
     assert_eq!(consume.ack(&*client, &receipts(&held)).await.unwrap(), [held_seq]);
     assert_eq!(in_queue(&client, &db, "orders.dead").await, 0);
 }
+
+/// DLP-7, LAN-5: every audit row records who acted as the database sees it — the session
+/// user (the role that logged in) and the client's address — besides the actor named.
+#[tokio::test]
+async fn audit_rows_record_the_session_user_and_the_client_address_dlp_7() {
+    let (db, client) = setup().await;
+    let ids = send(&db, "orders", 1, db_now(&client).await).await;
+    dead_letter(&client, &db, "orders", "dead", "handler", 1).await;
+    let api = DeadLetterApi::new(db.namespace());
+    let one = QueueDeadLetterFilter::message(ids[0]);
+    let purged = api.purge_queue(&*client, &one, "ops:alice", Mode::Apply).await.unwrap();
+    assert_eq!(touched_ids(&purged), [ids[0]]);
+
+    let sql = format!(
+        "SELECT actor, db_user, client_addr::text, db_user = session_user, \
+                client_addr IS NOT DISTINCT FROM inet_client_addr() FROM {}",
+        db.namespace().table("audit")
+    );
+    let row = client.query_one(&sql, &[]).await.unwrap();
+    let (actor, user, address): (String, Option<String>, Option<String>) =
+        (row.get(0), row.get(1), row.get(2));
+    assert_eq!(actor, "ops:alice");
+    assert_eq!(user.as_deref(), db.config().get_user(), "the session user");
+    assert!(row.get::<_, bool>(3) && row.get::<_, bool>(4), "{user:?} {address:?}");
+    if db.config().get_hosts().iter().any(|host| matches!(host, tokio_postgres::config::Host::Tcp(_))) {
+        assert!(address.is_some(), "a TCP client's address is recorded");
+    }
+}

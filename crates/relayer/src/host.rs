@@ -75,8 +75,17 @@ impl RelayerHost {
     /// Spawns each hosted worker on a task of its own, in order, then the fingerprint
     /// refresh when this instance records any.
     pub(crate) fn run(started: Started) -> RelayerHost {
-        let Started { database, namespace, instance_id, lease_owner, options, transports, hosted, record, shutdown } =
-            started;
+        let Started {
+            database,
+            namespace,
+            instance_id,
+            lease_owner,
+            options,
+            transports,
+            hosted,
+            record,
+            shutdown,
+        } = started;
         let HostedWorkers {
             workers,
             settings: _,

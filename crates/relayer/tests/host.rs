@@ -234,15 +234,20 @@ async fn two_hosts_given_the_same_instance_id_never_both_lead_ldr_2() {
             .build()
             .unwrap()
     };
-    let sql = format!("SELECT owner, term, renewed_at FROM {} WHERE job = 'cleanup'", db.namespace().table("leases"));
+    let sql = format!(
+        "SELECT owner, term, renewed_at FROM {} WHERE job = 'cleanup'",
+        db.namespace().table("leases")
+    );
     let lease = || async {
         client.query_opt(&sql, &[]).await.unwrap().map(|row| {
             (row.get::<_, String>(0), row.get::<_, i64>(1), row.get::<_, std::time::SystemTime>(2))
         })
     };
     let first = builder(&db).cleanup(options()).instance_id("twin").start().await.unwrap();
-    eventually("the first host leads", || async { lease().await.is_some_and(|(owner, ..)| owner == first.lease_owner()) })
-        .await;
+    eventually("the first host leads", || async {
+        lease().await.is_some_and(|(owner, ..)| owner == first.lease_owner())
+    })
+    .await;
     let second = builder(&db).cleanup(options()).instance_id("twin").start().await.unwrap();
     assert_eq!((first.instance_id(), second.instance_id()), ("twin", "twin"));
     assert_ne!(first.lease_owner(), second.lease_owner());
