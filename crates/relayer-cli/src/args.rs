@@ -87,8 +87,15 @@ pub(crate) struct JsonFlag {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum SchemaCommand {
-    /// Print the schema SQL for the namespace (for your own migration tool)
-    Print,
+    /// Print the schema SQL for the namespace (for your own migration tool), or with
+    /// --grants the GRANTs a runtime role needs on it
+    Print {
+        /// Print instead the GRANTs the runtime role ROLE needs (data access only: schema
+        /// USAGE, row DML on relayer's tables); run them as the schema's owner after every
+        /// `schema apply` (see docs/operations.md, "Roles")
+        #[arg(long, value_name = "ROLE")]
+        grants: Option<String>,
+    },
     /// Apply the schema to the namespace (idempotent, safe from several replicas)
     Apply,
     /// Show the namespace's schema version against the one this binary ships
@@ -285,7 +292,11 @@ mod tests {
     #[test]
     fn parses_commands_and_global_options_anywhere() {
         let cli = parse("schema print --schema msg --prefix o_").unwrap();
-        assert!(matches!(cli.command, Command::Schema(SchemaCommand::Print)));
+        assert!(matches!(cli.command, Command::Schema(SchemaCommand::Print { grants: None })));
+        let cli = parse("schema print --grants app_rw").unwrap();
+        assert!(
+            matches!(cli.command, Command::Schema(SchemaCommand::Print { grants: Some(r) }) if r == "app_rw")
+        );
         let args = cli.global.resolve("public").unwrap();
         assert_eq!(args.namespace, Namespace::new("msg", "o_").unwrap());
         let cli = parse("--schema msg status --json").unwrap();

@@ -51,8 +51,14 @@ async fn execute(cli: Cli) -> CliResult {
     let database = |default_schema: &str| global.resolve(default_schema);
     match cli.command {
         Command::Status(flag) => status::show(&database("public")?, flag.json).await,
-        Command::Schema(SchemaCommand::Print) => {
+        Command::Schema(SchemaCommand::Print { grants: None }) => {
             print!("{}", relayer_postgres::schema_sql(&database("public")?.namespace));
+            Ok(())
+        }
+        Command::Schema(SchemaCommand::Print { grants: Some(role) }) => {
+            let sql = relayer_postgres::grants_sql(&database("public")?.namespace, &role)
+                .map_err(|e| format!("--grants: {e}"))?;
+            print!("{sql}");
             Ok(())
         }
         Command::Schema(SchemaCommand::Apply) => schema::apply(&database("public")?).await,

@@ -14,6 +14,7 @@ pub mod dead_letter_policy;
 pub mod dead_letters;
 mod error;
 pub mod exec;
+mod grants;
 pub mod inbox;
 pub mod instances;
 pub mod lanes;
@@ -46,6 +47,7 @@ pub use dead_letters::{
 };
 pub use error::{StorageError, StorageErrorKind};
 pub use exec::{Executor, Prepared};
+pub use grants::{InvalidRole, grants_sql};
 pub use inbox::{Inbox, InboxEntry};
 pub use instances::{InstanceSettings, InstanceStatements};
 pub use lanes::{HeadFailure, LaneClaim, LaneHead, LaneStatements, ParkedLane};
