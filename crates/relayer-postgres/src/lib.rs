@@ -21,6 +21,8 @@ pub mod lanes;
 pub mod lanes_admin;
 pub mod leases;
 #[cfg(feature = "tls-rustls")]
+mod libpq_env;
+#[cfg(feature = "tls-rustls")]
 mod libpq_url;
 pub mod listen;
 mod migrate;
