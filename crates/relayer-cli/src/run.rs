@@ -78,13 +78,31 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
     let sampler = config.metrics.map(|m| tokio::spawn(gauges::sample(args.clone(), m.sample_interval)));
 
     let stop = signals.next().await;
-    eprintln!("relayer run: {stop}: stopping (waiting for passes in flight, releasing leases)");
+    eprintln!(
+        "relayer run: {stop}: stopping (waiting for passes in flight, releasing leases; signal again to stop at once)"
+    );
     if let Some(sampler) = sampler {
         sampler.abort();
     }
-    host.shutdown().await;
+    tokio::select! {
+        () = host.shutdown() => {}
+        again = signals.next() => {
+            // The operator will not wait: exit now, as a process killed by that signal
+            // would. Leases not yet released expire on the database clock (LIF-3).
+            eprintln!("relayer run: {again} again: stopped at once, without waiting for passes in flight");
+            std::process::exit(128 + signal_number(again));
+        }
+    }
     eprintln!("relayer run: stopped");
     Ok(())
+}
+
+/// The number of a stop signal, for the exit status of a process it ended (128 + n).
+fn signal_number(name: &str) -> i32 {
+    match name {
+        "SIGINT" => 2,
+        _ => 15,
+    }
 }
 
 /// The host the configuration describes.

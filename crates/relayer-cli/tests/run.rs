@@ -90,16 +90,22 @@ impl Sidecar {
 
     /// Waits for the exit; returns whether it succeeded, and its stderr.
     async fn wait(&mut self) -> (bool, String) {
+        let (status, stderr) = self.wait_exit().await;
+        (status.success(), stderr)
+    }
+
+    /// Waits for the exit; returns its status, and its stderr.
+    async fn wait_exit(&mut self) -> (std::process::ExitStatus, String) {
         let mut child = self.child.take().unwrap();
         let reader = self.reader.take().unwrap();
-        let success = within(tokio::task::spawn_blocking(move || {
+        let status = within(tokio::task::spawn_blocking(move || {
             let status = child.wait().unwrap();
             reader.join().unwrap();
-            status.success()
+            status
         }))
         .await
         .unwrap();
-        (success, self.stderr.lock().unwrap().clone())
+        (status, self.stderr.lock().unwrap().clone())
     }
 }
 
@@ -316,6 +322,28 @@ async fn run_stops_cleanly_on_a_sigterm_during_start_up_lif_1() {
     })
     .await;
     assert!(second_sidecar.terminate().await.0);
+}
+
+/// LIF-1: a second SIGTERM while `run` waits for its shutdown — held there by a lock on
+/// the instances table, where it forgets its settings — ends it at once, saying so, with
+/// the status of a process killed by SIGTERM (128 + 15), not 0.
+#[tokio::test]
+async fn a_second_sigterm_during_shutdown_exits_at_once_non_zero_lif_1() {
+    let (db, mut client) = setup().await;
+    let config = ConfigFile::new(&format!("instance_id = \"stubborn\"\n{SWEEPER}"));
+    let mut sidecar = Sidecar::start(&db, &config);
+    sidecar.wait_for_stderr("as instance stubborn").await;
+    let holder = client.transaction().await.unwrap();
+    let instances = db.namespace().table("instances");
+    holder.batch_execute(&format!("LOCK TABLE {instances} IN ACCESS EXCLUSIVE MODE")).await.unwrap();
+    sidecar.signal_term();
+    sidecar.wait_for_stderr("SIGTERM: stopping").await;
+    sidecar.signal_term();
+    let (status, stderr) = sidecar.wait_exit().await;
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("SIGTERM again: stopped at once"), "{stderr}");
+    assert!(!stderr.contains("relayer run: stopped\n"), "{stderr}");
+    holder.rollback().await.unwrap();
 }
 
 /// OBS-2: with `[metrics]`, the sidecar serves Prometheus text on a loopback port: the
