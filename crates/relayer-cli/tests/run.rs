@@ -346,6 +346,46 @@ async fn a_second_sigterm_during_shutdown_exits_at_once_non_zero_lif_1() {
     holder.rollback().await.unwrap();
 }
 
+/// OBS-2: the sampled backlog of a destination is served while it has rows; once it
+/// drained, its series is zeroed, then removed by the exporter's idle timeout (three
+/// samples or three passes of the slowest worker), not left at its last value forever.
+#[tokio::test]
+async fn the_series_of_a_drained_destination_are_removed_obs_2() {
+    let (db, client) = setup().await;
+    let orders: Vec<NewMessage> =
+        (0..3).map(|n| NewMessage::new("queue", "orders", format!("#{n}").into_bytes())).collect();
+    write(&client, &db, &orders).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = ConfigFile::new(&format!(
+        "[cleanup]\ncleanup_interval = \"100ms\"\nmax_backoff = \"200ms\"\nlease_duration = \"5s\"\n\
+         [metrics]\nlisten = \"127.0.0.1:{port}\"\nsample_interval = \"100ms\"\n"
+    ));
+    let mut sidecar = Sidecar::start(&db, &config);
+    let series = "relayer_backlog{transport=\"queue\",destination=\"orders\"}";
+    eventually("the backlog of orders is served", || async {
+        scrape(port).is_some_and(|body| body.lines().any(|line| line == format!("{series} 3")))
+    })
+    .await;
+    // Delivered by a dispatcher of the test's own: the destination drains.
+    let host = relayer::Relayer::builder(db.config(), db.namespace().clone())
+        .queue_transport()
+        .dispatcher(
+            relayer::DispatcherOptions::builder()
+                .poll_interval(std::time::Duration::from_millis(50))
+                .build()
+                .unwrap(),
+        )
+        .start()
+        .await
+        .unwrap();
+    eventually("the series of the drained destination is removed", || async {
+        scrape(port).is_some_and(|body| body.contains("relayer_outbox_pending") && !body.contains(series))
+    })
+    .await;
+    host.shutdown().await;
+    assert!(sidecar.terminate().await.0);
+}
+
 /// OBS-2: with `[metrics]`, the sidecar serves Prometheus text on a loopback port: the
 /// sweeper's counters after it recovered a message, its pass durations, and the SQL gauges.
 #[tokio::test]

@@ -74,6 +74,6 @@ pub use queue::{
 pub use rustls_tls::{CertificateCheck, TlsSetupError, connector_from_url, rustls_tls};
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
 pub use session::{PgSession, PgSource};
-pub use status::{NamespaceStatus, namespace_status};
+pub use status::{NamespaceStatus, namespace_gauges, namespace_status};
 pub use store::PgStore;
 pub use tls::Tls;
