@@ -241,8 +241,8 @@ fn plan<'a>(
         // for any name: refused, as libpq refuses it without a root certificate.
         LibpqSslMode::VerifyCa if !has_ca => {
             return Err(TlsSetupError(
-                "sslmode=verify-ca needs the CA to check against: set sslrootcert or --ca-file, or put it \
-                 in ~/.postgresql/root.crt"
+                "sslmode=verify-ca needs the CA to check against: set sslrootcert (or PGSSLROOTCERT) or \
+                 --ca-file, or put it in ~/.postgresql/root.crt"
                     .to_owned(),
             ));
         }
