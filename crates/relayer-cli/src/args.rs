@@ -22,9 +22,11 @@ pub(crate) struct Cli {
 /// Options every command takes.
 #[derive(Debug, ClapArgs)]
 pub(crate) struct Global {
-    /// postgres://… URL or key=value string [default: host=127.0.0.1 user=postgres dbname=test];
-    /// libpq's sslmode (disable, prefer, require, verify-ca, verify-full) and sslrootcert apply,
-    /// and ~/.postgresql/root.crt is the CA when neither sslrootcert nor --ca-file is given
+    /// postgres://… URL or key=value string; else DATABASE_URL, else RELAYER_DATABASE_URL
+    /// (both set and different: warned), else for `run` the file's database_url
+    /// [default: host=127.0.0.1 user=postgres dbname=test]; libpq's sslmode (disable, prefer,
+    /// require, verify-ca, verify-full) and sslrootcert apply, PGSSLMODE and PGSSLROOTCERT
+    /// when the URL leaves them out, and ~/.postgresql/root.crt is the CA when no other is given
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub(crate) database_url: Option<String>,
     /// A PEM file of CA certificates to verify the server against (the only trusted roots):
@@ -87,8 +89,15 @@ pub(crate) struct JsonFlag {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum SchemaCommand {
-    /// Print the schema SQL for the namespace (for your own migration tool)
-    Print,
+    /// Print the schema SQL for the namespace (for your own migration tool), or with
+    /// --grants the GRANTs a runtime role needs on it
+    Print {
+        /// Print instead the GRANTs the runtime role ROLE needs (data access only: schema
+        /// USAGE, row DML on relayer's tables); run them as the schema's owner after every
+        /// `schema apply` (see docs/operations.md, "Roles")
+        #[arg(long, value_name = "ROLE")]
+        grants: Option<String>,
+    },
     /// Apply the schema to the namespace (idempotent, safe from several replicas)
     Apply,
     /// Show the namespace's schema version against the one this binary ships
@@ -139,6 +148,10 @@ pub(crate) struct Action {
     /// Who acts, for the audit record [default: the OS user]
     #[arg(long)]
     pub(crate) actor: Option<String>,
+    /// Confirms the action: required when standard input is not a terminal (scripts, CI),
+    /// so that a destructive command never runs unattended by accident
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
     /// Print JSON instead of a table
     #[arg(long)]
     pub(crate) json: bool,
@@ -260,7 +273,11 @@ impl Global {
         )
         .map_err(|e| e.to_string())?;
         Ok(Args {
-            database_url: self.database_url.clone().unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
+            database_url: self
+                .database_url
+                .clone()
+                .or_else(|| std::env::var(crate::database_url::RELAYER_DATABASE_URL).ok())
+                .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
             ca_file: self.ca_file.clone(),
             namespace,
         })
@@ -285,9 +302,13 @@ mod tests {
     #[test]
     fn parses_commands_and_global_options_anywhere() {
         let cli = parse("schema print --schema msg --prefix o_").unwrap();
-        assert!(matches!(cli.command, Command::Schema(SchemaCommand::Print)));
+        assert!(matches!(cli.command, Command::Schema(SchemaCommand::Print { grants: None })));
         let args = cli.global.resolve("public").unwrap();
         assert_eq!(args.namespace, Namespace::new("msg", "o_").unwrap());
+        let cli = parse("schema print --grants app_rw").unwrap();
+        assert!(
+            matches!(cli.command, Command::Schema(SchemaCommand::Print { grants: Some(r) }) if r == "app_rw")
+        );
         let cli = parse("--schema msg status --json").unwrap();
         assert!(matches!(cli.command, Command::Status(JsonFlag { json: true })));
         assert_eq!(
@@ -306,7 +327,9 @@ mod tests {
             panic!("not a redrive")
         };
         assert_eq!(selection.older_than, Some(std::time::Duration::from_secs(3600)));
-        assert!(action.dry_run);
+        assert!(action.dry_run && !action.yes);
+        let cli = parse("lanes skip account-1 --yes").unwrap();
+        assert!(matches!(cli.command, Command::Lanes(LaneCommand::Skip { action, .. }) if action.yes));
     }
 
     #[test]

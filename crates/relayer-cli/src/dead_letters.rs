@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::args::{Action, Args, DeadLetterCommand, DeadLetterSelection};
 use crate::connect::{CliResult, connect};
+use crate::escape::{Newlines, printable};
 use crate::output::{age, or_dash, print_json};
 use crate::table::Table;
 
@@ -81,6 +82,7 @@ pub(crate) async fn run(args: &Args, command: DeadLetterCommand) -> CliResult {
             }
         }
         DeadLetterCommand::Redrive { id, selection, action } => {
+            confirmed(&action, "dead-letters redrive")?;
             let (actor, mode) = (actor(&action)?, mode(&action));
             let touched = if selection.outbox {
                 api.redrive_outbox(&client, &outbox_filter(&selection, id)?, &actor, mode).await?
@@ -90,6 +92,7 @@ pub(crate) async fn run(args: &Args, command: DeadLetterCommand) -> CliResult {
             report("redrive", "redriven", &touched, &action, &actor);
         }
         DeadLetterCommand::Purge { id, selection, action } => {
+            confirmed(&action, "dead-letters purge")?;
             let (actor, mode) = (actor(&action)?, mode(&action));
             let touched = if selection.outbox {
                 api.purge_outbox(&client, &outbox_filter(&selection, id)?, &actor, mode).await?
@@ -100,6 +103,24 @@ pub(crate) async fn run(args: &Args, command: DeadLetterCommand) -> CliResult {
         }
     }
     Ok(())
+}
+
+/// Refuses an action that changes data when standard input is not a terminal and neither
+/// `--yes` nor `--dry-run` was given: a script must say it means it. At a terminal the
+/// command acts as typed.
+pub(crate) fn confirmed(action: &Action, command: &str) -> Result<(), String> {
+    use std::io::IsTerminal as _;
+    confirmation(action.yes || action.dry_run, std::io::stdin().is_terminal(), command)
+}
+
+fn confirmation(confirmed: bool, terminal: bool, command: &str) -> Result<(), String> {
+    if confirmed || terminal {
+        return Ok(());
+    }
+    Err(format!(
+        "{command} changes data and standard input is not a terminal: add --yes to confirm \
+         (or --dry-run to only see what it would touch)"
+    ))
 }
 
 /// The actor of an action: `--actor`, else the OS user.
@@ -268,9 +289,28 @@ fn describe(value: &Value) -> String {
                 Value::Null => "-".to_owned(),
                 other => other.to_string(),
             };
-            text.push_str(&format!("{name:>18}: {shown}\n"));
+            // Bodies, headers and errors are the database's text: escaped for the terminal.
+            text.push_str(&format!("{name:>18}: {}\n", printable(&shown, Newlines::Escape)));
         }
     }
     text.push('\n');
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// OBS-3: without a terminal, an action needs --yes (or is a dry run); at a terminal it
+    /// acts as typed.
+    #[test]
+    fn actions_without_a_terminal_need_yes_obs_3() {
+        let refused = confirmation(false, false, "dead-letters purge").unwrap_err();
+        assert!(
+            refused.starts_with("dead-letters purge changes data") && refused.contains("--yes"),
+            "{refused}"
+        );
+        assert!(confirmation(true, false, "lanes skip").is_ok());
+        assert!(confirmation(false, true, "lanes skip").is_ok());
+    }
 }

@@ -1,19 +1,30 @@
 //! The sidecar's gauges sampled from SQL every `metrics.sample_interval` (OBS-2): what only
 //! the database knows — backlog, oldest pending age, parked lanes, dead rows and letters,
 //! each worker's last successful pass as the database shows it, dead tuples and the xmin
-//! horizon. A label set that disappears (a destination drained) is set to 0 rather than
-//! left at its last value.
+//! horizon. Read with bounded statements (`namespace_gauges`: at most [`SAMPLE_CAP`] rows
+//! of a table, estimates past it), never a full-table scan per sample. A label set that
+//! disappears (a destination drained) is set to 0 once, then no longer updated, so the
+//! exporter's idle timeout removes the series.
 
 use std::collections::HashSet;
 
 use std::time::Duration;
 
 use metrics::Label;
-use relayer_postgres::{NamespaceStatus, namespace_status};
+use relayer_postgres::{NamespaceStatus, namespace_gauges};
 
 use crate::args::Args;
 use crate::connect::connect;
 use crate::output::seconds;
+
+/// The most rows of one table a sample reads.
+pub(crate) const SAMPLE_CAP: u32 = 10_000;
+
+/// How long a gauge series lives without being set: three samples, or three passes of the
+/// slowest worker (whose own gauges are set once per pass), whichever is longer.
+pub(crate) fn idle_timeout(sample_interval: Duration, worker_intervals: &[Duration]) -> Duration {
+    worker_intervals.iter().copied().fold(sample_interval, Duration::max) * 3
+}
 
 /// One gauge family and the label sets it set last time.
 struct Family {
@@ -34,6 +45,8 @@ impl Family {
             metrics::gauge!(self.name, to_labels(&key)).set(value);
             current.insert(key);
         }
+        // Zero once, so the last sample is right; then left alone for the exporter's idle
+        // timeout to remove.
         for gone in self.previous.difference(&current) {
             metrics::gauge!(self.name, to_labels(gone)).set(0.0);
         }
@@ -137,6 +150,8 @@ pub(crate) async fn sample(args: Args, interval: Duration) {
     let mut gauges = Gauges::new();
     let mut client: Option<tokio_postgres::Client> = None;
     let mut ticks = tokio::time::interval(interval);
+    // A slow sample (a busy database) delays the next one instead of firing a burst.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         if client.as_ref().is_none_or(tokio_postgres::Client::is_closed) {
@@ -149,7 +164,7 @@ pub(crate) async fn sample(args: Args, interval: Duration) {
             };
         }
         let Some(connected) = &client else { continue };
-        match namespace_status(connected, &args.namespace).await {
+        match namespace_gauges(connected, &args.namespace, SAMPLE_CAP).await {
             Ok(status) => gauges.record(&status),
             Err(error) => {
                 tracing::warn!(target: "relayer::cli", error = %relayer_core::error_chain(&error), "metrics sampling failed");

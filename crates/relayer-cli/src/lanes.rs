@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use crate::args::{Action, Args, LaneCommand};
 use crate::connect::{CliResult, connect};
-use crate::dead_letters::actor;
+use crate::dead_letters::{actor, confirmed};
 use crate::output::{maybe_age, or_dash, print_json, seconds};
 use crate::table::Table;
 
@@ -49,6 +49,7 @@ pub(crate) async fn run(args: &Args, command: LaneCommand) -> CliResult {
             }
         }
         LaneCommand::Release { lane, action } => {
+            confirmed(&action, "lanes release")?;
             let who = actor(&action)?;
             let outcome = if action.dry_run {
                 admin.parked_head(&client, &lane).await?
@@ -65,6 +66,7 @@ pub(crate) async fn run(args: &Args, command: LaneCommand) -> CliResult {
             );
         }
         LaneCommand::Skip { lane, action } => {
+            confirmed(&action, "lanes skip")?;
             let who = actor(&action)?;
             let outcome = if action.dry_run {
                 admin.parked_head(&client, &lane).await?

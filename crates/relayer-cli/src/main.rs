@@ -8,8 +8,10 @@ mod args;
 mod config;
 mod config_error;
 mod connect;
+mod database_url;
 mod dead_letters;
 mod demo;
+mod escape;
 mod gauges;
 mod lanes;
 mod output;
@@ -36,11 +38,14 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    database_url::warn_on_conflict(cli.global.database_url.as_deref());
     match execute(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             // One line, each cause once (relayer's top-level errors already carry theirs).
-            eprintln!("error: {}", relayer::error_chain(error.as_ref()));
+            // Errors may quote the database's text (a row's error, a server message): escaped.
+            let chain = relayer::error_chain(error.as_ref());
+            eprintln!("error: {}", escape::printable(&chain, escape::Newlines::Keep));
             ExitCode::FAILURE
         }
     }
@@ -51,8 +56,14 @@ async fn execute(cli: Cli) -> CliResult {
     let database = |default_schema: &str| global.resolve(default_schema);
     match cli.command {
         Command::Status(flag) => status::show(&database("public")?, flag.json).await,
-        Command::Schema(SchemaCommand::Print) => {
+        Command::Schema(SchemaCommand::Print { grants: None }) => {
             print!("{}", relayer_postgres::schema_sql(&database("public")?.namespace));
+            Ok(())
+        }
+        Command::Schema(SchemaCommand::Print { grants: Some(role) }) => {
+            let sql = relayer_postgres::grants_sql(&database("public")?.namespace, &role)
+                .map_err(|e| format!("--grants: {e}"))?;
+            print!("{sql}");
             Ok(())
         }
         Command::Schema(SchemaCommand::Apply) => schema::apply(&database("public")?).await,

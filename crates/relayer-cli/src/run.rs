@@ -37,6 +37,7 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
 
     if let Some(metrics) = config.metrics {
         use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+        use metrics_util::MetricKindMask;
         // Durations as histograms with buckets (aggregatable across instances, unlike the
         // exporter's default summaries): from a millisecond up to the minute a slow pass or
         // handler may reach.
@@ -44,6 +45,11 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
             &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
         PrometheusBuilder::new()
             .with_http_listener(metrics.listen)
+            // A gauge series no longer set (a drained destination) is removed after it.
+            .idle_timeout(
+                MetricKindMask::GAUGE,
+                Some(gauges::idle_timeout(metrics.sample_interval, &worker_intervals(&config))),
+            )
             .set_buckets_for_metric(Matcher::Suffix("_duration_seconds".to_owned()), DURATION_BUCKETS)
             .map_err(|e| format!("metrics: duration buckets: {e}"))?
             .install()
@@ -78,13 +84,51 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
     let sampler = config.metrics.map(|m| tokio::spawn(gauges::sample(args.clone(), m.sample_interval)));
 
     let stop = signals.next().await;
-    eprintln!("relayer run: {stop}: stopping (waiting for passes in flight, releasing leases)");
+    eprintln!(
+        "relayer run: {stop}: stopping (waiting for passes in flight, releasing leases; signal again to stop at once)"
+    );
     if let Some(sampler) = sampler {
         sampler.abort();
     }
-    host.shutdown().await;
+    tokio::select! {
+        () = host.shutdown() => {}
+        again = signals.next() => {
+            // The operator will not wait: exit now, as a process killed by that signal
+            // would. Leases not yet released expire on the database clock (LIF-3).
+            eprintln!("relayer run: {again} again: stopped at once, without waiting for passes in flight");
+            std::process::exit(128 + signal_number(again));
+        }
+    }
     eprintln!("relayer run: stopped");
     Ok(())
+}
+
+/// The number of a stop signal, for the exit status of a process it ended (128 + n).
+fn signal_number(name: &str) -> i32 {
+    match name {
+        "SIGINT" => 2,
+        _ => 15,
+    }
+}
+
+/// Each configured worker's pass interval and longest back-off: how far apart its passes,
+/// and so the updates of its own gauges, may be.
+fn worker_intervals(config: &Config) -> Vec<std::time::Duration> {
+    let mut intervals = Vec::new();
+    if let Some(o) = &config.dispatcher {
+        intervals.extend([o.poll_interval(), o.max_backoff()]);
+    }
+    if let Some(o) = &config.sweeper {
+        intervals.extend([o.sweep_interval(), o.max_backoff()]);
+    }
+    if let Some(o) = &config.cleanup {
+        intervals.extend([o.cleanup_interval(), o.max_backoff()]);
+    }
+    if config.policies.is_some() {
+        let o = config.dead_letter.clone().unwrap_or_default();
+        intervals.extend([o.interval(), o.max_backoff()]);
+    }
+    intervals
 }
 
 /// The host the configuration describes.

@@ -14,6 +14,8 @@
 
 use std::fmt::Write as _;
 
+use crate::escape::{Newlines, printable};
+
 /// The width human output keeps within.
 pub(crate) const WIDTH: usize = 80;
 
@@ -48,11 +50,13 @@ impl Table {
         let cells = cells
             .into_iter()
             .zip(&self.text)
-            .map(
-                |(cell, &text)| {
-                    if text { cell.replace(['\n', '\r'], " ") } else { quoted_if_ambiguous(cell) }
-                },
-            )
+            .map(|(cell, &text)| {
+                if text {
+                    printable(&cell.replace(['\n', '\r'], " "), Newlines::Escape)
+                } else {
+                    quoted_if_ambiguous(cell)
+                }
+            })
             .collect();
         self.rows.push(cells);
     }

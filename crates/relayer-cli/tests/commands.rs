@@ -199,13 +199,14 @@ async fn dead_letters_are_listed_shown_redriven_and_purged_with_audit_dlp_7() {
     assert_eq!(count(&client, &db, "queue", "queue = 'orders'").await, 0, "a dry run changes nothing");
     assert!(audit(&client, &db).await.is_empty(), "a dry run audits nothing");
 
-    let redriven = relayer(&db, &["dead-letters", "redrive", &id, "--actor", "alice", "--json"]).await.json();
+    let redriven =
+        relayer(&db, &["dead-letters", "redrive", &id, "--actor", "alice", "--json", "--yes"]).await.json();
     assert_eq!((redriven["count"].as_i64(), redriven["actor"].as_str()), (Some(1), Some("alice")));
     assert_eq!(count(&client, &db, "queue", "queue = 'orders' AND dead_lettered_at IS NULL").await, 1);
 
-    let refused = relayer(&db, &["dead-letters", "purge"]).await;
+    let refused = relayer(&db, &["dead-letters", "purge", "--yes"]).await;
     assert!(!refused.success && refused.stderr.contains("at least one criterion"), "{refused:?}");
-    let purged = relayer(&db, &["dead-letters", "purge", "--queue", "orders.dead"]).await;
+    let purged = relayer(&db, &["dead-letters", "purge", "--queue", "orders.dead", "-y"]).await;
     assert!(purged.ok().contains("purged 2 dead letter(s), audited as ops-test"), "{purged:?}");
     assert_eq!(count(&client, &db, "queue", "dead_lettered_at IS NOT NULL").await, 0);
 
@@ -261,14 +262,17 @@ async fn outbox_dead_rows_are_listed_shown_redriven_and_purged_with_audit_dlp_7(
     assert_eq!(count(&client, &db, "dead", "true").await, 3, "a dry run changes nothing");
     assert!(audit(&client, &db).await.is_empty(), "a dry run audits nothing");
 
-    let redriven = relayer(&db, &["dead-letters", "redrive", &id, "--outbox", "--actor", "carol"]).await;
+    let redriven =
+        relayer(&db, &["dead-letters", "redrive", &id, "--outbox", "--actor", "carol", "--yes"]).await;
     assert!(redriven.ok().contains("redriven 1 dead letter(s), audited as carol"), "{redriven:?}");
     let back = format!("message_id = '{id}' AND attempts = 0 AND visible_at <= now()");
     assert_eq!(count(&client, &db, "outbox", &back).await, 1, "back in the outbox, due, attempts afresh");
     assert_eq!(count(&client, &db, "dead", &format!("message_id = '{id}'")).await, 0);
 
     let purged =
-        relayer(&db, &["dead-letters", "purge", "--outbox", "--destination", "audit", "--json"]).await.json();
+        relayer(&db, &["dead-letters", "purge", "--outbox", "--destination", "audit", "--json", "--yes"])
+            .await
+            .json();
     assert_eq!(purged["messages"][0]["message_id"], audit_rows[0].to_string());
     assert_eq!(count(&client, &db, "dead", "true").await, 1, "only the other ledger row is left");
     assert_eq!(
@@ -283,7 +287,7 @@ async fn outbox_dead_rows_are_listed_shown_redriven_and_purged_with_audit_dlp_7(
     assert_eq!(actions[1].0, "ops-test");
     assert!(actions[0].1.contains("redrive") && actions[1].1.contains("purge"), "{actions:?}");
 
-    let mixed = relayer(&db, &["dead-letters", "purge", "--outbox", "--queue", "orders.dead"]).await;
+    let mixed = relayer(&db, &["dead-letters", "purge", "--outbox", "--queue", "orders.dead", "--yes"]).await;
     assert!(!mixed.success && mixed.stderr.contains("--queue selects queue dead letters: drop --outbox"));
 }
 
@@ -308,7 +312,7 @@ async fn lanes_are_released_with_fresh_attempts_and_skipped_to_dead_audited_lan_
     assert!(dry.ok().contains("dry run: would release"), "{dry:?}");
     assert_eq!(count(&client, &db, "lanes", "parked_at IS NOT NULL").await, 1);
 
-    let released = relayer(&db, &["lanes", "release", "account-1", "--json"]).await.json();
+    let released = relayer(&db, &["lanes", "release", "account-1", "--json", "--yes"]).await.json();
     assert_eq!(released["parked"], true);
     assert_eq!(count(&client, &db, "lanes", "parked_at IS NOT NULL").await, 0);
     assert_eq!(
@@ -319,14 +323,14 @@ async fn lanes_are_released_with_fresh_attempts_and_skipped_to_dead_audited_lan_
 
     // The head fails again and parks the lane again; this time the operator skips it.
     park_lane(&client, &db, "account-1", 0).await;
-    let skipped = relayer(&db, &["lanes", "skip", "account-1", "--actor", "bob"]).await;
+    let skipped = relayer(&db, &["lanes", "skip", "account-1", "--actor", "bob", "--yes"]).await;
     assert!(skipped.ok().contains("head moved to the dead table"), "{skipped:?}");
     let dead_head = format!("message_id = '{head}'");
     assert_eq!(count(&client, &db, "dead", &dead_head).await, 1);
     assert_eq!(count(&client, &db, "outbox", &dead_head).await, 0);
     assert_eq!(count(&client, &db, "lanes", "parked_at IS NOT NULL").await, 0);
 
-    let not_parked = relayer(&db, &["lanes", "skip", "account-1"]).await;
+    let not_parked = relayer(&db, &["lanes", "skip", "account-1", "--yes"]).await;
     assert!(not_parked.ok().contains("is not parked"), "{not_parked:?}");
     let actions: Vec<(String, String, String)> = audit(&client, &db).await;
     assert_eq!(

@@ -90,16 +90,22 @@ impl Sidecar {
 
     /// Waits for the exit; returns whether it succeeded, and its stderr.
     async fn wait(&mut self) -> (bool, String) {
+        let (status, stderr) = self.wait_exit().await;
+        (status.success(), stderr)
+    }
+
+    /// Waits for the exit; returns its status, and its stderr.
+    async fn wait_exit(&mut self) -> (std::process::ExitStatus, String) {
         let mut child = self.child.take().unwrap();
         let reader = self.reader.take().unwrap();
-        let success = within(tokio::task::spawn_blocking(move || {
+        let status = within(tokio::task::spawn_blocking(move || {
             let status = child.wait().unwrap();
             reader.join().unwrap();
-            status.success()
+            status
         }))
         .await
         .unwrap();
-        (success, self.stderr.lock().unwrap().clone())
+        (status, self.stderr.lock().unwrap().clone())
     }
 }
 
@@ -115,12 +121,19 @@ impl Drop for Sidecar {
 const SWEEPER: &str =
     "[sweeper]\nsweep_interval = \"100ms\"\nrecovery_delay = \"0s\"\nlease_duration = \"30s\"\n";
 
+/// The sweeper lease's holder, by instance id (the owner without its per-start nonce,
+/// `{instance_id}#{nonce}`), and whether it is live.
 async fn lease_owner(client: &Client, db: &TestDb) -> Option<(String, bool)> {
     let sql = format!(
         "SELECT owner, expires_at > now() FROM {} WHERE job = 'sweeper'",
         db.namespace().table("leases")
     );
-    client.query_opt(&sql, &[]).await.unwrap().map(|row| (row.get(0), row.get(1)))
+    client.query_opt(&sql, &[]).await.unwrap().map(|row| {
+        let owner: String = row.get(0);
+        let (instance, nonce) = owner.rsplit_once('#').expect("the owner carries a nonce");
+        assert_eq!(nonce.len(), 8, "{owner}");
+        (instance.to_owned(), row.get(1))
+    })
 }
 
 /// OPT-2: each bad value is refused by `config check` and by `run` in one line on standard
@@ -238,7 +251,8 @@ async fn run_stops_on_sigterm_releases_its_lease_and_a_second_run_leads_at_once_
         status["workers"].as_array().unwrap().iter().find(|w| w["worker"] == "sweeper").unwrap().clone();
     assert_eq!((sweeper["source"].as_str(), sweeper["stalled"].as_bool()), (Some("lease"), Some(false)));
     assert_eq!(sweeper["interval_seconds"], 0.1);
-    assert_eq!(status["leases"][1]["owner"], "first", "{}", status["leases"]);
+    let owner = status["leases"][1]["owner"].as_str().unwrap_or_default();
+    assert!(owner.starts_with("first#"), "{}", status["leases"]);
 
     let (success, stderr) = sidecar.terminate().await;
     assert!(success, "{stderr}");
@@ -308,6 +322,68 @@ async fn run_stops_cleanly_on_a_sigterm_during_start_up_lif_1() {
     })
     .await;
     assert!(second_sidecar.terminate().await.0);
+}
+
+/// LIF-1: a second SIGTERM while `run` waits for its shutdown — held there by a lock on
+/// the instances table, where it forgets its settings — ends it at once, saying so, with
+/// the status of a process killed by SIGTERM (128 + 15), not 0.
+#[tokio::test]
+async fn a_second_sigterm_during_shutdown_exits_at_once_non_zero_lif_1() {
+    let (db, mut client) = setup().await;
+    let config = ConfigFile::new(&format!("instance_id = \"stubborn\"\n{SWEEPER}"));
+    let mut sidecar = Sidecar::start(&db, &config);
+    sidecar.wait_for_stderr("as instance stubborn").await;
+    let holder = client.transaction().await.unwrap();
+    let instances = db.namespace().table("instances");
+    holder.batch_execute(&format!("LOCK TABLE {instances} IN ACCESS EXCLUSIVE MODE")).await.unwrap();
+    sidecar.signal_term();
+    sidecar.wait_for_stderr("SIGTERM: stopping").await;
+    sidecar.signal_term();
+    let (status, stderr) = sidecar.wait_exit().await;
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("SIGTERM again: stopped at once"), "{stderr}");
+    assert!(!stderr.contains("relayer run: stopped\n"), "{stderr}");
+    holder.rollback().await.unwrap();
+}
+
+/// OBS-2: the sampled backlog of a destination is served while it has rows; once it
+/// drained, its series is zeroed, then removed by the exporter's idle timeout (three
+/// samples or three passes of the slowest worker), not left at its last value forever.
+#[tokio::test]
+async fn the_series_of_a_drained_destination_are_removed_obs_2() {
+    let (db, client) = setup().await;
+    let orders: Vec<NewMessage> =
+        (0..3).map(|n| NewMessage::new("queue", "orders", format!("#{n}").into_bytes())).collect();
+    write(&client, &db, &orders).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = ConfigFile::new(&format!(
+        "[cleanup]\ncleanup_interval = \"100ms\"\nmax_backoff = \"200ms\"\nlease_duration = \"5s\"\n\
+         [metrics]\nlisten = \"127.0.0.1:{port}\"\nsample_interval = \"100ms\"\n"
+    ));
+    let mut sidecar = Sidecar::start(&db, &config);
+    let series = "relayer_backlog{transport=\"queue\",destination=\"orders\"}";
+    eventually("the backlog of orders is served", || async {
+        scrape(port).is_some_and(|body| body.lines().any(|line| line == format!("{series} 3")))
+    })
+    .await;
+    // Delivered by a dispatcher of the test's own: the destination drains.
+    let host = relayer::Relayer::builder(db.config(), db.namespace().clone())
+        .queue_transport()
+        .dispatcher(
+            relayer::DispatcherOptions::builder()
+                .poll_interval(std::time::Duration::from_millis(50))
+                .build()
+                .unwrap(),
+        )
+        .start()
+        .await
+        .unwrap();
+    eventually("the series of the drained destination is removed", || async {
+        scrape(port).is_some_and(|body| body.contains("relayer_outbox_pending") && !body.contains(series))
+    })
+    .await;
+    host.shutdown().await;
+    assert!(sidecar.terminate().await.0);
 }
 
 /// OBS-2: with `[metrics]`, the sidecar serves Prometheus text on a loopback port: the

@@ -20,13 +20,28 @@ async fn relayer(url: String, schema: &str, args: &[&str]) -> Output {
 
 /// Runs the binary with `args` against `url`, its `HOME` being `home`.
 async fn relayer_at_home(home: &Home, url: String, schema: &str, args: &[&str]) -> Output {
+    relayer_with_env(home, url, schema, args, &[]).await
+}
+
+/// Runs the binary with `args` against `url`, its `HOME` being `home`, with the libpq
+/// variables `env` (and no others).
+async fn relayer_with_env(
+    home: &Home,
+    url: String,
+    schema: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_relayer"));
     command
         .args(["--database-url", &url, "--schema", schema])
         .args(args)
         .env("HOME", &home.0)
         .env_remove("RELAYER_LOG")
-        .env_remove("RELAYER_CA_FILE");
+        .env_remove("RELAYER_CA_FILE")
+        .env_remove("PGSSLMODE")
+        .env_remove("PGSSLROOTCERT")
+        .envs(env.iter().copied());
     tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap()
 }
 
@@ -171,4 +186,55 @@ async fn a_ca_file_never_falls_back_to_plaintext() {
     for needle in ["sslmode=disable", &format!("--ca-file {ca}")] {
         assert!(stderr.contains(needle), "{needle:?} missing from: {stderr}");
     }
+}
+
+/// libpq's environment: `PGSSLMODE=verify-full` and `PGSSLROOTCERT` apply when the URL
+/// does not say — the right root connects, verified; a root that did not sign the server's
+/// certificate, or none at all (only the system's roots, which lack the test CA), is
+/// refused, never silently unverified. A URL's own sslmode wins over the variable.
+#[tokio::test]
+async fn pgsslmode_and_pgsslrootcert_apply_as_in_libpq() {
+    let cluster = OwnedCluster::start_with_tls().await;
+    let db = cluster.test_db().await;
+    let mut client = db.connect().await;
+    migrate(&mut client, db.namespace()).await.unwrap();
+    let home = Home::new();
+    let (ours, other) =
+        (cluster.ca_file().display().to_string(), cluster.other_ca_file().display().to_string());
+    let run = |url: String, env: Vec<(&'static str, String)>| {
+        let (home, schema) = (&home, db.schema());
+        async move {
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            relayer_with_env(home, url, schema, &["schema", "status", "--json"], &env).await
+        }
+    };
+    let url = cluster.tls_url();
+
+    let verified =
+        run(url.clone(), vec![("PGSSLMODE", "verify-full".into()), ("PGSSLROOTCERT", ours.clone())]).await;
+    assert!(verified.status.success(), "{}", text(&verified));
+    let refused =
+        run(url.clone(), vec![("PGSSLMODE", "verify-full".into()), ("PGSSLROOTCERT", other.clone())]).await;
+    assert!(!refused.status.success(), "{}", text(&refused));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    for needle in
+        [format!("chain and host name verified against {other}"), "invalid peer certificate".to_owned()]
+    {
+        assert!(stderr.contains(&needle), "{needle:?} missing from: {stderr}");
+    }
+    let no_root = run(url.clone(), vec![("PGSSLMODE", "verify-full".into())]).await;
+    assert!(
+        !no_root.status.success(),
+        "verify-full from the environment went unverified: {}",
+        text(&no_root)
+    );
+    // The URL's sslmode wins: require with our root checks the chain against it.
+    let url_wins =
+        run(format!("{url} sslmode=require"), vec![("PGSSLMODE", "verify".into()), ("PGSSLROOTCERT", ours)])
+            .await;
+    assert!(url_wins.status.success(), "{}", text(&url_wins));
+    let bad = run(url, vec![("PGSSLMODE", "verify".into())]).await;
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("PGSSLMODE: sslmode \"verify\""), "{stderr}");
 }

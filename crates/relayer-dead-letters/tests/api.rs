@@ -338,3 +338,86 @@ async fn a_skipped_lane_head_is_left_by_policies_and_redriven_by_hand_into_its_l
     assert_eq!(actions, ["lane.skip_head", "outbox_dead.redrive"]);
     assert_eq!(records[1].3["lane"].as_str(), Some("customer-7"));
 }
+
+/// DLP-7, QUE-5: a dead letter that a consumer of its dead-letter queue holds right now
+/// (received, visibility not lapsed) is in flight: neither a policy nor a redrive by hand
+/// moves it, and its handler's ack still settles it. A dead letter whose reader's
+/// visibility lapsed is redriven without its receipt, so that reader's late ack deletes
+/// nothing from the queue it went back to.
+#[tokio::test]
+async fn a_redrive_skips_dead_letters_in_flight_and_clears_their_receipt_dlp_7() {
+    let (db, client) = setup().await;
+    send(&db, "orders", 4, db_now(&client).await).await;
+    dead_letter(&client, &db, "orders", "orders.dead", "handler", 3).await;
+    let consume = relayer_postgres::ConsumeStatements::new(db.namespace());
+    let held = consume.receive(&*client, "orders.dead", 1, Duration::from_secs(600)).await.unwrap();
+    let lapsed = consume.receive(&*client, "orders.dead", 1, Duration::ZERO).await.unwrap();
+    let receipts = |received: &[relayer_postgres::Received]| -> Vec<relayer_postgres::Receipt> {
+        received.iter().map(|r| r.receipt).collect()
+    };
+    let with_receipt = format!(
+        "SELECT count(*) FROM {} WHERE queue = 'orders' AND receipt IS NOT NULL",
+        db.namespace().table("queue")
+    );
+
+    // The policy worker: the lapsed one and the untouched one go back, the held one stays.
+    let rule = relayer_core::DeadLetterRule::queue(
+        "orders",
+        "orders.dead",
+        relayer_core::DeadLetterPolicy::redrive(Duration::ZERO, DAY).unwrap(),
+    );
+    let worker = common::worker(&db, vec![rule], 10).await;
+    let report = worker.run_once(&mut worker.source().open().await.unwrap()).await.unwrap();
+    assert_eq!(report.redriven, 2, "{report:?}");
+    assert_eq!((in_queue(&client, &db, "orders").await, in_queue(&client, &db, "orders.dead").await), (3, 1));
+    assert_eq!(client.query_one(&with_receipt, &[]).await.unwrap().get::<_, i64>(0), 0);
+    assert!(consume.ack(&*client, &receipts(&lapsed)).await.unwrap().is_empty(), "a lapsed reader's ack");
+    assert_eq!(in_queue(&client, &db, "orders").await, 3);
+
+    // By hand: the same, through the dry run too.
+    dead_letter(&client, &db, "orders", "orders.dead", "handler", 1).await;
+    let lapsed = consume.receive(&*client, "orders.dead", 1, Duration::ZERO).await.unwrap();
+    let api = DeadLetterApi::new(db.namespace());
+    let all = QueueDeadLetterFilter::new().queue("orders.dead");
+    let lapsed_id = lapsed[0].message.as_ref().unwrap().id;
+    let would = api.redrive_queue(&*client, &all, "ops:alice", Mode::DryRun).await.unwrap();
+    assert_eq!(touched_ids(&would), [lapsed_id]);
+    let moved = api.redrive_queue(&*client, &all, "ops:alice", Mode::Apply).await.unwrap();
+    assert_eq!(touched_ids(&moved), [lapsed_id]);
+    assert_eq!(client.query_one(&with_receipt, &[]).await.unwrap().get::<_, i64>(0), 0);
+    assert!(consume.ack(&*client, &receipts(&lapsed)).await.unwrap().is_empty(), "a lapsed reader's ack");
+    assert_eq!(in_queue(&client, &db, "orders").await, 3);
+
+    // The held dead letter was never moved: its handler settles it where it is.
+    let held_seq = held[0].receipt.seq;
+    assert_eq!(consume.ack(&*client, &receipts(&held)).await.unwrap(), [held_seq]);
+    assert_eq!(in_queue(&client, &db, "orders.dead").await, 0);
+}
+
+/// DLP-7, LAN-5: every audit row records who acted as the database sees it — the session
+/// user (the role that logged in) and the client's address — besides the actor named.
+#[tokio::test]
+async fn audit_rows_record_the_session_user_and_the_client_address_dlp_7() {
+    let (db, client) = setup().await;
+    let ids = send(&db, "orders", 1, db_now(&client).await).await;
+    dead_letter(&client, &db, "orders", "dead", "handler", 1).await;
+    let api = DeadLetterApi::new(db.namespace());
+    let one = QueueDeadLetterFilter::message(ids[0]);
+    let purged = api.purge_queue(&*client, &one, "ops:alice", Mode::Apply).await.unwrap();
+    assert_eq!(touched_ids(&purged), [ids[0]]);
+
+    let sql = format!(
+        "SELECT actor, db_user, client_addr::text, db_user = session_user, \
+                client_addr IS NOT DISTINCT FROM inet_client_addr() FROM {}",
+        db.namespace().table("audit")
+    );
+    let row = client.query_one(&sql, &[]).await.unwrap();
+    let (actor, user, address): (String, Option<String>, Option<String>) =
+        (row.get(0), row.get(1), row.get(2));
+    assert_eq!(actor, "ops:alice");
+    assert_eq!(user.as_deref(), db.config().get_user(), "the session user");
+    assert!(row.get::<_, bool>(3) && row.get::<_, bool>(4), "{user:?} {address:?}");
+    if db.config().get_hosts().iter().any(|host| matches!(host, tokio_postgres::config::Host::Tcp(_))) {
+        assert!(address.is_some(), "a TCP client's address is recorded");
+    }
+}

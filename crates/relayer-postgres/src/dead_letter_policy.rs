@@ -14,7 +14,8 @@
 //! it). Undecodable dead letters (`unacceptable`) are never redriven: they would fail again.
 //!
 //! A redrive moves the row back to `queue = original_topic`, visible now, with a fresh
-//! `handled_count` and without its rejection stamps. The outbox's dead rows are redriven
+//! `handled_count` and without its rejection stamps or receipt; a dead letter a consumer of
+//! the dead-letter queue holds right now (received, visibility not lapsed) is skipped. The outbox's dead rows are redriven
 //! by moving them back into the outbox (a new `seq`; same id, body, headers, creation
 //! context and `created_at`; no attempts; visible now), waking dispatchers with a NOTIFY.
 //! Policies leave the outbox's lane rows alone: back in the outbox they would queue behind
@@ -52,6 +53,10 @@ impl DeadLetterPolicyStatements {
         let (queue, dead, outbox) =
             (namespace.table("queue"), namespace.table("dead"), namespace.table("outbox"));
         let decodable = format!("rejection_reason IS DISTINCT FROM '{UNACCEPTABLE}'");
+        // A dead letter a consumer of the dead-letter queue holds right now is in flight:
+        // not redriven (its handler may still ack it); a redriven row loses its receipt, so
+        // a lapsed reader's late ack cannot delete it from the queue it returned to.
+        let not_in_flight = "(receipt IS NULL OR visible_at <= now())";
         DeadLetterPolicyStatements {
             // Index: queue_dead_letter_idx (queue, original_topic, dead_lettered_at)
             // WHERE original_topic IS NOT NULL: the range between the give-up and the `after`
@@ -62,13 +67,14 @@ impl DeadLetterPolicyStatements {
             queue_redrive: format!(
                 "UPDATE {queue} q SET queue = q.original_topic, visible_at = now(), handled_count = 0, \
                         original_topic = NULL, rejection_reason = NULL, rejection_message = NULL, \
-                        dead_lettered_at = NULL \
+                        dead_lettered_at = NULL, receipt = NULL \
                  WHERE q.seq = ANY(ARRAY( \
                    SELECT seq FROM {queue} \
                    WHERE queue = $1 AND original_topic = $2 \
                      AND dead_lettered_at <= now() - $3::int8 * interval '1 microsecond' \
                      AND dead_lettered_at > now() - $4::int8 * interval '1 microsecond' \
                      AND created_at > now() - $4::int8 * interval '1 microsecond' AND {decodable} \
+                     AND {not_in_flight} \
                    ORDER BY dead_lettered_at LIMIT $5 FOR UPDATE SKIP LOCKED)) \
                    AND q.queue = $1 AND q.original_topic = $2"
             ),

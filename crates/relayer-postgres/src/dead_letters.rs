@@ -230,8 +230,10 @@ impl DeadLetterApi {
     }
 
     /// Redrives the queue dead letters `filter` selects that have an original topic (DLP-7):
-    /// back to it, visible now, handled count reset, stamps stripped; audited as
-    /// `dead_letter.redrive` by `actor`. In a dry run, returns what it would move.
+    /// back to it, visible now, handled count reset, stamps and receipt stripped; audited as
+    /// `dead_letter.redrive` by `actor`. A dead letter a consumer of the dead-letter queue
+    /// holds right now (received, visibility not lapsed) is skipped. In a dry run, returns
+    /// what it would move.
     pub async fn redrive_queue(
         &self,
         client: &impl Executor,
@@ -239,13 +241,18 @@ impl DeadLetterApi {
         actor: &str,
         mode: Mode,
     ) -> Result<Vec<Touched>, DeadLetterApiError> {
-        let base = "dead_lettered_at IS NOT NULL AND original_topic IS NOT NULL";
+        // A dead letter a consumer of the dead-letter queue holds right now (received, its
+        // visibility not lapsed) is in flight: left alone, as its handler may ack it. A
+        // redriven row loses its receipt, so a lapsed reader's late ack cannot delete it
+        // from the queue it returned to.
+        let base = "dead_lettered_at IS NOT NULL AND original_topic IS NOT NULL \
+                    AND (receipt IS NULL OR visible_at <= now())";
         let action = |picked: &str, audit: &str| {
             format!(
                 "moved AS ( \
                    UPDATE {queue} q SET queue = q.original_topic, visible_at = now(), handled_count = 0, \
                           original_topic = NULL, rejection_reason = NULL, rejection_message = NULL, \
-                          dead_lettered_at = NULL \
+                          dead_lettered_at = NULL, receipt = NULL \
                    FROM {picked} p WHERE q.seq = p.seq \
                    RETURNING p.*), \
                  {audit} FROM moved RETURNING 1) \

@@ -14,11 +14,14 @@ pub mod dead_letter_policy;
 pub mod dead_letters;
 mod error;
 pub mod exec;
+mod grants;
 pub mod inbox;
 pub mod instances;
 pub mod lanes;
 pub mod lanes_admin;
 pub mod leases;
+#[cfg(feature = "tls-rustls")]
+mod libpq_env;
 #[cfg(feature = "tls-rustls")]
 mod libpq_url;
 pub mod listen;
@@ -47,6 +50,7 @@ pub use dead_letters::{
 };
 pub use error::{StorageError, StorageErrorKind};
 pub use exec::{Executor, Prepared};
+pub use grants::{InvalidRole, grants_sql};
 pub use inbox::{Inbox, InboxEntry};
 pub use instances::{InstanceSettings, InstanceStatements};
 pub use lanes::{HeadFailure, LaneClaim, LaneHead, LaneStatements, ParkedLane};
@@ -74,6 +78,6 @@ pub use queue::{
 pub use rustls_tls::{CertificateCheck, TlsSetupError, connector_from_url, rustls_tls};
 pub use schema::{SCHEMA_VERSION, TABLES, schema_sql};
 pub use session::{PgSession, PgSource};
-pub use status::{NamespaceStatus, namespace_status};
+pub use status::{NamespaceStatus, namespace_gauges, namespace_status};
 pub use store::PgStore;
 pub use tls::Tls;

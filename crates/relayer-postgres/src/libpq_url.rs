@@ -18,7 +18,7 @@ pub(crate) enum LibpqSslMode {
 }
 
 impl LibpqSslMode {
-    fn parse(value: &str) -> Result<Self, String> {
+    pub(crate) fn parse(value: &str) -> Result<Self, String> {
         Ok(match value {
             "disable" => LibpqSslMode::Disable,
             "allow" => LibpqSslMode::Allow,

@@ -20,6 +20,7 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::connector::Connector;
+use crate::libpq_env::LibpqEnv;
 use crate::libpq_url::{LibpqSslMode, TlsUrl};
 use crate::tls::Tls;
 
@@ -136,8 +137,11 @@ fn checks(check: CertificateCheck, ca_files: &[&Path], system_roots: bool) -> St
 /// as in libpq: with `prefer`, TLS is still optional, but verified when used. Without any CA
 /// file, `verify-ca` is refused and `verify-full` trusts the system's roots.
 /// `sslmode=allow` is refused (tokio-postgres cannot try plain first).
+///
+/// As in libpq, the environment fills in what the string leaves out: `PGSSLMODE` for
+/// `sslmode` and `PGSSLROOTCERT` for `sslrootcert` (a value in the string wins).
 pub fn connector_from_url(url: &str, ca_file: Option<&Path>) -> Result<Connector, TlsSetupError> {
-    connector_from_url_with_default_root(url, ca_file, default_root_cert().as_deref())
+    connector_from_url_with_default_root(url, ca_file, default_root_cert().as_deref(), &LibpqEnv::read())
 }
 
 /// libpq's default CA file, `~/.postgresql/root.crt` (`%APPDATA%\postgresql\root.crt` on
@@ -156,9 +160,12 @@ fn connector_from_url_with_default_root(
     url: &str,
     ca_file: Option<&Path>,
     default_root: Option<&Path>,
+    env: &LibpqEnv,
 ) -> Result<Connector, TlsSetupError> {
-    let TlsUrl { remaining, mode, root_cert } =
+    let mut split =
         TlsUrl::split(url).map_err(|e| TlsSetupError(format!("not a valid connection string: {e}")))?;
+    env.fill(&mut split).map_err(TlsSetupError)?;
+    let TlsUrl { remaining, mode, root_cert } = split;
     let mut config: tokio_postgres::Config =
         remaining.parse().map_err(|e| TlsSetupError(format!("not a valid connection string: {e}")))?;
     let plan = plan(mode.unwrap_or(LibpqSslMode::Prefer), root_cert.as_deref(), ca_file, default_root)?;
@@ -234,8 +241,8 @@ fn plan<'a>(
         // for any name: refused, as libpq refuses it without a root certificate.
         LibpqSslMode::VerifyCa if !has_ca => {
             return Err(TlsSetupError(
-                "sslmode=verify-ca needs the CA to check against: set sslrootcert or --ca-file, or put it \
-                 in ~/.postgresql/root.crt"
+                "sslmode=verify-ca needs the CA to check against: set sslrootcert (or PGSSLROOTCERT) or \
+                 --ca-file, or put it in ~/.postgresql/root.crt"
                     .to_owned(),
             ));
         }

@@ -35,14 +35,19 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "queue receipt tokens for the consumer",
         sql: include_str!("schema/v2.sql"),
     },
+    Migration {
+        version: 5,
+        description: "audit rows record the session user and the client address",
+        sql: include_str!("schema/v5.sql"),
+    },
 ];
 
 /// Version numbers skipped on purpose: reserved for a step of a branch merged beside this one.
 #[cfg(test)]
-const RESERVED: &[i32] = &[];
+const RESERVED: &[i32] = &[3, 4];
 
 /// The schema version this build of relayer requires and migrates to.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// Every table the schema creates, by its unprefixed name.
 pub const TABLES: &[&str] =

@@ -10,6 +10,7 @@
 
 mod database;
 pub(crate) mod elapsed;
+mod sampled;
 mod workers;
 
 use std::time::Duration;
@@ -22,6 +23,7 @@ use crate::migrate::current_version;
 use crate::status::elapsed::{duration_from_micros, micros_since};
 
 pub use database::{DeadTuples, Horizon};
+pub use sampled::namespace_gauges;
 pub use workers::{Disagreement, InstanceStatus, LastPassSource, LeaseStatus, WorkerPass, stalled_after};
 
 /// A snapshot of one namespace.

@@ -156,8 +156,10 @@ impl RelayerBuilder {
         self
     }
 
-    /// This instance's identity: lease owner and fingerprint row key, unique per running
-    /// instance. Default: `{host}/{pid}/{random}`.
+    /// This instance's identity: fingerprint row key and the start of its lease owner
+    /// (`{instance_id}#{nonce}`, a nonce drawn per start, so two processes given the same id
+    /// never both lead; see [`RelayerHost::lease_owner`](crate::RelayerHost::lease_owner)).
+    /// Default: `{host}/{pid}/{random}`.
     pub fn instance_id(mut self, instance_id: impl Into<String>) -> Self {
         self.instance_id = Some(instance_id.into());
         self

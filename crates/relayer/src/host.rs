@@ -25,6 +25,7 @@ const TARGET: &str = "relayer::host";
 pub struct RelayerHost {
     namespace: Namespace,
     instance_id: String,
+    lease_owner: String,
     options: RelayerOptions,
     transports: Arc<TransportRegistry>,
     #[cfg(feature = "dispatcher")]
@@ -62,6 +63,8 @@ pub(crate) struct Started {
     pub(crate) database: String,
     pub(crate) namespace: Namespace,
     pub(crate) instance_id: String,
+    /// The owner this start's leases are held as.
+    pub(crate) lease_owner: String,
     pub(crate) options: RelayerOptions,
     pub(crate) transports: Arc<TransportRegistry>,
     pub(crate) hosted: HostedWorkers,
@@ -74,8 +77,17 @@ impl RelayerHost {
     /// Spawns each hosted worker on a task of its own, in order, then the fingerprint
     /// refresh when this instance records any.
     pub(crate) fn run(started: Started) -> RelayerHost {
-        let Started { database, namespace, instance_id, options, transports, hosted, record, shutdown } =
-            started;
+        let Started {
+            database,
+            namespace,
+            instance_id,
+            lease_owner,
+            options,
+            transports,
+            hosted,
+            record,
+            shutdown,
+        } = started;
         let HostedWorkers {
             workers,
             settings: _,
@@ -115,7 +127,7 @@ impl RelayerHost {
                 format!("{} ({declared})", transport.name())
             })
             .collect();
-        tracing::info!(target: TARGET, %namespace, instance = %instance_id, %database, transports = ?declared,
+        tracing::info!(target: TARGET, %namespace, instance = %instance_id, %lease_owner, %database, transports = ?declared,
             workers = ?tasks.iter().map(|(name, _)| name.as_str()).collect::<Vec<_>>(), "relayer host started");
         if recorded {
             tasks.push((
@@ -126,6 +138,7 @@ impl RelayerHost {
         RelayerHost {
             namespace,
             instance_id,
+            lease_owner,
             options,
             transports,
             #[cfg(feature = "dispatcher")]
@@ -136,6 +149,13 @@ impl RelayerHost {
             shutdown,
             running: tokio::sync::Mutex::new(Running { tasks, recorded }),
         }
+    }
+
+    /// The owner this host's leases are held as in the namespace's `leases` table: the
+    /// instance id, `#`, and a nonce drawn at start. Two hosts given the same instance id
+    /// are still two owners, so they never both lead (LDR-2).
+    pub fn lease_owner(&self) -> &str {
+        &self.lease_owner
     }
 
     /// The options of the workers this host runs: fixed while it runs; a change means a

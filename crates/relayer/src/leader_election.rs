@@ -132,7 +132,8 @@ impl From<relayer_core::DeadLetterOptions> for Led<relayer_core::DeadLetterOptio
 
 /// Where a led worker runs: what turning an election into its [`Leadership`] needs.
 pub(crate) struct Electorate<'a> {
-    pub(crate) instance_id: &'a str,
+    /// This start's lease owner: the instance id with a per-start nonce (`instance_id::lease_owner`).
+    pub(crate) lease_owner: &'a str,
     #[cfg_attr(not(feature = "advisory-lock"), allow(dead_code))]
     pub(crate) database: &'a relayer_postgres::Connector,
     pub(crate) namespace: &'a Namespace,
@@ -152,7 +153,7 @@ impl Electorate<'_> {
     ) -> Leadership {
         let resource = || format!("{job}:{}.{}", self.namespace.schema(), self.namespace.prefix());
         match election {
-            LeaderElection::Lease => Leadership::lease(job, self.instance_id, lease_duration),
+            LeaderElection::Lease => Leadership::lease(job, self.lease_owner, lease_duration),
             #[cfg(feature = "advisory-lock")]
             LeaderElection::AdvisoryLock => {
                 // Lock sessions connect as every other connection of the host: with its TLS.

@@ -8,7 +8,7 @@ use crate::builder::RelayerBuilder;
 use crate::connect::connect;
 use crate::error::StartError;
 use crate::host::{RelayerHost, Started};
-use crate::instance_id::default_instance_id;
+use crate::instance_id::{default_instance_id, lease_owner};
 use crate::leader_election::Electorate;
 use crate::settings_record::SettingsRecord;
 use crate::validate::validate;
@@ -29,13 +29,14 @@ impl RelayerBuilder {
         // The default identity is made here, not among the checks: it reads the host name.
         let instance_id = self.instance_id.clone().unwrap_or_else(default_instance_id);
         let setup = validate(self, instance_id)?;
+        let lease_owner = lease_owner(&setup.instance_id);
         let connected = connect(&setup).await?;
         let shutdown = CancellationToken::new();
         let context = WorkerContext {
             setup: &setup,
             connected: &connected,
             electorate: Electorate {
-                instance_id: &setup.instance_id,
+                lease_owner: &lease_owner,
                 database: &setup.database,
                 namespace: &setup.namespace,
                 shutdown: &shutdown,
@@ -55,6 +56,7 @@ impl RelayerBuilder {
             database: setup.database.target(),
             namespace: setup.namespace,
             instance_id: setup.instance_id,
+            lease_owner,
             options,
             transports: connected.transports,
             hosted,

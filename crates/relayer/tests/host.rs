@@ -10,7 +10,7 @@ use relayer::{
     CleanupOptions, DeadLetterOptions, DispatcherOptions, NewMessage, Relayer, RelayerBuilder, Retention,
     StartError, SweeperOptions,
 };
-use relayer_test_support::{TestDb, Warnings, within};
+use relayer_test_support::{TestDb, Warnings, eventually, within};
 use tokio_postgres::Client;
 
 async fn migrated() -> (TestDb, Client) {
@@ -199,8 +199,8 @@ async fn shutdown_twice_is_harmless_and_releases_the_leases_lif_1() {
     // Both led workers have taken their lease once their first pass ran.
     within(async {
         loop {
-            let sql = format!("SELECT count(*) FROM {leases} WHERE owner = 'host-a' AND expires_at > now()");
-            let live: i64 = client.query_one(&sql, &[]).await.unwrap().get(0);
+            let sql = format!("SELECT count(*) FROM {leases} WHERE owner = $1 AND expires_at > now()");
+            let live: i64 = client.query_one(&sql, &[&host.lease_owner()]).await.unwrap().get(0);
             if live == 2 {
                 break;
             }
@@ -218,6 +218,58 @@ async fn shutdown_twice_is_harmless_and_releases_the_leases_lif_1() {
         client.query(&sql, &[]).await.unwrap().iter().map(|row| (row.get(0), row.get(1))).collect();
     assert_eq!(released, [("cleanup".to_owned(), true), ("sweeper".to_owned(), true)]);
     assert_eq!(count(&client, &db, "instances").await, 0, "a stopped instance leaves no fingerprint");
+}
+
+/// LDR-2: two hosts given the same instance id (a copied configuration) are two lease
+/// owners. While the first leads, the second never takes its lease: over many passes of
+/// both, the row keeps the first's owner and term. Released at the first's shutdown, the
+/// lease goes to the second as a new owner, with the next term.
+#[tokio::test]
+async fn two_hosts_given_the_same_instance_id_never_both_lead_ldr_2() {
+    let (db, client) = migrated().await;
+    let options = || {
+        CleanupOptions::builder()
+            .cleanup_interval(Duration::from_millis(50))
+            .lease_duration(Duration::from_secs(60))
+            .build()
+            .unwrap()
+    };
+    let sql = format!(
+        "SELECT owner, term, renewed_at FROM {} WHERE job = 'cleanup'",
+        db.namespace().table("leases")
+    );
+    let lease = || async {
+        client.query_opt(&sql, &[]).await.unwrap().map(|row| {
+            (row.get::<_, String>(0), row.get::<_, i64>(1), row.get::<_, std::time::SystemTime>(2))
+        })
+    };
+    let first = builder(&db).cleanup(options()).instance_id("twin").start().await.unwrap();
+    eventually("the first host leads", || async {
+        lease().await.is_some_and(|(owner, ..)| owner == first.lease_owner())
+    })
+    .await;
+    let second = builder(&db).cleanup(options()).instance_id("twin").start().await.unwrap();
+    assert_eq!((first.instance_id(), second.instance_id()), ("twin", "twin"));
+    assert_ne!(first.lease_owner(), second.lease_owner());
+    assert!(second.lease_owner().starts_with("twin#"), "{}", second.lease_owner());
+
+    // Both run passes every 50ms; the first renews its lease at each of its own.
+    let renewals = std::sync::Mutex::new(std::collections::HashSet::new());
+    eventually("the first host renews its lease five times while the second runs", || async {
+        let (owner, term, renewed_at) = lease().await.unwrap();
+        assert_eq!((owner.as_str(), term), (first.lease_owner(), 1), "the second host took the lease");
+        let mut seen = renewals.lock().unwrap();
+        seen.insert(renewed_at);
+        seen.len() >= 5
+    })
+    .await;
+
+    within(first.shutdown()).await;
+    eventually("the second host takes the released lease", || async {
+        lease().await.is_some_and(|(owner, term, _)| owner == second.lease_owner() && term == 2)
+    })
+    .await;
+    within(second.shutdown()).await;
 }
 
 #[tokio::test]

@@ -107,7 +107,7 @@ async fn a_host_on_the_applications_pool_opens_no_maintenance_pool_and_never_clo
         .unwrap();
     let leases = format!("SELECT count(*) FROM {} WHERE owner = $1", db.namespace().table("leases"));
     eventually("the sweeper, cleanup and the dead-letter policies lead on the lent pool", || async {
-        client.query_one(&leases, &[&host.instance_id()]).await.unwrap().get::<_, i64>(0) == 3
+        client.query_one(&leases, &[&host.lease_owner()]).await.unwrap().get::<_, i64>(0) == 3
     })
     .await;
     let named = |name: String| {
@@ -164,7 +164,7 @@ async fn a_lent_pool_too_small_for_the_led_workers_is_warned_about_lif_2() {
     let host = start(pool.clone()).await.unwrap();
     let leases = format!("SELECT count(*) FROM {} WHERE owner = $1", db.namespace().table("leases"));
     eventually("the sweeper and cleanup lead on the lent pool", || async {
-        client.query_one(&leases, &[&host.instance_id()]).await.unwrap().get::<_, i64>(0) == 2
+        client.query_one(&leases, &[&host.lease_owner()]).await.unwrap().get::<_, i64>(0) == 2
     })
     .await;
     let answer: i32 = held.query_one("SELECT 7", &[]).await.unwrap().get(0);

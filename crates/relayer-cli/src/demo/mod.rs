@@ -645,7 +645,10 @@ async fn crash_child(
     payments: usize,
 ) -> Result<Crash, Box<dyn std::error::Error + Send + Sync>> {
     let mut child: Child = Command::new(std::env::current_exe()?)
-        .args(["demo-child", "--database-url", &args.database_url])
+        // Through the environment, not argv: the URL may carry a password, and any local
+        // user can read a process's arguments.
+        .arg("demo-child")
+        .env("DATABASE_URL", &args.database_url)
         .args(args.ca_file.iter().flat_map(|file| [std::ffi::OsStr::new("--ca-file"), file.as_os_str()]))
         .args(["--schema", args.namespace.schema(), "--prefix", args.namespace.prefix()])
         .stdin(Stdio::null())

@@ -36,9 +36,14 @@ impl Ran {
 
 /// The binary, pointed at `db`'s database and namespace, acting as `ops-test`.
 pub(crate) fn relayer_command(db: &TestDb) -> Command {
+    relayer_command_at(&db.url(), db)
+}
+
+/// The binary, pointed at `url` and `db`'s namespace, acting as `ops-test`.
+pub(crate) fn relayer_command_at(url: &str, db: &TestDb) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_relayer"));
     command
-        .args(["--database-url", &db.url(), "--schema", db.schema()])
+        .args(["--database-url", url, "--schema", db.schema()])
         .env("USER", "ops-test")
         .env_remove("RELAYER_LOG");
     command
@@ -48,6 +53,17 @@ pub(crate) fn relayer_command(db: &TestDb) -> Command {
 pub(crate) async fn relayer(db: &TestDb, args: &[&str]) -> Ran {
     let mut command = relayer_command(db);
     command.args(args);
+    ran(command).await
+}
+
+/// Runs the binary with `args` against `url` (another role, say) and `db`'s namespace.
+pub(crate) async fn relayer_with_url(url: &str, db: &TestDb, args: &[&str]) -> Ran {
+    let mut command = relayer_command_at(url, db);
+    command.args(args);
+    ran(command).await
+}
+
+async fn ran(mut command: Command) -> Ran {
     let output: Output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
     Ran {
         success: output.status.success(),
