@@ -229,7 +229,13 @@ fn list_env(var: &str, allowed: &[&str]) -> BenchResult<Vec<String>> {
 /// `name=value` items from `var` (comma-separated), each a plain identifier and a plain
 /// value, so they can be spliced into a command line or a storage-parameter list.
 fn settings_env(var: &str) -> BenchResult<Vec<String>> {
-    let Ok(value) = std::env::var(var) else { return Ok(Vec::new()) };
+    match std::env::var(var) {
+        Ok(value) => parse_settings(var, &value),
+        Err(_) => Ok(Vec::new()),
+    }
+}
+
+fn parse_settings(var: &str, value: &str) -> BenchResult<Vec<String>> {
     let plain = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
     value
         .split(',')
@@ -836,4 +842,50 @@ fn report(path: Path, plan: &Plan, samples: &[Sample]) -> BenchResult<PassResult
         held_p99_ms: held.p99,
         recovered_s: recovery.drained.map(|s| s as f64),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_accept_plain_pairs_and_refuse_anything_that_could_splice() {
+        let parsed = parse_settings("V", "autovacuum_naptime=10s, fillfactor=50,").unwrap();
+        assert_eq!(parsed, ["autovacuum_naptime=10s", "fillfactor=50"]);
+        for bad in ["fillfactor", "a=b c", "a=1);DROP", "a='x'", "=1", "a=", "a=b=c"] {
+            let error = parse_settings("V", bad).unwrap_err().to_string();
+            assert!(error.starts_with("V: `"), "{bad}: {error}");
+        }
+    }
+
+    fn second(phase: Phase, handled: u64, backlog: u64, dead: i64, latency_ms: f64) -> Sample {
+        Sample {
+            phase,
+            handled,
+            latencies_ms: vec![latency_ms; 10],
+            backlog,
+            queue: TableStat { live: 0, dead, autovacuums: 0 },
+            outbox: TableStat::default(),
+            receive_index: (0, 0, 0),
+        }
+    }
+
+    #[test]
+    fn recovery_counts_from_the_release_and_needs_five_steady_seconds() {
+        let plan = Plan { clean: 3, held: 2, recovery_cap: 20, rate: 800.0 };
+        let mut samples: Vec<Sample> = (0..3).map(|_| second(Phase::Clean, 800, 20, 1_000, 20.0)).collect();
+        samples.extend((0..2).map(|_| second(Phase::Held, 400, 5_000, 9_000, 3_000.0)));
+        // Draining: the backlog is back in the 3rd second, then one relapse in the 5th.
+        for (backlog, latency) in [(3_000, 2_000.0), (900, 500.0), (30, 30.0), (20, 20.0), (500, 20.0)] {
+            samples.push(second(Phase::Recovery, 1_200, backlog, 9_000, latency));
+        }
+        let partial = Recovery::of(&samples, &plan);
+        assert_eq!((partial.drained, partial.latency, partial.dead), (None, None, None));
+        samples.extend((0..5).map(|_| second(Phase::Recovery, 800, 20, 500, 20.0)));
+        let recovery = Recovery::of(&samples, &plan);
+        assert_eq!(recovery.drained, Some(6)); // the relapse in the 5th second restarts the count
+        assert_eq!(recovery.latency, Some(3));
+        assert_eq!(recovery.dead, Some(6));
+        assert!(recovery.complete());
+    }
 }
