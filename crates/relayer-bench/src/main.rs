@@ -34,6 +34,9 @@
 //! [`brokers`]. `claims` measures what a claimed row costs PostgreSQL: relayer's
 //! committed claim, a heap-only-update claim and a transaction-held one; see [`claims`].
 //!
+//! `xmin` holds a snapshot open against a steady load, on a throwaway cluster with
+//! PostgreSQL's default settings and on the shared server; see [`xmin`].
+//!
 //! Each run works in its own random schema, dropped at the end.
 #![deny(missing_docs)]
 #![allow(clippy::print_stdout)] // A benchmark's output is its report.
@@ -45,7 +48,9 @@ mod explain;
 mod maintenance;
 mod raw_queue;
 mod scratch;
+mod stock_cluster;
 mod tripped;
+mod xmin;
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
@@ -75,8 +80,10 @@ async fn main() {
         Some("consumer") => consumer::run(quick).await,
         Some("brokers") => brokers::run(quick).await,
         Some("claims") => claims::run(quick).await,
+        Some("xmin") => xmin::run(quick).await,
         _ => {
-            Err("usage: relayer-bench dispatch|explain|maintenance|consumer|brokers|claims [--quick]".into())
+            Err("usage: relayer-bench dispatch|explain|maintenance|consumer|brokers|claims|xmin [--quick]"
+                .into())
         }
     };
     if let Err(error) = outcome {

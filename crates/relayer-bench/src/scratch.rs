@@ -37,7 +37,11 @@ pub(crate) struct Scratch {
 
 impl Scratch {
     pub(crate) async fn new() -> BenchResult<Self> {
-        let config = database_config()?;
+        Self::on(database_config()?).await
+    }
+
+    /// [`Scratch::new`] on the server of `config`.
+    pub(crate) async fn on(config: tokio_postgres::Config) -> BenchResult<Self> {
         let schema = format!("bench_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let namespace = Namespace::new(schema, "relayer_")?;
         let mut client = connect(&config).await?;
