@@ -91,7 +91,11 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
         sampler.abort();
     }
     tokio::select! {
-        () = host.shutdown() => {}
+        report = host.shutdown() => {
+            if !report.is_clean() {
+                eprintln!("relayer run: abandoned at the shutdown bound: {}", report.abandoned.join(", "));
+            }
+        }
         again = signals.next() => {
             // The operator will not wait: exit now, as a process killed by that signal
             // would. Leases not yet released expire on the database clock (LIF-3).
