@@ -93,7 +93,7 @@ async fn a_black_holed_host_notices_hands_over_its_lease_recovers_and_shuts_down
     let a = host(&db, through(&db, &proxy), "host-a", true).await;
     let mut dispatcher_events = a.dispatcher().unwrap().subscribe();
     eventually("host A leads the sweeper", || async {
-        sweeper_lease_owner(&client, &db).await.as_deref() == Some("host-a")
+        sweeper_lease_owner(&client, &db).await.as_deref() == Some(a.lease_owner())
     })
     .await;
 
@@ -111,7 +111,7 @@ async fn a_black_holed_host_notices_hands_over_its_lease_recovers_and_shuts_down
     // Another instance takes the lease A can no longer renew.
     let b = host(&db, db.config(), "host-b", false).await;
     eventually("host B takes over the sweeper lease", || async {
-        sweeper_lease_owner(&client, &db).await.as_deref() == Some("host-b")
+        sweeper_lease_owner(&client, &db).await.as_deref() == Some(b.lease_owner())
     })
     .await;
 
@@ -132,7 +132,7 @@ async fn a_black_holed_host_notices_hands_over_its_lease_recovers_and_shuts_down
     assert!(report.abandoned.iter().any(|worker| worker == "sweeper"), "{report:?}");
     assert!(!report.is_clean());
     // The other instance is untouched and still leads.
-    assert_eq!(sweeper_lease_owner(&client, &db).await.as_deref(), Some("host-b"));
+    assert_eq!(sweeper_lease_owner(&client, &db).await.as_deref(), Some(b.lease_owner()));
     within(b.shutdown()).await;
 }
 
@@ -146,7 +146,7 @@ async fn shutdown_returns_while_the_network_is_black_holed_res_5() {
     let proxy = TcpProxy::start(upstream(&db).await).await;
     let a = host(&db, through(&db, &proxy), "host-a", true).await;
     eventually("host A leads the sweeper", || async {
-        sweeper_lease_owner(&client, &db).await.as_deref() == Some("host-a")
+        sweeper_lease_owner(&client, &db).await.as_deref() == Some(a.lease_owner())
     })
     .await;
     proxy.stall();
