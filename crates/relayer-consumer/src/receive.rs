@@ -69,9 +69,10 @@ where
         };
         pump.stats.add(Counter::Received, received.len() as u64);
         let report = ReceiveReport { asked: room, received: received.len() };
-        // A buffered message waits for a slot at most one handler deadline (see
-        // `ConsumerOptions::receive_ahead`); a visibility timeout more for the dispatcher.
-        let wait = options.handler_deadline() + options.visibility_timeout();
+        // A buffered message waits for a slot at most `receive_ahead_rounds` handler
+        // deadlines (see `ConsumerOptions::receive_ahead`); a visibility timeout more for
+        // the dispatcher.
+        let wait = options.handler_deadline() * options.receive_ahead_rounds() + options.visibility_timeout();
         let until = tokio::time::Instant::now() + wait;
         for row in received {
             pump.in_flight.received(row.receipt, until);

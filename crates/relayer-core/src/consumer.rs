@@ -147,12 +147,22 @@ impl ConsumerOptions {
         PassBackoff::from_validated(self.poll_interval(), self.max_backoff())
     }
 
-    /// Most messages received ahead of free handler slots, waiting for one: `concurrency`,
-    /// so a handler that returns finds its next message without waiting for a receive
-    /// round trip, and a buffered message starts within one `handler_deadline` (every
-    /// running call ends by then, and the buffer is served first in, first out).
+    /// Most messages received ahead of free handler slots, waiting for one:
+    /// `max(concurrency, min(batch_size, 4 × concurrency))`. Enough that a handler that
+    /// returns finds its next message without waiting for a receive round trip even when
+    /// handlers are several times faster than a receive, and a receive takes a batch
+    /// rather than a message or two; bounded by the slots, so a buffered message starts
+    /// within [`receive_ahead_rounds`](Self::receive_ahead_rounds) handler deadlines (the
+    /// buffer is served first in, first out, and every running call ends by its deadline).
     pub fn receive_ahead(&self) -> u32 {
-        self.concurrency()
+        let concurrency = self.concurrency();
+        concurrency.max(self.batch_size().min(concurrency.saturating_mul(4)))
+    }
+
+    /// How many handler deadlines a message received ahead may wait for a slot at most:
+    /// `ceil(receive_ahead / concurrency)`, 1 to 4. The heartbeat renews it that long.
+    pub fn receive_ahead_rounds(&self) -> u32 {
+        self.receive_ahead().div_ceil(self.concurrency())
     }
 
     /// Most outcomes (ack, requeue, dead-letter) waiting to be written:
@@ -212,9 +222,13 @@ mod tests {
         assert_eq!(options.visibility_timeout(), 30 * SECOND);
         assert_eq!(options.heartbeat_interval(), 10 * SECOND);
         assert_eq!(options.max_handled_count(), 5);
-        assert_eq!((options.receive_ahead(), options.max_pending_settlements()), (16, 100));
+        assert_eq!((options.receive_ahead(), options.max_pending_settlements()), (64, 100));
+        assert_eq!(options.receive_ahead_rounds(), 4);
         let wide = ConsumerOptions::builder().concurrency(500).batch_size(10).build().unwrap();
         assert_eq!((wide.receive_ahead(), wide.max_pending_settlements()), (500, 500));
+        assert_eq!(wide.receive_ahead_rounds(), 1);
+        let shape = ConsumerOptions::builder().concurrency(32).batch_size(100).build().unwrap();
+        assert_eq!((shape.receive_ahead(), shape.receive_ahead_rounds()), (100, 4));
     }
 
     #[test]
