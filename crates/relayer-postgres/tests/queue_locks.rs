@@ -12,6 +12,7 @@ use relayer_test_support::TestDb;
 
 const QUEUE: &str = "orders";
 const ROWS: usize = 60;
+const ROWS_U32: u32 = 60;
 const ROUNDS: usize = 25;
 const VISIBILITY: Duration = Duration::from_secs(60);
 
@@ -35,7 +36,7 @@ async fn heartbeats_and_settlements_on_overlapping_rows_never_deadlock_que_5() {
         let messages: Vec<NewMessage> =
             (0..ROWS).map(|n| NewMessage::new("queue", QUEUE, format!("{round}/{n}").into_bytes())).collect();
         writer.enqueue(&client, &messages).await.unwrap();
-        let received = statements.receive(&client, QUEUE, ROWS as u32, VISIBILITY).await.unwrap();
+        let received = statements.receive(&client, QUEUE, ROWS_U32, VISIBILITY).await.unwrap();
         assert_eq!(received.len(), ROWS);
         let ascending: Vec<Receipt> = received.iter().map(|r| r.receipt).collect();
         let descending: Vec<Receipt> = ascending.iter().rev().copied().collect();
