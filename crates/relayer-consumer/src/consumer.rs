@@ -80,6 +80,7 @@ where
             slots: Arc::new(Semaphore::new(options.concurrency() as usize)),
             settle_room: Arc::new(Semaphore::new(options.max_pending_settlements() as usize)),
             buffer,
+            more_waiting: std::sync::atomic::AtomicBool::new(false),
             in_flight: InFlight::default(),
             pending: std::sync::Mutex::default(),
             receive_wake: Arc::new(Notify::new()),

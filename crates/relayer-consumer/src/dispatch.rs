@@ -3,7 +3,8 @@
 //! It takes a free slot, then the oldest buffered message, and starts its handler; so at
 //! most `concurrency` handler calls run at once, and a call that returns frees its slot for
 //! the next buffered message at once. Once the buffer is half empty it wakes the receive
-//! loop, which refills it while the other half is handled.
+//! loop, if its last receive found messages (more may be waiting), which refills it while
+//! the other half is handled.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +49,7 @@ where
                     None => break, // the pump holds the sender
                 },
             };
-            if buffer.len() <= low_water {
+            if buffer.len() <= low_water && self.more_waiting.load(std::sync::atomic::Ordering::Acquire) {
                 self.receive_wake.notify_one();
             }
             self.start(received, slot);

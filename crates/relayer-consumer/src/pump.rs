@@ -58,6 +58,10 @@ pub(crate) struct Pump<S: StoreSource> {
     /// The receive-ahead buffer (`receive_ahead` messages): the receive loop sends, the
     /// dispatcher hands each message to a handler as a slot frees.
     pub(crate) buffer: mpsc::Sender<Received>,
+    /// Whether the last receive found messages, so more may be waiting: only then does a
+    /// draining buffer wake the receive loop (otherwise a notification, the trailing read or
+    /// polling finds new messages, and an idle pump does not read once per message).
+    pub(crate) more_waiting: std::sync::atomic::AtomicBool,
     pub(crate) in_flight: InFlight,
     pub(crate) pending: Mutex<Vec<Settlement>>,
     pub(crate) receive_wake: Arc<Notify>,

@@ -5,7 +5,9 @@
 //! handler that returns finds its next message without waiting for a receive round trip. A
 //! pass that got every message it asked for wakes its loop at once: more may be waiting,
 //! and a pump that keeps up under load never waits for a notification. A pass with no
-//! room does nothing; the dispatcher wakes the loop once the buffer is half empty.
+//! room does nothing; the dispatcher wakes the loop once the buffer is half empty, if the
+//! last receive found messages (so reads follow each other while messages flow, and stop
+//! at the first empty one).
 
 use std::sync::Arc;
 
@@ -83,6 +85,9 @@ where
                 pump.stats.add(Counter::Abandoned, 1);
             }
         }
+        // Messages found: more may be committing behind them (writers notify at most once
+        // per interval), so the dispatcher asks for another read once these are under way.
+        pump.more_waiting.store(report.received > 0, std::sync::atomic::Ordering::Release);
         if report.received == room as usize {
             pump.receive_wake.notify_one();
         }

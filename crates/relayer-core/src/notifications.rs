@@ -18,13 +18,14 @@ use crate::backoff::PassBackoff;
 /// How often, at most, a writer notifies one channel (and, for relayer's queue, one queue)
 /// unless told otherwise. A listener that wakes on a notification looks again this long
 /// later, so what committed after the notification is read then (QUE-4).
-///
-/// 5 ms: a message committed in a writer's silent window is picked up within about that
-/// (the pickup target at a steady load is p99 ≤ 15 ms), while a writer still notifies at
-/// most 200 times a second per queue, so busy writers rarely queue their commits behind
-/// one another's NOTIFY (50 ms before, which cost a steady load tens of milliseconds per
-/// pickup; docs/performance.md).
-pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(5);
+pub const DEFAULT_NOTIFY_INTERVAL: Duration = Duration::from_millis(50);
+
+/// A queue write that comes at least this long after the writer's previous write to the
+/// same queue notifies it even within [`DEFAULT_NOTIFY_INTERVAL`]: a steady load of a few
+/// hundred transactions a second (a batch every 25 ms, say) is then picked up at once
+/// instead of up to an interval later, while a writer committing faster than this — the
+/// one whose commits a NOTIFY would serialize — still notifies at most once per interval.
+pub const NOTIFY_AFTER_QUIET: Duration = Duration::from_millis(5);
 
 /// What a listener heard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
