@@ -12,12 +12,25 @@
 //!   same run with a NOTIFY in every writing transaction is reported beside it.
 //! - **idle_inbox_cleanup_buffers**: the shared buffers an idle retention pass reads on a
 //!   1M-row inbox, after VACUUM and after an inbox-wrapped pump's churn (the larger).
+//! - **ceiling_per_s**: a prefilled queue drained by a pump whose handler takes 1 ms, at
+//!   concurrency 32 (batch 100): the pump's ceiling for the handlers a user asked for,
+//!   printed beside the bound `concurrency ÷ handler time` (with the handler's measured
+//!   time: a 1 ms timer sleeps a little longer).
+//! - **pickup_p50_ms / pickup_p99_ms**: a steady 800 messages/s (20 per 25 ms tick, one
+//!   transaction each, written with the default NOTIFY throttle) handled by that pump; the
+//!   pickup is the time from the write's commit (as its writer hears of it) to the
+//!   handler's start, after a warm-up second. The time from the write's call, and the
+//!   write's own time, are printed beside it. The machine is shared: compare medians of
+//!   several runs.
+//!
+//! `RELAYER_BENCH_ONLY=slots` runs only the ceiling and pickup runs (the others report
+//! `not_run`).
 //!
 //! It also prints the plans (`EXPLAIN ANALYZE, BUFFERS` through `auto_explain`) of the
 //! consumer's statements on a 100k-row queue. The last line is
 //! `RESULT consumer_ratio=<x> queue_e2e_ratio=<x> idle_inbox_cleanup_buffers=<n>`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use relayer_cleanup::{Cleanup, LEASE_JOB};
@@ -34,18 +47,203 @@ use crate::scratch::{BenchResult, Scratch, WRITERS, connect};
 
 const QUEUE: &str = "bench";
 const BATCH: u32 = 100;
+/// The handlers running at once in the ceiling and pickup runs (issue 22's shape).
+const CEILING_CONCURRENCY: u32 = 32;
+/// The handler time of those runs.
+const HANDLER_TIME: Duration = Duration::from_millis(1);
+/// The steady load of the pickup run: `PICKUP_BATCH` messages every `PICKUP_TICK`.
+const PICKUP_TICK: Duration = Duration::from_millis(25);
+const PICKUP_BATCH: usize = 20;
 
 pub(crate) async fn run(quick: bool) -> BenchResult<()> {
     let (prefill, per_writer, inbox_rows) =
         if quick { (20_000, 1_500, 1_000_000) } else { (100_000, 5_000, 1_000_000) };
+    let (ceiling_rows, pickup_seconds) = if quick { (20_000, 6) } else { (50_000, 20) };
+    let only = std::env::var("RELAYER_BENCH_ONLY").ok();
+    if let Some(only) = only.as_deref().filter(|only| *only != "slots") {
+        return Err(format!("RELAYER_BENCH_ONLY is `{only}`; the consumer bench knows only `slots`").into());
+    }
     let scratch = Scratch::new().await?;
-    let outcome = run_in(&scratch, prefill, per_writer, inbox_rows).await;
+    let outcome = async {
+        let ceiling = ceiling(&scratch, ceiling_rows).await?;
+        let pickup = pickup(&scratch, pickup_seconds).await?;
+        let rest = match only {
+            Some(_) => None,
+            None => Some(run_in(&scratch, prefill, per_writer, inbox_rows).await?),
+        };
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((ceiling, pickup, rest))
+    }
+    .await;
     scratch.drop_schema().await?;
-    let (consumer_ratio, e2e_ratio, idle_buffers) = outcome?;
-    println!(
-        "RESULT consumer_ratio={consumer_ratio:.2} queue_e2e_ratio={e2e_ratio:.2} idle_inbox_cleanup_buffers={idle_buffers}"
-    );
+    let (ceiling, (p50, p99), rest) = outcome?;
+    let rest = match rest {
+        Some((consumer_ratio, e2e_ratio, idle_buffers)) => format!(
+            "consumer_ratio={consumer_ratio:.2} queue_e2e_ratio={e2e_ratio:.2} idle_inbox_cleanup_buffers={idle_buffers}"
+        ),
+        None => {
+            "consumer_ratio=not_run queue_e2e_ratio=not_run idle_inbox_cleanup_buffers=not_run".to_owned()
+        }
+    };
+    println!("RESULT {rest} ceiling_per_s={ceiling:.0} pickup_p50_ms={p50:.1} pickup_p99_ms={p99:.1}");
     Ok(())
+}
+
+/// A handler that takes [`HANDLER_TIME`] and records how long it took, and — for bodies
+/// that carry the microseconds since `epoch` at which they were written — each pickup.
+struct Timed {
+    epoch: Instant,
+    /// Each handler start and the write it picked up, in microseconds since `epoch`.
+    pickups: Mutex<Vec<(u64, u64)>>,
+    /// Handler calls and their total time in microseconds.
+    handled: Mutex<(u64, u64)>,
+}
+
+impl Timed {
+    fn new(epoch: Instant) -> Arc<Self> {
+        Arc::new(Timed { epoch, pickups: Mutex::default(), handled: Mutex::default() })
+    }
+
+    fn micros_since_epoch(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    /// The mean handler time.
+    fn mean(&self) -> Duration {
+        let (calls, micros) = *self.handled.lock().unwrap_or_else(PoisonError::into_inner);
+        Duration::from_micros(micros.checked_div(calls).unwrap_or(0))
+    }
+}
+
+#[relayer_core::async_trait]
+impl Handler for Timed {
+    async fn handle(&self, message: &QueueMessage) -> Outcome {
+        let started = Instant::now();
+        let now = self.micros_since_epoch();
+        if let Some(written) = std::str::from_utf8(&message.body).ok().and_then(|b| b.parse::<u64>().ok()) {
+            self.pickups.lock().unwrap_or_else(PoisonError::into_inner).push((now, written));
+        }
+        tokio::time::sleep(HANDLER_TIME).await;
+        let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let mut handled = self.handled.lock().unwrap_or_else(PoisonError::into_inner);
+        *handled = (handled.0 + 1, handled.1 + took);
+        Outcome::Ack
+    }
+}
+
+/// The options of the ceiling and pickup runs: issue 22's shape.
+fn ceiling_options() -> BenchResult<ConsumerOptions> {
+    Ok(ConsumerOptions::builder().concurrency(CEILING_CONCURRENCY).batch_size(BATCH).build()?)
+}
+
+/// Drains `rows` prefilled messages with a 1 ms handler at concurrency 32; returns msg/s.
+async fn ceiling(scratch: &Scratch, rows: i64) -> BenchResult<f64> {
+    println!(
+        "=== ceiling: drain {rows} prefilled messages, handler {HANDLER_TIME:?}, concurrency {CEILING_CONCURRENCY}, \
+         batch {BATCH}"
+    );
+    fill_queue(scratch, rows).await?;
+    let handler = Timed::new(Instant::now());
+    let rate =
+        pump_drain(scratch, usize::try_from(rows)?, None, ceiling_options()?, Arc::clone(&handler) as _)
+            .await?;
+    let mean = handler.mean();
+    let bound = f64::from(CEILING_CONCURRENCY) / mean.as_secs_f64().max(1e-6);
+    println!(
+        "  {rate:>8.0} msg/s   bound {bound:>8.0} msg/s (concurrency {CEILING_CONCURRENCY} ÷ the handler's measured \
+         {mean:?})   {:.0}% of it",
+        100.0 * rate / bound
+    );
+    truncate_queue(scratch).await?;
+    Ok(rate)
+}
+
+/// A steady 800 messages/s for `seconds` (20 per 25 ms tick, one transaction each, the
+/// writer's default NOTIFY throttle) through a pump with a 1 ms handler at concurrency 32;
+/// returns the pickup's p50 and p99 in milliseconds, after a warm-up second.
+async fn pickup(scratch: &Scratch, seconds: u64) -> BenchResult<(f64, f64)> {
+    #[allow(clippy::cast_precision_loss)] // small constants
+    let rate = PICKUP_BATCH as f64 / PICKUP_TICK.as_secs_f64();
+    println!(
+        "\n=== pickup: {rate:.0} msg/s ({PICKUP_BATCH} per {PICKUP_TICK:?} tick) for {seconds} s, handler {HANDLER_TIME:?}, \
+         concurrency {CEILING_CONCURRENCY}"
+    );
+    truncate_queue(scratch).await?;
+    let epoch = Instant::now();
+    let handler = Timed::new(epoch);
+    let pool = connect_pool(scratch.config.clone(), 3).await?;
+    let consumer = Consumer::new(
+        PgNotifications::queue(scratch.config.clone(), &scratch.namespace),
+        PgSource::new(pool, &scratch.namespace),
+        scratch.namespace.clone(),
+        Subscription::new(QUEUE, ceiling_options()?)?,
+        Arc::clone(&handler) as Arc<dyn Handler>,
+    );
+    let stats = consumer.stats();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(consumer.run(shutdown.clone()));
+    let client = connect(&scratch.config).await?;
+    let writer = QueueWriter::new(&scratch.namespace, "queue");
+    let mut tick = tokio::time::interval(PICKUP_TICK);
+    let ticks = seconds * 1000 / u64::try_from(PICKUP_TICK.as_millis())?;
+    let (mut writes, mut committed) = (Vec::new(), std::collections::HashMap::new());
+    for _ in 0..ticks {
+        tick.tick().await;
+        let written = handler.micros_since_epoch();
+        let messages: Vec<NewMessage> = (0..PICKUP_BATCH)
+            .map(|_| NewMessage::new("queue", QUEUE, written.to_string().into_bytes()))
+            .collect();
+        writer.enqueue(&client, &messages).await?;
+        let commit = handler.micros_since_epoch();
+        writes.push(commit - written);
+        committed.insert(written, commit);
+    }
+    writes.sort_unstable();
+    #[allow(clippy::cast_precision_loss)] // µs far below 2^52
+    let write_p50 = writes[writes.len() / 2] as f64 / 1000.0;
+    let total = ticks * PICKUP_BATCH as u64;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stats.snapshot().acked < total && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    shutdown.cancel();
+    running.await??;
+    // From the write's call (insert and commit included), and from its commit (what the
+    // pump controls; a handler may start just before the writer hears of its commit).
+    let (mut from_call, mut from_commit): (Vec<u64>, Vec<u64>) = handler
+        .pickups
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|(at, _)| *at > 1_000_000)
+        .map(|&(at, written)| {
+            (at - written, at.saturating_sub(committed.get(&written).copied().unwrap_or(written)))
+        })
+        .unzip();
+    if from_call.is_empty() {
+        return Err("the pickup run handled nothing after its warm-up second".into());
+    }
+    from_call.sort_unstable();
+    from_commit.sort_unstable();
+    let quantile = |sorted: &[u64], q: f64| {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+        let index = ((sorted.len() - 1) as f64 * q).round() as usize;
+        #[allow(clippy::cast_precision_loss)] // pickups far below 2^52 µs
+        let ms = sorted[index] as f64 / 1000.0;
+        ms
+    };
+    let (p50, p99) = (quantile(&from_commit, 0.5), quantile(&from_commit, 0.99));
+    println!(
+        "  handled {} of {total}   pickup after the commit: p50 {p50:.1} ms   p99 {p99:.1} ms   max {:.1} ms",
+        stats.snapshot().acked,
+        quantile(&from_commit, 1.0)
+    );
+    println!(
+        "  from the write's call: p50 {:.1} ms   p99 {:.1} ms   (the write itself, insert and commit: p50 {write_p50:.1} ms)",
+        quantile(&from_call, 0.5),
+        quantile(&from_call, 0.99)
+    );
+    truncate_queue(scratch).await?;
+    Ok((p50, p99))
 }
 
 async fn run_in(
@@ -59,7 +257,7 @@ async fn run_in(
     fill_queue(scratch, prefill).await?;
     let raw = raw_drain(scratch, total, None).await?;
     fill_queue(scratch, prefill).await?;
-    let pumped = pump_drain(scratch, total, None).await?;
+    let pumped = pump_drain(scratch, total, None, drain_options()?, Arc::new(Noop)).await?;
     let consumer_ratio = pumped / raw;
     println!("  raw {raw:>8.0} msg/s   consumer {pumped:>8.0} msg/s   ratio {consumer_ratio:.2}");
 
@@ -68,10 +266,18 @@ async fn run_in(
     truncate_queue(scratch).await?;
     let raw_e2e = raw_end_to_end(scratch, per_writer).await?;
     truncate_queue(scratch).await?;
-    let throttled =
-        pump_drain(scratch, messages, Some((per_writer, relayer_postgres::DEFAULT_NOTIFY_INTERVAL))).await?;
+    let throttled = pump_drain(
+        scratch,
+        messages,
+        Some((per_writer, relayer_postgres::DEFAULT_NOTIFY_INTERVAL)),
+        drain_options()?,
+        Arc::new(Noop),
+    )
+    .await?;
     truncate_queue(scratch).await?;
-    let every = pump_drain(scratch, messages, Some((per_writer, Duration::ZERO))).await?;
+    let every =
+        pump_drain(scratch, messages, Some((per_writer, Duration::ZERO)), drain_options()?, Arc::new(Noop))
+            .await?;
     let e2e_ratio = throttled / raw_e2e;
     println!(
         "  raw {raw_e2e:>8.0} msg/s   relayer {throttled:>8.0} msg/s   ratio {e2e_ratio:.2}   \
@@ -176,10 +382,20 @@ impl Handler for Noop {
     }
 }
 
-/// A pump (plain no-op handler) draining `total` messages; with `writers`
+/// The drain runs' options: a no-op handler, so many slots.
+fn drain_options() -> BenchResult<ConsumerOptions> {
+    Ok(ConsumerOptions::builder().concurrency(2 * BATCH).batch_size(BATCH).build()?)
+}
+
+/// A pump running `handler` with `options` draining `total` messages; with `writers`
 /// (`per_writer`, notify interval), four direct-enqueue writers run meanwhile.
-async fn pump_drain(scratch: &Scratch, total: usize, writers: Option<(usize, Duration)>) -> BenchResult<f64> {
-    let options = ConsumerOptions::builder().concurrency(2 * BATCH).batch_size(BATCH).build()?;
+async fn pump_drain(
+    scratch: &Scratch,
+    total: usize,
+    writers: Option<(usize, Duration)>,
+    options: ConsumerOptions,
+    handler: Arc<dyn Handler>,
+) -> BenchResult<f64> {
     let subscription = Subscription::new(QUEUE, options)?;
     let pool = connect_pool(scratch.config.clone(), 3).await?;
     let consumer = Consumer::new(
@@ -187,7 +403,7 @@ async fn pump_drain(scratch: &Scratch, total: usize, writers: Option<(usize, Dur
         PgSource::new(pool, &scratch.namespace),
         scratch.namespace.clone(),
         subscription,
-        Arc::new(Noop),
+        handler,
     );
     let stats = consumer.stats();
     let shutdown = CancellationToken::new();

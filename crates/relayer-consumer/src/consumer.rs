@@ -7,7 +7,7 @@ use relayer_core::{Heard, Namespace, Notifications, PassBackoff, StoreError};
 use relayer_worker::{Leadership, PassLoop, WorkerError, WorkerKind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tokio::sync::{Notify, Semaphore, broadcast};
+use tokio::sync::{Notify, Semaphore, broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -39,6 +39,8 @@ pub struct Consumer<S: StoreSource> {
     /// The queue channel's wake-ups.
     notifications: Arc<dyn Notifications>,
     namespace: Namespace,
+    /// The receive-ahead buffer's receiving end, for the dispatcher.
+    buffered: mpsc::Receiver<relayer_core::Received>,
 }
 
 impl<S: StoreSource> std::fmt::Debug for Consumer<S> {
@@ -69,12 +71,16 @@ where
         subscription: Subscription,
         handling: impl Into<Handling<S::Session>>,
     ) -> Self {
-        let concurrency = subscription.options().concurrency() as usize;
+        let options = subscription.options();
+        let (buffer, buffered) = mpsc::channel(options.receive_ahead() as usize);
         let pump = Pump {
             table: namespace.table("queue"),
             source,
             handling: handling.into(),
-            slots: Arc::new(Semaphore::new(concurrency)),
+            slots: Arc::new(Semaphore::new(options.concurrency() as usize)),
+            settle_room: Arc::new(Semaphore::new(options.max_pending_settlements() as usize)),
+            buffer,
+            more_waiting: std::sync::atomic::AtomicBool::new(false),
             in_flight: InFlight::default(),
             pending: std::sync::Mutex::default(),
             receive_wake: Arc::new(Notify::new()),
@@ -85,7 +91,7 @@ where
             calls: broadcast::channel(CALL_CAPACITY).0,
             subscription,
         };
-        Consumer { pump: Arc::new(pump), notifications: Arc::new(notifications), namespace }
+        Consumer { pump: Arc::new(pump), notifications: Arc::new(notifications), namespace, buffered }
     }
 }
 
@@ -153,7 +159,10 @@ where
             Leadership::EveryInstance,
         )
         .wake_on(Arc::clone(&pump.settle_wake))
+        .wake_during_backoff()
         .spawn(background.child_token());
+        let stop_dispatch = CancellationToken::new();
+        let dispatcher = tokio::spawn(Arc::clone(&pump).dispatch(self.buffered, stop_dispatch.clone()));
         let mut receive = PassLoop::new(
             WorkerKind::Consumer,
             ReceivePass { pump: Arc::clone(&pump) },
@@ -165,6 +174,11 @@ where
 
         shutdown.cancelled().await;
         receive.shutdown().await;
+        stop_dispatch.cancel();
+        match dispatcher.await {
+            Ok(buffered) => pump.release(buffered).await,
+            Err(error) => tracing::error!(target: TARGET, %queue, %error, "the dispatcher ended abnormally"),
+        }
         pump.handlers.close();
         if tokio::time::timeout(options.shutdown_grace(), pump.handlers.wait()).await.is_err() {
             tracing::warn!(target: TARGET, %queue, in_flight = pump.in_flight.len(),

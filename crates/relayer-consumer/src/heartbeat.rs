@@ -1,4 +1,5 @@
-//! The heartbeat's pass: renew the visibility of every message in flight (QUE-5).
+//! The heartbeat's pass: renew the visibility of every message the pump holds (QUE-5):
+//! buffered, running, or settled and not yet written.
 //!
 //! Every `visibility_timeout / 3` one statement pushes each held message's `visible_at`
 //! to the database's clock plus the visibility timeout, matched by receipt. Two heartbeats
@@ -15,6 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::pump::{ConsumeSession, Pump};
+use crate::retry::retrying_conflicts;
 
 /// What one heartbeat did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -57,10 +59,11 @@ where
             .await
             .map_err(|e| WorkerError::store("opening a session for the heartbeat", e))?;
         let visibility = pump.subscription.options().visibility_timeout();
-        let renewed = session
-            .extend(&receipts, visibility)
-            .await
-            .map_err(|e| WorkerError::store("extending the visibility of messages in flight", e))?;
+        let queue = pump.subscription.queue();
+        let renewed =
+            retrying_conflicts(&pump.stats, queue, "a heartbeat", || session.extend(&receipts, visibility))
+                .await
+                .map_err(|e| WorkerError::store("extending the visibility of messages in flight", e))?;
         Ok(PassOutcome::Led(HeartbeatReport { held: receipts.len(), renewed }))
     }
 }

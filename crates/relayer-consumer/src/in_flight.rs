@@ -1,8 +1,9 @@
 //! The messages a pump holds: received and not yet settled.
 //!
-//! The heartbeat renews the visibility of each of them (QUE-5) while its handler runs and
-//! is within its deadline, and after the handler finished until its settlement is written
-//! (for at most a few visibility timeouts).
+//! The heartbeat renews the visibility of each of them (QUE-5): while it waits in the
+//! receive-ahead buffer for a slot (at most a handler deadline and a visibility timeout),
+//! while its handler runs and is within its deadline, and after the handler finished until
+//! its settlement is written (for at most a few visibility timeouts).
 //! A handler that overran is abandoned by the deadline; one that blocks its thread and
 //! cannot be abandoned stops being renewed at its deadline, so its message reappears.
 
@@ -26,9 +27,14 @@ struct Entry {
 }
 
 impl InFlight {
-    /// A message whose handler starts now and must end by `deadline`.
-    pub(crate) fn received(&self, receipt: Receipt, deadline: Instant) {
-        self.entries().insert(receipt.seq, Entry { receipt, renew_until: deadline });
+    /// A message just received, renewed until `until` while it waits for a slot.
+    pub(crate) fn received(&self, receipt: Receipt, until: Instant) {
+        self.entries().insert(receipt.seq, Entry { receipt, renew_until: until });
+    }
+
+    /// The handler of `receipt` starts now and must end by `deadline`: renewed until then.
+    pub(crate) fn started(&self, receipt: Receipt, deadline: Instant) {
+        self.renew_until(receipt, deadline);
     }
 
     /// The handler of `receipt` is done; its settlement is pending and is renewed until
@@ -36,6 +42,10 @@ impl InFlight {
     /// it) stops being renewed: the message reappears for another reader, and the late
     /// settlement, fenced by its receipt, changes nothing.
     pub(crate) fn settling(&self, receipt: Receipt, until: Instant) {
+        self.renew_until(receipt, until);
+    }
+
+    fn renew_until(&self, receipt: Receipt, until: Instant) {
         if let Some(entry) = self.entries().get_mut(&receipt.seq).filter(|e| e.receipt == receipt) {
             entry.renew_until = until;
         }

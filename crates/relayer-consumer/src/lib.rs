@@ -78,6 +78,7 @@
 #![deny(missing_docs)]
 
 mod consumer;
+mod dispatch;
 mod handler;
 mod handler_call;
 mod heartbeat;
@@ -85,6 +86,7 @@ mod hosted;
 mod in_flight;
 mod pump;
 mod receive;
+mod retry;
 mod settle;
 mod settlement;
 mod stats;

@@ -9,9 +9,9 @@ use relayer_core::session::{Session, StoreSource};
 use relayer_core::store::{
     DeadLetter, ExtendVisibility, InboxEntry, ReceiveQueue, RecordInbox, Requeue, SettleQueue, VerifySchema,
 };
-use relayer_core::{AfterFailure, QueueMessage, Receipt, RejectionReason, Undecodable};
+use relayer_core::{AfterFailure, QueueMessage, Receipt, Received, RejectionReason, Undecodable};
 use relayer_worker::{WorkerError, catch_panic, roll_back_failed_pass};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -50,8 +50,18 @@ pub(crate) struct Pump<S: StoreSource> {
     pub(crate) table: String,
     pub(crate) source: S,
     pub(crate) handling: Handling<S::Session>,
-    /// One permit per handler slot; a message holds one from receive to settlement.
+    /// One permit per handler slot, held while a handler call runs.
     pub(crate) slots: Arc<Semaphore>,
+    /// One permit per pending settlement, held from the handler's return until the
+    /// settlement is written (`max_pending_settlements`).
+    pub(crate) settle_room: Arc<Semaphore>,
+    /// The receive-ahead buffer (`receive_ahead` messages): the receive loop sends, the
+    /// dispatcher hands each message to a handler as a slot frees.
+    pub(crate) buffer: mpsc::Sender<Received>,
+    /// Whether the last receive found messages, so more may be waiting: only then does a
+    /// draining buffer wake the receive loop (otherwise a notification, the trailing read or
+    /// polling finds new messages, and an idle pump does not read once per message).
+    pub(crate) more_waiting: std::sync::atomic::AtomicBool,
     pub(crate) in_flight: InFlight,
     pub(crate) pending: Mutex<Vec<Settlement>>,
     pub(crate) receive_wake: Arc<Notify>,
@@ -81,21 +91,25 @@ where
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts handling one received, decoded message on its own task.
-    pub(crate) fn spawn_handler(
-        self: &Arc<Self>,
-        receipt: Receipt,
-        message: QueueMessage,
-        slot: OwnedSemaphorePermit,
-    ) {
-        let deadline = self.subscription.options().handler_deadline();
-        self.in_flight.received(receipt, Instant::now() + deadline);
+    /// Starts handling one buffered message on its own task, in `slot`: a decoded one by
+    /// the handler, an undecodable one by moving it aside.
+    pub(crate) fn start(self: &Arc<Self>, received: Received, slot: OwnedSemaphorePermit) {
+        let Received { receipt, message } = received;
         let pump = Arc::clone(self);
+        let message = match message {
+            Ok(message) => message,
+            Err(undecodable) => {
+                self.handlers.spawn(async move { pump.set_aside(receipt, &undecodable, slot).await });
+                return;
+            }
+        };
+        let deadline = self.subscription.options().handler_deadline();
+        self.in_flight.started(receipt, Instant::now() + deadline);
         self.handlers.spawn(async move {
             match &pump.handling {
                 Handling::Plain(handler) => {
                     let ran = pump.run_guarded(handler.handle(&message)).await;
-                    pump.finish(receipt, &message, ran, slot);
+                    pump.finish(receipt, &message, ran, slot).await;
                 }
                 Handling::Inbox(handler) => {
                     let handler = Arc::clone(handler);
@@ -107,11 +121,10 @@ where
 
     /// Moves an undecodable row aside (QUE-2, §15): to the invalid-message queue, else to
     /// the dead-letter queue as `unacceptable`, with the reason naming table, seq and column.
-    pub(crate) fn set_aside(&self, receipt: Receipt, undecodable: &Undecodable, slot: OwnedSemaphorePermit) {
+    async fn set_aside(&self, receipt: Receipt, undecodable: &Undecodable, slot: OwnedSemaphorePermit) {
         self.stats.add(Counter::Undecodable, 1);
         tracing::error!(target: TARGET, queue = %self.subscription.queue(), error = %undecodable,
             "a queue row cannot be decoded; moving it aside");
-        self.in_flight.received(receipt, Instant::now());
         let target =
             self.subscription.invalid_message_queue().unwrap_or(self.subscription.dead_letter_queue());
         let kind = SettlementKind::DeadLetter(DeadLetter {
@@ -121,7 +134,30 @@ where
             message: undecodable.to_string(),
             handled: false,
         });
-        self.settle(Settlement { receipt, kind, slot });
+        self.queue_settlement(receipt, kind, slot).await;
+    }
+
+    /// Queues a settlement once there is room among the pending ones, then frees the
+    /// handler's slot. Until then the slot stays taken: a pump whose settlements cannot be
+    /// written stops starting handlers (and so, its buffer full, stops receiving). If
+    /// shutdown's grace runs out meanwhile, the message is left to reappear.
+    async fn queue_settlement(&self, receipt: Receipt, kind: SettlementKind, slot: OwnedSemaphorePermit) {
+        // Three visibility timeouts for the settle loop to write it, through its backoff.
+        let until = Instant::now() + 3 * self.subscription.options().visibility_timeout();
+        self.in_flight.settling(receipt, until);
+        let room = tokio::select! {
+            biased;
+            room = Arc::clone(&self.settle_room).acquire_owned() => room,
+            () = self.abandon.cancelled() => {
+                self.stats.add(Counter::Abandoned, 1);
+                self.in_flight.forget(receipt);
+                return;
+            }
+        };
+        // The semaphore is never closed.
+        let Ok(room) = room else { return };
+        drop(slot);
+        self.settle(Settlement { receipt, kind, room });
     }
 
     /// Runs one handler call under its deadline, with panics caught, and tells the
@@ -151,17 +187,15 @@ where
     }
 
     /// Turns how the call ended into a settlement and queues it.
-    fn finish(&self, receipt: Receipt, message: &QueueMessage, ran: Ran, slot: OwnedSemaphorePermit) {
+    async fn finish(&self, receipt: Receipt, message: &QueueMessage, ran: Ran, slot: OwnedSemaphorePermit) {
         let queue = self.subscription.queue();
         let failure = match ran {
             Ran::Returned(Outcome::Ack) => {
-                self.settle(Settlement { receipt, kind: SettlementKind::Ack, slot });
-                return;
+                return self.queue_settlement(receipt, SettlementKind::Ack, slot).await;
             }
             Ran::Returned(Outcome::Reject { reason }) => {
                 let kind = self.dead_letter(receipt, RejectionReason::Rejected, &reason);
-                self.settle(Settlement { receipt, kind, slot });
-                return;
+                return self.queue_settlement(receipt, kind, slot).await;
             }
             Ran::Returned(Outcome::Requeue { delay, reason }) => (delay, reason),
             Ran::Panicked(panic) => {
@@ -197,7 +231,7 @@ where
             }
             AfterFailure::DeadLetter => self.dead_letter(receipt, RejectionReason::MaxHandledCount, &reason),
         };
-        self.settle(Settlement { receipt, kind, slot });
+        self.queue_settlement(receipt, kind, slot).await;
     }
 
     /// A dead-letter of a handled message; its rejection message names the row (§15).
@@ -225,7 +259,7 @@ where
         slot: OwnedSemaphorePermit,
     ) {
         match self.inbox_transaction(handler, receipt, message).await {
-            Ok(Committed::RolledBack(ran)) => return self.finish(receipt, message, ran, slot),
+            Ok(Committed::RolledBack(ran)) => return self.finish(receipt, message, ran, slot).await,
             Ok(Committed::Acked) => self.stats.add(Counter::Acked, 1),
             Ok(Committed::Duplicate) => {
                 self.stats.add(Counter::Acked, 1);
@@ -243,10 +277,9 @@ where
                     "the inbox transaction failed; the message reappears after its visibility timeout");
             }
         }
-        // Settled in its own transaction: free the slot, then let the receive loop fill it.
+        // Settled in its own transaction: free the slot for the next buffered message.
         self.in_flight.forget(receipt);
         drop(slot);
-        self.receive_wake.notify_one();
     }
 
     /// One session, one transaction: record, effects, ack, commit. On an error the session

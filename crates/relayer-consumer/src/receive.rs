@@ -1,10 +1,13 @@
-//! The receive loop's pass: fill the free handler slots from the queue.
+//! The receive loop's pass: fill the receive-ahead buffer from the queue.
 //!
-//! A pass takes as many messages as there are free slots (at most `batch_size`) in one
-//! statement, hands each decoded one to a handler task and moves undecodable rows aside.
-//! A pass that filled every slot it asked for wakes its loop at once: more may be waiting,
-//! and a pump that keeps up under load never waits for a notification. A pass with no free
-//! slot does nothing; the settle loop wakes the receive loop when slots free up.
+//! A pass takes as many messages as the buffer has room for (at most `batch_size`) in one
+//! statement and buffers them; the dispatcher hands each to a handler as a slot frees, so a
+//! handler that returns finds its next message without waiting for a receive round trip. A
+//! pass that got every message it asked for wakes its loop at once: more may be waiting,
+//! and a pump that keeps up under load never waits for a notification. A pass with no
+//! room does nothing; the dispatcher wakes the loop once the buffer is half empty, if the
+//! last receive found messages (so reads follow each other while messages flow, and stop
+//! at the first empty one).
 
 use std::sync::Arc;
 
@@ -15,6 +18,7 @@ use relayer_worker::{Pass, PassOutcome, WorkerError};
 use tokio_util::sync::CancellationToken;
 
 use crate::pump::{ConsumeSession, Pump};
+use crate::retry::retrying_conflicts;
 use crate::stats::Counter;
 
 /// What one receive pass did.
@@ -49,37 +53,42 @@ where
     ) -> Result<PassOutcome<ReceiveReport>, WorkerError> {
         let pump = &self.pump;
         let options = pump.subscription.options();
-        let free =
-            u32::try_from(pump.slots.available_permits()).unwrap_or(u32::MAX).min(options.batch_size());
-        if free == 0 || shutdown.is_cancelled() {
+        // The receive loop is the buffer's only sender: the room cannot shrink meanwhile.
+        let room = u32::try_from(pump.buffer.capacity()).unwrap_or(u32::MAX).min(options.batch_size());
+        if room == 0 || shutdown.is_cancelled() {
             return Ok(PassOutcome::Led(ReceiveReport::default()));
         }
-        let Ok(mut slots) = Arc::clone(&pump.slots).try_acquire_many_owned(free) else {
-            return Ok(PassOutcome::Led(ReceiveReport::default()));
-        };
         let received = {
             let session = pump
                 .source
                 .open()
                 .await
                 .map_err(|e| WorkerError::store("opening a session to receive", e))?;
-            session
-                .receive(pump.subscription.queue(), free, options.visibility_timeout())
+            let (queue, visibility) = (pump.subscription.queue(), options.visibility_timeout());
+            retrying_conflicts(&pump.stats, queue, "a receive", || session.receive(queue, room, visibility))
                 .await
                 .map_err(|e| WorkerError::store("receiving from the queue", e))?
         };
         pump.stats.add(Counter::Received, received.len() as u64);
-        let report = ReceiveReport { asked: free, received: received.len() };
+        let report = ReceiveReport { asked: room, received: received.len() };
+        // A buffered message waits for a slot at most `receive_ahead_rounds` handler
+        // deadlines (see `ConsumerOptions::receive_ahead`); a visibility timeout more for
+        // the dispatcher.
+        let wait = options.handler_deadline() * options.receive_ahead_rounds() + options.visibility_timeout();
+        let until = tokio::time::Instant::now() + wait;
         for row in received {
-            // `slots` holds `free` permits and at most `free` rows came back.
-            let Some(slot) = slots.split(1) else { break };
-            match row.message {
-                Ok(message) => pump.spawn_handler(row.receipt, message, slot),
-                Err(undecodable) => pump.set_aside(row.receipt, &undecodable, slot),
+            pump.in_flight.received(row.receipt, until);
+            if let Err(full) = pump.buffer.try_send(row) {
+                // Unreachable with one sender; left to reappear rather than lost.
+                let row = full.into_inner();
+                pump.in_flight.forget(row.receipt);
+                pump.stats.add(Counter::Abandoned, 1);
             }
         }
-        drop(slots);
-        if report.received == free as usize {
+        // Messages found: more may be committing behind them (writers notify at most once
+        // per interval), so the dispatcher asks for another read once these are under way.
+        pump.more_waiting.store(report.received > 0, std::sync::atomic::Ordering::Release);
+        if report.received == room as usize {
             pump.receive_wake.notify_one();
         }
         Ok(PassOutcome::Led(report))

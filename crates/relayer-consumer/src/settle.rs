@@ -4,8 +4,13 @@
 //! wake the settle loop, whose pass writes everything queued since the last one in at most
 //! three statements (one per kind) on one connection. Under load the batches form on their
 //! own while the previous statement runs, so acks cost a round trip per batch, not per
-//! message. A settlement keeps its handler slot until it is written; a failed write is kept
-//! and retried with the loop's backoff while the heartbeat keeps the messages invisible.
+//! message. A handler's slot is freed when it returns, not when its settlement is written
+//! (the wait for the settle pass and the statement would otherwise cap the pump at
+//! `concurrency` messages per settle round trip); the settlement holds a place among the
+//! `max_pending_settlements` instead. A write that loses a conflict (a deadlock, a lock
+//! not available) is retried at once after a short pause; one that still fails is kept and
+//! retried with the loop's backoff — or sooner, when a new settlement wakes the loop — while
+//! the heartbeat keeps the messages invisible.
 
 use std::sync::Arc;
 
@@ -17,6 +22,7 @@ use relayer_worker::{Pass, PassOutcome, WorkerError};
 use tokio_util::sync::CancellationToken;
 
 use crate::pump::{ConsumeSession, Pump};
+use crate::retry::retrying_conflicts;
 use crate::settlement::{Settlement, SettlementKind};
 use crate::stats::Counter;
 
@@ -61,9 +67,6 @@ where
 {
     /// Queues `settlement` for the settle loop.
     pub(crate) fn settle(&self, settlement: Settlement) {
-        // Three visibility timeouts for the settle loop to write it, through its backoff.
-        let until = tokio::time::Instant::now() + 3 * self.subscription.options().visibility_timeout();
-        self.in_flight.settling(settlement.receipt, until);
         self.pending().push(settlement);
         self.settle_wake.notify_one();
     }
@@ -108,15 +111,17 @@ where
             self.pending().extend(groups.flatten());
             return Err(error);
         }
-        self.receive_wake.notify_one();
         Ok(report)
     }
 
     async fn write(&self, session: &S::Session, group: &[Settlement]) -> Result<Vec<i64>, WorkerError> {
+        let (stats, queue) = (&*self.stats, self.subscription.queue());
         let written = match &group[0].kind {
             SettlementKind::Ack => {
                 let receipts: Vec<Receipt> = group.iter().map(|s| s.receipt).collect();
-                session.ack(&receipts).await.map_err(|e| WorkerError::store("acknowledging messages", e))?
+                retrying_conflicts(stats, queue, "an ack", || session.ack(&receipts))
+                    .await
+                    .map_err(|e| WorkerError::store("acknowledging messages", e))?
             }
             SettlementKind::Requeue(_) => {
                 let requeues: Vec<Requeue> = group
@@ -126,7 +131,9 @@ where
                         _ => None,
                     })
                     .collect();
-                session.requeue(&requeues).await.map_err(|e| WorkerError::store("requeueing messages", e))?
+                retrying_conflicts(stats, queue, "a requeue", || session.requeue(&requeues))
+                    .await
+                    .map_err(|e| WorkerError::store("requeueing messages", e))?
             }
             SettlementKind::DeadLetter(_) => {
                 let dead: Vec<DeadLetter> = group
@@ -136,8 +143,7 @@ where
                         _ => None,
                     })
                     .collect();
-                session
-                    .dead_letter(&dead)
+                retrying_conflicts(stats, queue, "a dead-letter", || session.dead_letter(&dead))
                     .await
                     .map_err(|e| WorkerError::store("dead-lettering messages", e))?
             }
@@ -145,9 +151,9 @@ where
         Ok(written)
     }
 
-    /// Counts a written group, forgets its messages and frees their slots.
+    /// Counts a written group, forgets its messages and frees their places.
     fn settled(&self, group: Vec<Settlement>, written: &[i64], report: &mut SettleReport) {
-        for Settlement { receipt, kind, slot } in group {
+        for Settlement { receipt, kind, room } in group {
             if written.contains(&receipt.seq) {
                 report.settled += 1;
                 let counter = match kind {
@@ -163,7 +169,7 @@ where
                     "the message's visibility lapsed and another reader received it: this settlement changed nothing");
             }
             self.in_flight.forget(receipt);
-            drop(slot);
+            drop(room);
         }
     }
 }

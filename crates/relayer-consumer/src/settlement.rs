@@ -9,8 +9,8 @@ use tokio::sync::OwnedSemaphorePermit;
 pub(crate) struct Settlement {
     pub(crate) receipt: Receipt,
     pub(crate) kind: SettlementKind,
-    /// The message's handler slot, freed once this is written.
-    pub(crate) slot: OwnedSemaphorePermit,
+    /// Its place among the pending settlements, freed once this is written.
+    pub(crate) room: OwnedSemaphorePermit,
 }
 
 #[derive(Debug)]

@@ -16,6 +16,7 @@ pub struct ConsumerStats {
     overran: AtomicU64,
     lapsed: AtomicU64,
     abandoned: AtomicU64,
+    conflicts: AtomicU64,
 }
 
 /// The counters of a pump at one moment.
@@ -43,6 +44,10 @@ pub struct StatsSnapshot {
     pub lapsed: u64,
     /// Messages left to reappear: abandoned at shutdown, or their settlement failed.
     pub abandoned: u64,
+    /// Statements (receive, settle, heartbeat) that lost a conflict with a concurrent
+    /// transaction — a deadlock, a serialization failure, a lock not available — and were
+    /// retried after a short pause instead of the backoff an outage earns.
+    pub conflicts: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -57,6 +62,7 @@ pub(crate) enum Counter {
     Overran,
     Lapsed,
     Abandoned,
+    Conflicts,
 }
 
 impl ConsumerStats {
@@ -72,6 +78,7 @@ impl ConsumerStats {
             Counter::Overran => &self.overran,
             Counter::Lapsed => &self.lapsed,
             Counter::Abandoned => &self.abandoned,
+            Counter::Conflicts => &self.conflicts,
         };
         cell.fetch_add(n, Ordering::Relaxed);
     }
@@ -90,6 +97,7 @@ impl ConsumerStats {
             overran: read(&self.overran),
             lapsed: read(&self.lapsed),
             abandoned: read(&self.abandoned),
+            conflicts: read(&self.conflicts),
         }
     }
 }
@@ -99,7 +107,7 @@ impl fmt::Display for StatsSnapshot {
         write!(
             f,
             "received={} acked={} requeued={} dead_lettered={} undecodable={} duplicates={} panicked={} \
-             overran={} lapsed={} abandoned={}",
+             overran={} lapsed={} abandoned={} conflicts={}",
             self.received,
             self.acked,
             self.requeued,
@@ -109,7 +117,8 @@ impl fmt::Display for StatsSnapshot {
             self.panicked,
             self.overran,
             self.lapsed,
-            self.abandoned
+            self.abandoned,
+            self.conflicts
         )
     }
 }

@@ -125,6 +125,32 @@ impl RetryBackoff {
     }
 }
 
+/// How many times in a row a statement that lost a conflict with a concurrent transaction
+/// (a deadlock, a serialization failure, a lock not available) is retried after a
+/// [`conflict_pause`] before its caller falls back to the pass backoff an outage earns.
+/// The pauses add up to at most a quarter of a second.
+pub const CONFLICT_RETRIES: u32 = 5;
+
+/// The longest pause before a conflict is retried.
+pub const MAX_CONFLICT_PAUSE: Duration = Duration::from_millis(100);
+
+/// The pause before the `attempt`-th retry (1-based) of a statement that lost a conflict:
+/// jittered by `random` (any bits) between half and all of `min(10 ms · 2^(attempt-1),
+/// 100 ms)`, so the two losers of a deadlock do not meet again in step. Never zero, never
+/// above [`MAX_CONFLICT_PAUSE`].
+///
+/// ```
+/// use std::time::Duration;
+/// use relayer_core::backoff::conflict_pause;
+/// assert!((Duration::from_millis(5)..=Duration::from_millis(10)).contains(&conflict_pause(1, 7)));
+/// assert!(conflict_pause(u32::MAX, u64::MAX) <= Duration::from_millis(100));
+/// ```
+pub fn conflict_pause(attempt: u32, random: u64) -> Duration {
+    let ceiling = doubled(Duration::from_millis(10), attempt.saturating_sub(1), MAX_CONFLICT_PAUSE);
+    let half = u64::try_from(ceiling.as_micros() / 2).unwrap_or(u64::MAX);
+    Duration::from_micros(half + random % (half + 1))
+}
+
 /// `min(start · 2^doublings, cap)`, computed without overflow for every input.
 fn doubled(start: Duration, doublings: u32, cap: Duration) -> Duration {
     let grown = 2u128.checked_pow(doublings).and_then(|factor| start.as_nanos().checked_mul(factor));
@@ -182,6 +208,28 @@ mod tests {
         assert_eq!(delays, [1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 300].map(secs));
         assert_eq!(backoff.delay_after(u32::MAX), secs(300));
         assert_eq!(backoff.next_attempt_at(Timestamp::MAX, 3), Timestamp::MAX);
+    }
+
+    #[test]
+    fn conflict_pauses_grow_and_stay_short() {
+        let ms = Duration::from_millis;
+        let ranges = [(1, ms(5), ms(10)), (2, ms(10), ms(20)), (3, ms(20), ms(40)), (4, ms(40), ms(80))];
+        for (attempt, low, high) in ranges {
+            assert_eq!(conflict_pause(attempt, 0), low, "attempt {attempt}");
+            let half = u64::try_from(high.as_micros() / 2).unwrap();
+            assert_eq!(conflict_pause(attempt, half), high, "attempt {attempt}");
+        }
+        assert_eq!(conflict_pause(0, 0), ms(5));
+        assert_eq!(conflict_pause(CONFLICT_RETRIES, 0), ms(50));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_conflict_pause_is_positive_and_at_most_a_tenth_of_a_second(attempt: u32, random: u64) {
+            let pause = conflict_pause(attempt, random);
+            proptest::prop_assert!(pause >= Duration::from_millis(5));
+            proptest::prop_assert!(pause <= MAX_CONFLICT_PAUSE);
+        }
     }
 
     #[test]

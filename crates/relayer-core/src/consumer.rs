@@ -48,11 +48,17 @@ pub const MAX_CONSUMER_CONCURRENCY: u32 = 1_000;
 worker_options! {
     /// Options of one subscription's pump (§10).
     ConsumerOptions built by ConsumerOptionsBuilder in section "consumer" {
-        /// Most handlers running at once, and so most messages in flight (QUE-5). Default
+        /// Most handler calls running at once (QUE-5): a handler slot is taken when a
+        /// call starts and freed when it returns, not when its settlement is written. The
+        /// pump also receives up to [`receive_ahead`](ConsumerOptions::receive_ahead)
+        /// messages ahead of free slots and keeps up to
+        /// [`max_pending_settlements`](ConsumerOptions::max_pending_settlements) outcomes
+        /// waiting to be written; all of them are kept invisible by the heartbeat. Default
         /// 16; 1..=1000.
         concurrency: u32 = 16;
-        /// Most messages one receive takes (never more than the free handler slots).
-        /// Default 100; 1..=10000.
+        /// Most messages one receive takes (never more than the room left in the
+        /// receive-ahead buffer), and the least number of settlements allowed to wait to
+        /// be written. Default 100; 1..=10000.
         batch_size: u32 = 100;
         /// How long a received message stays invisible to other receivers; a heartbeat
         /// renews it while its handler runs (QUE-1, QUE-5). Default 30s; 1s..=1h.
@@ -141,6 +147,33 @@ impl ConsumerOptions {
         PassBackoff::from_validated(self.poll_interval(), self.max_backoff())
     }
 
+    /// Most messages received ahead of free handler slots, waiting for one:
+    /// `max(concurrency, min(batch_size, 4 × concurrency))`. Enough that a handler that
+    /// returns finds its next message without waiting for a receive round trip even when
+    /// handlers are several times faster than a receive, and a receive takes a batch
+    /// rather than a message or two; bounded by the slots, so a buffered message starts
+    /// within [`receive_ahead_rounds`](Self::receive_ahead_rounds) handler deadlines (the
+    /// buffer is served first in, first out, and every running call ends by its deadline).
+    pub fn receive_ahead(&self) -> u32 {
+        let concurrency = self.concurrency();
+        concurrency.max(self.batch_size().min(concurrency.saturating_mul(4)))
+    }
+
+    /// How many handler deadlines a message received ahead may wait for a slot at most:
+    /// `ceil(receive_ahead / concurrency)`, 1 to 4. The heartbeat renews it that long.
+    pub fn receive_ahead_rounds(&self) -> u32 {
+        self.receive_ahead().div_ceil(self.concurrency())
+    }
+
+    /// Most outcomes (ack, requeue, dead-letter) waiting to be written:
+    /// `max(batch_size, concurrency)`, so the settle loop's batches can be as large as a
+    /// receive's while its statement runs. A handler that returns when this many wait keeps
+    /// its slot until there is room, so a pump whose writes fail stops taking messages,
+    /// holding at most `concurrency + receive_ahead + max_pending_settlements` of them.
+    pub fn max_pending_settlements(&self) -> u32 {
+        self.batch_size().max(self.concurrency())
+    }
+
     /// How often the visibility of messages in flight is renewed: a third of the visibility
     /// timeout, so two heartbeats in a row may fail before a message could reappear.
     pub fn heartbeat_interval(&self) -> Duration {
@@ -189,6 +222,13 @@ mod tests {
         assert_eq!(options.visibility_timeout(), 30 * SECOND);
         assert_eq!(options.heartbeat_interval(), 10 * SECOND);
         assert_eq!(options.max_handled_count(), 5);
+        assert_eq!((options.receive_ahead(), options.max_pending_settlements()), (64, 100));
+        assert_eq!(options.receive_ahead_rounds(), 4);
+        let wide = ConsumerOptions::builder().concurrency(500).batch_size(10).build().unwrap();
+        assert_eq!((wide.receive_ahead(), wide.max_pending_settlements()), (500, 500));
+        assert_eq!(wide.receive_ahead_rounds(), 1);
+        let shape = ConsumerOptions::builder().concurrency(32).batch_size(100).build().unwrap();
+        assert_eq!((shape.receive_ahead(), shape.receive_ahead_rounds()), (100, 4));
     }
 
     #[test]

@@ -90,6 +90,15 @@ pub trait StoreError: std::error::Error + Send + Sync + 'static {
     /// Whether retrying later may succeed (a lost connection, a timeout, a serialization
     /// failure), as opposed to a failure that will repeat (a missing schema, a bad row).
     fn is_transient(&self) -> bool;
+
+    /// Whether this is a transient conflict with a concurrent transaction — a deadlock, a
+    /// serialization failure, a lock not available — that a retry after a short pause is
+    /// likely to get past ([`CONFLICT_RETRIES`](crate::backoff::CONFLICT_RETRIES),
+    /// [`conflict_pause`](crate::backoff::conflict_pause)), unlike an outage, which earns
+    /// the pass backoff. Implies [`is_transient`](Self::is_transient). Default: never.
+    fn is_conflict(&self) -> bool {
+        false
+    }
 }
 
 /// The base of every store capability: the error its methods return.

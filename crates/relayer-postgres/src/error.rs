@@ -140,47 +140,106 @@ impl StorageError {
     /// Whether retrying later may succeed: a lost or refused connection, a pool timeout,
     /// a serialization failure or deadlock, a server shutting down or starting up.
     pub fn is_transient(&self) -> bool {
+        self.retry() != Retry::Never
+    }
+
+    /// Whether this is a conflict with a concurrent transaction (a deadlock, a
+    /// serialization failure, a lock not available) worth retrying at once, after a short
+    /// pause, rather than after an outage's backoff.
+    pub fn is_conflict(&self) -> bool {
+        self.retry() == Retry::AtOnce
+    }
+
+    fn retry(&self) -> Retry {
         match self.kind {
-            StorageErrorKind::Pool => true,
-            StorageErrorKind::Database => match self.code() {
-                None => true, // I/O error or closed connection: no SQLSTATE.
-                Some(code) => transient_sqlstate(code),
-            },
-            _ => false,
+            StorageErrorKind::Pool => Retry::Later,
+            StorageErrorKind::Database => {
+                retry_for_sqlstate(self.code().map(tokio_postgres::error::SqlState::code))
+            }
+            _ => Retry::Never,
         }
     }
 }
 
-/// Whether a server error with `code` may succeed when retried. The class is the code's
-/// first two characters; a code shorter than that, or not ASCII (a server or proxy may send
-/// anything), has no class and is not transient — it never panics.
-fn transient_sqlstate(code: &tokio_postgres::error::SqlState) -> bool {
-    use tokio_postgres::error::SqlState;
-    let class = code.code().get(..2);
-    // 08: connection exception; 53: insufficient resources; 57: operator intervention.
-    matches!(class, Some("08" | "53" | "57"))
-        || *code == SqlState::T_R_SERIALIZATION_FAILURE
-        || *code == SqlState::T_R_DEADLOCK_DETECTED
-        || *code == SqlState::LOCK_NOT_AVAILABLE
+/// When a failed statement may be tried again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// A conflict with a concurrent transaction: after a short jittered pause.
+    AtOnce,
+    /// An outage (connection, resources, operator): after the pass backoff.
+    Later,
+    /// It will fail again until someone changes something.
+    Never,
+}
+
+/// The retry class of a database error by its SQLSTATE (`None`: the server sent none — an
+/// I/O error or a closed connection). Pure, so any code, even a malformed one, is classified
+/// without panicking.
+pub(crate) fn retry_for_sqlstate(code: Option<&str>) -> Retry {
+    let Some(code) = code else { return Retry::Later };
+    match code {
+        // serialization_failure, deadlock_detected, lock_not_available (a lock_timeout).
+        "40001" | "40P01" | "55P03" => Retry::AtOnce,
+        // 08: connection exception; 53: insufficient resources; 57: operator intervention
+        // (admin shutdown, cannot connect now, a cancelled statement).
+        _ if matches!(code.get(..2), Some("08" | "53" | "57")) => Retry::Later,
+        _ => Retry::Never,
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::{Retry, retry_for_sqlstate};
+
+    #[test]
+    fn sqlstates_are_classified_as_conflicts_outages_or_permanent() {
+        let table = [
+            (Some("40P01"), Retry::AtOnce), // deadlock_detected
+            (Some("40001"), Retry::AtOnce), // serialization_failure
+            (Some("55P03"), Retry::AtOnce), // lock_not_available
+            (None, Retry::Later),           // I/O error, closed connection
+            (Some("08006"), Retry::Later),  // connection_failure
+            (Some("53300"), Retry::Later),  // too_many_connections
+            (Some("57P01"), Retry::Later),  // admin_shutdown
+            (Some("57P03"), Retry::Later),  // cannot_connect_now
+            (Some("57014"), Retry::Later),  // query_canceled (statement_timeout)
+            (Some("40002"), Retry::Never),  // transaction_integrity_constraint_violation
+            (Some("42P01"), Retry::Never),  // undefined_table
+            (Some("23505"), Retry::Never),  // unique_violation
+            (Some("22P02"), Retry::Never),  // invalid_text_representation
+            (Some(""), Retry::Never),
+            (Some("5"), Retry::Never),
+            (Some("é8"), Retry::Never),
+        ];
+        for (code, retry) in table {
+            assert_eq!(retry_for_sqlstate(code), retry, "{code:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_code_is_classified_without_panicking_and_conflicts_are_exactly_three(code in ".{0,6}") {
+            let retry = retry_for_sqlstate(Some(&code));
+            proptest::prop_assert_eq!(retry == Retry::AtOnce, ["40001", "40P01", "55P03"].contains(&code.as_str()));
+        }
+    }
 }
 
 #[cfg(test)]
 mod sqlstate_tests {
-    use tokio_postgres::error::SqlState;
-
-    use super::transient_sqlstate;
+    use super::{Retry, retry_for_sqlstate};
 
     /// SPEC §15: a malformed SQLSTATE (empty, one character, a multi-byte character where
     /// the class ends) is classified, never sliced into a panic.
     #[test]
     fn malformed_sqlstates_are_classified_without_panicking_spec_15() {
         for code in ["", "0", "é", "0é", "\u{fffd}8006"] {
-            assert!(!transient_sqlstate(&SqlState::from_code(code)), "{code:?}");
+            assert_eq!(retry_for_sqlstate(Some(code)), Retry::Never, "{code:?}");
         }
-        assert!(transient_sqlstate(&SqlState::from_code("08006")));
-        assert!(transient_sqlstate(&SqlState::from_code("57P01")));
-        assert!(transient_sqlstate(&SqlState::T_R_DEADLOCK_DETECTED));
-        assert!(!transient_sqlstate(&SqlState::from_code("23505")));
+        assert_eq!(retry_for_sqlstate(Some("08006")), Retry::Later);
+        assert_eq!(retry_for_sqlstate(Some("57P01")), Retry::Later);
+        assert_eq!(retry_for_sqlstate(Some("40P01")), Retry::AtOnce);
+        assert_eq!(retry_for_sqlstate(Some("23505")), Retry::Never);
     }
 }
 

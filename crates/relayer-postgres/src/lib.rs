@@ -71,8 +71,8 @@ pub use pool::{
     StatementMode, asynchronous_commit, connect_pool, connect_pool_with,
 };
 pub use queue::{
-    ConsumeStatements, DEFAULT_NOTIFY_INTERVAL, DeadLetter, QueueBatch, QueueMessage, QueueStatements,
-    QueueWriter, Receipt, Received, Requeue, Undecodable, queue_channel,
+    ConsumeStatements, DEFAULT_NOTIFY_INTERVAL, DeadLetter, NOTIFY_AFTER_QUIET, QueueBatch, QueueMessage,
+    QueueStatements, QueueWriter, Receipt, Received, Requeue, Undecodable, queue_channel,
 };
 #[cfg(feature = "tls-rustls")]
 pub use rustls_tls::{CertificateCheck, TlsSetupError, connector_from_url, rustls_tls};

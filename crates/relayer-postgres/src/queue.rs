@@ -26,7 +26,7 @@ mod consume;
 mod direct;
 
 pub use consume::{ConsumeStatements, DeadLetter, QueueMessage, Receipt, Received, Requeue, Undecodable};
-pub use direct::{DEFAULT_NOTIFY_INTERVAL, QueueBatch, QueueWriter};
+pub use direct::{DEFAULT_NOTIFY_INTERVAL, NOTIFY_AFTER_QUIET, QueueBatch, QueueWriter};
 
 /// The LISTEN/NOTIFY channel of a namespace's queue table: every insert notifies it with
 /// the queue's name as payload, and every pump of the namespace listens on it.

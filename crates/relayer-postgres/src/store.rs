@@ -70,6 +70,10 @@ impl StoreError for StorageError {
     fn is_transient(&self) -> bool {
         StorageError::is_transient(self)
     }
+
+    fn is_conflict(&self) -> bool {
+        StorageError::is_conflict(self)
+    }
 }
 
 impl<C: Executor, S: Sync> Store for PgStore<'_, C, S> {

@@ -82,6 +82,10 @@ impl<E: StoreError> StoreError for FaultyError<E> {
             FaultyError::Killed { .. } => true,
         }
     }
+
+    fn is_conflict(&self) -> bool {
+        matches!(self, FaultyError::Store(error) if error.is_conflict())
+    }
 }
 
 #[cfg(test)]

@@ -75,6 +75,7 @@ pub struct PassLoop<P: Pass> {
     backoff: PassBackoff,
     leadership: Leadership,
     wake: Option<Arc<Notify>>,
+    wake_during_backoff: bool,
     linger: Duration,
     events: broadcast::Sender<WorkerEvent<P::Report>>,
 }
@@ -109,7 +110,16 @@ impl<P: Pass> PassLoop<P> {
         leadership: Leadership,
     ) -> Self {
         let (events, _) = broadcast::channel(EVENT_CAPACITY);
-        PassLoop { kind, pass, backoff, leadership, wake: None, linger: Duration::ZERO, events }
+        PassLoop {
+            kind,
+            pass,
+            backoff,
+            leadership,
+            wake: None,
+            wake_during_backoff: false,
+            linger: Duration::ZERO,
+            events,
+        }
     }
 
     /// Starts the next pass early when `wake` is notified after a pass began. Wake-ups
@@ -117,6 +127,14 @@ impl<P: Pass> PassLoop<P> {
     /// the wake-ups that came during it).
     pub fn wake_on(mut self, wake: Arc<Notify>) -> Self {
         self.wake = Some(wake);
+        self
+    }
+
+    /// Lets a wake-up ([`wake_on`](Self::wake_on)) also end a failure backoff early, for a
+    /// loop whose wake-ups are few and each means work waits that only it can do (the
+    /// consumer's settlements): the wake-ups are then the retries, the backoff their floor.
+    pub fn wake_during_backoff(mut self) -> Self {
+        self.wake_during_backoff = true;
         self
     }
 
@@ -217,7 +235,7 @@ impl<P: Pass> PassLoop<P> {
                     next_wait
                 }
             };
-            let wake = self.wake.as_deref().filter(|_| consecutive_failures == 0);
+            let wake = self.wake.as_deref().filter(|_| consecutive_failures == 0 || self.wake_during_backoff);
             let was_woken = tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break,

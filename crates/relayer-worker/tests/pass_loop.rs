@@ -209,6 +209,32 @@ async fn a_wake_up_starts_the_next_pass_early_but_never_shortens_a_backoff() {
     assert_eq!(pass.waits(), [Duration::ZERO, INTERVAL]);
 }
 
+/// With `wake_during_backoff` (the consumer's settle loop), a wake-up after a failed pass
+/// starts the next pass at once instead of waiting out the backoff: work a wake-up
+/// announces is never left for a whole backoff (RES-2, QUE-5).
+#[tokio::test(start_paused = true)]
+async fn a_wake_up_ends_a_failure_backoff_when_the_loop_asks_for_it_res_2() {
+    let pass = Scripted::new(&[Step::Fail, Step::Fail]);
+    let wake = Arc::new(Notify::new());
+    let pass_loop = PassLoop::with_shared_pass(
+        WorkerKind::Consumer,
+        Arc::clone(&pass),
+        backoff(),
+        Leadership::EveryInstance,
+    )
+    .wake_on(Arc::clone(&wake))
+    .wake_during_backoff();
+    let mut events = pass_loop.subscribe();
+    let mut handle = pass_loop.spawn(CancellationToken::new());
+    assert!(matches!(next_outcome(&mut events).await, WorkerEvent::PassFailed { consecutive: 1, .. }));
+    wake.notify_one();
+    assert!(matches!(next_outcome(&mut events).await, WorkerEvent::PassFailed { consecutive: 2, .. }));
+    wake.notify_one();
+    assert_eq!(next_outcome(&mut events).await, led(3));
+    handle.shutdown().await;
+    assert_eq!(pass.waits(), [Duration::ZERO, Duration::ZERO]);
+}
+
 /// An in-process lock for tests: one holder at a time; `lose_session` makes the holder's
 /// next `ensure_held` fail, as a killed database session would.
 #[derive(Clone, Debug, Default)]

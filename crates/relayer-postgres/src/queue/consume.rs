@@ -51,33 +51,52 @@ impl ConsumeStatements {
                  RETURNING q.seq, q.message_id, q.queue, q.body, q.headers, q.trace_context, q.created_at, \
                            q.handled_count"
             ),
+            // Every statement about received rows locks them first, in seq order (the
+            // `locked` CTE: ORDER BY is applied before FOR UPDATE), so a heartbeat, an ack,
+            // a requeue and a dead-letter on overlapping rows wait for each other in one
+            // order and never deadlock (QUE-5). A row changed meanwhile is re-checked
+            // against its receipt under the lock; one deleted meanwhile is skipped.
             // Index: queue_pkey per element; the receipt is checked on the row.
             ack: format!(
-                "DELETE FROM {queue} AS q USING unnest($1::int8[], $2::uuid[]) AS a(seq, receipt) \
-                 WHERE q.seq = a.seq AND q.receipt = a.receipt RETURNING q.seq"
+                "WITH locked AS (SELECT q.seq FROM {queue} AS q \
+                   JOIN unnest($1::int8[], $2::uuid[]) AS a(seq, receipt) \
+                     ON q.seq = a.seq AND q.receipt = a.receipt \
+                   ORDER BY q.seq FOR UPDATE OF q) \
+                 DELETE FROM {queue} AS q USING locked WHERE q.seq = locked.seq RETURNING q.seq"
             ),
             requeue: format!(
-                "UPDATE {queue} AS q SET visible_at = now() + a.delay_us * interval '1 microsecond', \
+                "WITH locked AS (SELECT q.seq, a.delay_us FROM {queue} AS q \
+                   JOIN unnest($1::int8[], $2::uuid[], $3::int8[]) AS a(seq, receipt, delay_us) \
+                     ON q.seq = a.seq AND q.receipt = a.receipt \
+                   ORDER BY q.seq FOR UPDATE OF q) \
+                 UPDATE {queue} AS q SET visible_at = now() + locked.delay_us * interval '1 microsecond', \
                         handled_count = q.handled_count + 1, receipt = NULL \
-                 FROM unnest($1::int8[], $2::uuid[], $3::int8[]) AS a(seq, receipt, delay_us) \
-                 WHERE q.seq = a.seq AND q.receipt = a.receipt RETURNING q.seq"
+                 FROM locked WHERE q.seq = locked.seq RETURNING q.seq"
             ),
             // The move is an update in place: the dead-letter queue is rows of the same
             // table, stamped with where they came from (QUE-2, DLP-4) — the first queue, when
             // a message is dead-lettered again from a dead-letter queue a subscription consumes.
             dead_letter: format!(
-                "UPDATE {queue} AS q SET queue = a.target, original_topic = coalesce(q.original_topic, q.queue), \
-                        rejection_reason = a.reason, rejection_message = a.message, dead_lettered_at = now(), \
-                        visible_at = now(), receipt = NULL, handled_count = q.handled_count + a.handled \
-                 FROM unnest($1::int8[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::int4[]) \
-                      AS a(seq, receipt, target, reason, message, handled) \
-                 WHERE q.seq = a.seq AND q.receipt = a.receipt RETURNING q.seq"
+                "WITH locked AS (SELECT q.seq, a.target, a.reason, a.message, a.handled FROM {queue} AS q \
+                   JOIN unnest($1::int8[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::int4[]) \
+                        AS a(seq, receipt, target, reason, message, handled) \
+                     ON q.seq = a.seq AND q.receipt = a.receipt \
+                   ORDER BY q.seq FOR UPDATE OF q) \
+                 UPDATE {queue} AS q SET queue = locked.target, \
+                        original_topic = coalesce(q.original_topic, q.queue), \
+                        rejection_reason = locked.reason, rejection_message = locked.message, \
+                        dead_lettered_at = now(), visible_at = now(), receipt = NULL, \
+                        handled_count = q.handled_count + locked.handled \
+                 FROM locked WHERE q.seq = locked.seq RETURNING q.seq"
             ),
             // The heartbeat (QUE-5): counted from the statement's clock, not its transaction's.
             extend: format!(
-                "UPDATE {queue} AS q SET visible_at = clock_timestamp() + $3::int8 * interval '1 microsecond' \
-                 FROM unnest($1::int8[], $2::uuid[]) AS a(seq, receipt) \
-                 WHERE q.seq = a.seq AND q.receipt = a.receipt"
+                "WITH locked AS (SELECT q.seq FROM {queue} AS q \
+                   JOIN unnest($1::int8[], $2::uuid[]) AS a(seq, receipt) \
+                     ON q.seq = a.seq AND q.receipt = a.receipt \
+                   ORDER BY q.seq FOR UPDATE OF q) \
+                 UPDATE {queue} AS q SET visible_at = clock_timestamp() + $3::int8 * interval '1 microsecond' \
+                 FROM locked WHERE q.seq = locked.seq"
             ),
             table: queue,
         }
@@ -140,6 +159,7 @@ impl ConsumeStatements {
         client: &impl Executor,
         requeues: &[Requeue],
     ) -> Result<Vec<i64>, StorageError> {
+        let requeues = in_seq_order(requeues, |r| r.receipt.seq);
         let (seqs, tokens) = split(requeues.iter().map(|r| r.receipt));
         let delays: Vec<i64> = requeues.iter().map(|r| database_micros(r.delay)).collect();
         let params: [(&(dyn ToSql + Sync), Type); 3] =
@@ -156,6 +176,7 @@ impl ConsumeStatements {
         client: &impl Executor,
         dead_letters: &[DeadLetter],
     ) -> Result<Vec<i64>, StorageError> {
+        let dead_letters = in_seq_order(dead_letters, |d| d.receipt.seq);
         let (seqs, tokens) = split(dead_letters.iter().map(|d| d.receipt));
         let targets: Vec<&str> = dead_letters.iter().map(|d| d.queue.as_str()).collect();
         let reasons: Vec<&str> = dead_letters.iter().map(|d| d.reason.as_str()).collect();
@@ -197,8 +218,19 @@ impl ConsumeStatements {
     }
 }
 
+/// Seqs and tokens as two arrays, bound in seq order (the statements lock in that order
+/// anyway; binding it too keeps their plans' lookups in it).
 fn split(receipts: impl Iterator<Item = Receipt>) -> (Vec<i64>, Vec<Uuid>) {
-    receipts.map(|r| (r.seq, r.token)).unzip()
+    let mut pairs: Vec<(i64, Uuid)> = receipts.map(|r| (r.seq, r.token)).collect();
+    pairs.sort_unstable_by_key(|&(seq, _)| seq);
+    pairs.into_iter().unzip()
+}
+
+/// `items` sorted by `seq`, borrowed.
+fn in_seq_order<T>(items: &[T], seq: impl Fn(&T) -> i64) -> Vec<&T> {
+    let mut sorted: Vec<&T> = items.iter().collect();
+    sorted.sort_by_key(|item| seq(item));
+    sorted
 }
 
 fn settled(

@@ -14,7 +14,11 @@
 //! NOTIFY in every writing transaction costs concurrent writers their group commit
 //! (docs/performance.md). The writer therefore notifies a queue at most once per
 //! `notify_interval` (default [`DEFAULT_NOTIFY_INTERVAL`]), tracked per writer (clones
-//! share it): under load almost no transaction pays for a NOTIFY. The pump makes up for
+//! share it): under load almost no transaction pays for a NOTIFY — except a write that
+//! comes [`NOTIFY_AFTER_QUIET`] or more after the writer's previous write to that queue
+//! ended ([`QueueWriter::enqueue`]; began, for a driver that only takes the
+//! [`batch`](QueueWriter::batch)), which notifies anyway: a steady, moderate load (a batch every 25 ms) is then picked up
+//! at once, and only a writer committing faster than that is throttled. The pump makes up for
 //! the notifications left out: a pump that received a full batch reads again at once, and
 //! a notified pump reads once more `notify_interval` later, catching what committed in the
 //! silent window; polling covers the rest.
@@ -30,7 +34,7 @@ use crate::exec::Executor;
 use crate::outbox::{DEFAULT_MAX_BODY_BYTES, EnqueueError, EnqueueParam, Enqueued, WrittenColumns};
 
 /// How often, at most, a [`QueueWriter`] notifies one queue unless told otherwise.
-pub use relayer_core::notifications::DEFAULT_NOTIFY_INTERVAL;
+pub use relayer_core::notifications::{DEFAULT_NOTIFY_INTERVAL, NOTIFY_AFTER_QUIET};
 
 /// Writes messages straight into relayer's queue table, inside the caller's transaction
 /// (QUE-4). A message's destination is its queue.
@@ -62,8 +66,8 @@ pub struct QueueWriter {
     /// The most bytes of rows one insert binds ([`crate::split`]); lowered only by tests.
     max_statement_bytes: usize,
     notify_interval: Duration,
-    /// When each queue was last notified by this writer (or its clones).
-    notified: Arc<Mutex<HashMap<String, Instant>>>,
+    /// When each queue was last notified, and last written, by this writer (or its clones).
+    notified: Arc<Mutex<HashMap<String, (Instant, Instant)>>>,
 }
 
 impl QueueWriter {
@@ -116,7 +120,8 @@ impl QueueWriter {
     }
 
     /// Notifies each queue at most once per `interval` ([`Duration::ZERO`]: in every
-    /// writing transaction). The `queue::direct` module docs weigh the trade.
+    /// writing transaction), and after a quiet gap of [`NOTIFY_AFTER_QUIET`] in this
+    /// writer's writes to it. The `queue::direct` module docs weigh the trade.
     pub fn with_notify_interval(mut self, interval: Duration) -> Self {
         self.notify_interval = interval;
         self
@@ -146,13 +151,12 @@ impl QueueWriter {
         let sizes: Vec<usize> = messages.iter().map(crate::split::message_bytes).collect();
         let runs = crate::split::split_by_bytes(&sizes, self.max_statement_bytes);
         if runs.len() <= 1 {
-            return Ok(crate::outbox::insert_and_read_back(
-                client,
-                batch.statement(),
-                &batch.params(),
-                what(),
-            )
-            .await?);
+            let enqueued =
+                crate::outbox::insert_and_read_back(client, batch.statement(), &batch.params(), what()).await?;
+            // The quiet gap counts from here: a writer whose writes follow each other back
+            // to back is never quiet, however long each write takes.
+            self.mark_written(messages);
+            return Ok(enqueued);
         }
         // Over PostgreSQL's limits as one statement (SPEC §15): one insert per run, in
         // order; the first run's NOTIFY wakes the batch's queues on commit.
@@ -169,7 +173,19 @@ impl QueueWriter {
                 crate::outbox::insert_and_read_back(client, part.statement(), &part.params(), what()).await?,
             );
         }
+        self.mark_written(messages);
         Ok(written)
+    }
+
+    /// Records that this writer has just written to the queues of `messages`.
+    fn mark_written(&self, messages: &[NewMessage]) {
+        let now = Instant::now();
+        let mut notified = self.notified.lock().unwrap_or_else(PoisonError::into_inner);
+        for message in messages.iter().filter(|m| m.delivery_time() == Delivery::Immediate) {
+            if let Some((_, written)) = notified.get_mut(message.destination()) {
+                *written = now;
+            }
+        }
     }
 
     /// Validates `messages` and encodes them as the parameters of the one insert this
@@ -189,19 +205,25 @@ impl QueueWriter {
         Ok(QueueBatch { statement: &self.insert, columns, wake, channel: &self.channel })
     }
 
-    /// The queues of immediately deliverable messages not notified within the interval;
-    /// marks them notified. Scheduled messages wake nobody: the pump's polling finds them.
+    /// The queues of immediately deliverable messages not notified within the interval, or
+    /// written after a quiet gap of [`NOTIFY_AFTER_QUIET`]; marks them notified. Scheduled
+    /// messages wake nobody: the pump's polling finds them.
     fn queues_to_notify<'a>(&self, messages: &'a [NewMessage]) -> Vec<&'a str> {
         let now = Instant::now();
         let mut notified = self.notified.lock().unwrap_or_else(PoisonError::into_inner);
         let mut wake = Vec::new();
         for message in messages.iter().filter(|m| m.delivery_time() == Delivery::Immediate) {
             let queue = message.destination();
-            let due =
-                notified.get(queue).is_none_or(|last| now.duration_since(*last) >= self.notify_interval);
+            let last = notified.get(queue).copied();
+            let due = last.is_none_or(|(notified, written)| {
+                now.duration_since(notified) >= self.notify_interval
+                    || now.duration_since(written) >= NOTIFY_AFTER_QUIET
+            });
             if due && !wake.contains(&queue) {
-                notified.insert(queue.to_owned(), now);
+                notified.insert(queue.to_owned(), (now, now));
                 wake.push(queue);
+            } else if let Some((notified_at, _)) = last {
+                notified.insert(queue.to_owned(), (notified_at, now));
             }
         }
         wake
