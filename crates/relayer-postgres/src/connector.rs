@@ -199,8 +199,8 @@ impl Connector {
     /// at least 1 ms): a transaction whose client went silent then releases its locks — a
     /// lease row, claimed rows — within that bound instead of when the server's TCP gives up
     /// (RES-5). Only for pools whose transactions never wait that long on purpose: a host
-    /// sets it on its maintenance pool (twice the statement timeout, within the shortest
-    /// lease), never on a consumer's, whose inbox transactions last as long as a handler.
+    /// sets it on its maintenance pool (the longest lease of its workers: a sweep
+    /// pass idles while it sends, up to half its lease), never on a consumer's, whose inbox transactions last as long as a handler.
     #[must_use]
     pub fn with_transaction_idle_timeout(mut self, timeout: Duration) -> Self {
         self.transaction_idle_timeout = Some(timeout.max(Duration::from_millis(1)));

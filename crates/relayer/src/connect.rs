@@ -38,8 +38,8 @@ pub(crate) struct Connected {
 /// Opens `setup`'s pools: the maintenance pool first (or takes the lent one), where the
 /// schema is checked before any other pool opens.
 pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
-    let statement_timeout = statement_timeout(setup);
-    let open = move |pool: String, size: u32, database: Connector| {
+    let limits = Limits::of(setup);
+    let open = move |pool: String, size: u32, database: Connector, statement_timeout: Duration| {
         let database = labeled(&database, &pool).with_statement_timeout(statement_timeout);
         connect_pool_with(database, size, setup.statements)
     };
@@ -57,11 +57,13 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
         (None, size) => {
             // The plan sizes the maintenance pool whenever none is lent.
             let size = size.unwrap_or(1);
-            // Its transactions (a sweep pass under its lease row lock, a cleanup or
-            // dead-letter batch) never idle past the shortest lease: the server ends one
-            // whose client went silent within that bound, freeing its locks (RES-5).
-            let database = setup.database.clone().with_transaction_idle_timeout(statement_timeout * 2);
-            open("maintenance".to_owned(), size, database).await.map_err(StartError::Connect)?
+            // The server ends a transaction whose client went silent, freeing its locks
+            // (RES-5), but only past what a healthy one idles for: a sweep pass waits on
+            // its sends, up to half its lease (TRN-5), with its page's row locks held.
+            let database = setup.database.clone().with_transaction_idle_timeout(limits.maintenance_idle());
+            open("maintenance".to_owned(), size, database, limits.maintenance_statement())
+                .await
+                .map_err(StartError::Connect)?
         }
     };
     {
@@ -82,7 +84,7 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
         // Its own pool: a sweeper pass sends while it holds a maintenance connection in its
         // transaction, and a pass must never wait for a second connection of the pool it
         // holds one of (LIF-2b).
-        let pool = open("queue-transport".to_owned(), size, setup.database.clone())
+        let pool = open("queue-transport".to_owned(), size, setup.database.clone(), limits.queue_transport())
             .await
             .map_err(StartError::Connect)?;
         let queue = relayer_queue::PgQueueTransport::new(pool, &setup.namespace);
@@ -92,14 +94,18 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
     let dispatcher = match setup.pools.dispatcher {
         Some(size) => {
             let database = dispatcher_session(&setup.database);
-            Some(open("dispatcher".to_owned(), size, database).await.map_err(StartError::Connect)?)
+            Some(
+                open("dispatcher".to_owned(), size, database, limits.dispatcher())
+                    .await
+                    .map_err(StartError::Connect)?,
+            )
         }
         None => None,
     };
 
     let mut consumers = Vec::with_capacity(setup.pools.consumers.len());
     for (queue, size) in &setup.pools.consumers {
-        let pool = open(format!("consumer:{queue}"), *size, setup.database.clone())
+        let pool = open(format!("consumer:{queue}"), *size, setup.database.clone(), limits.consumer(queue))
             .await
             .map_err(StartError::Connect)?;
         consumers.push((queue.clone(), pool));
@@ -108,30 +114,79 @@ pub(crate) async fn connect(setup: &Setup) -> Result<Connected, StartError> {
     Ok(Connected { maintenance, dispatcher, consumers, transports: Arc::new(transports) })
 }
 
-/// The longest one statement of the host's pools waits for its answer (RES-5): the default
-/// bound, lowered to half the shortest lease or claim the host's statements run under, so a
+/// The leases, claims and visibility timeouts each pool's statements run under. Each pool's
+/// bounds come from the workers using it only: a consumer's short visibility timeout must not
+/// cut the maintenance pool's statements, nor its idle transactions (RES-5).
+#[derive(Debug, Default)]
+struct Limits {
+    /// The dispatcher's claim (dispatcher and queue-transport pools).
+    claim: Option<Duration>,
+    /// The sweeper's lease: its passes send through the queue transport too.
+    sweeper_lease: Option<Duration>,
+    /// The leases of the maintenance pool's workers (sweeper, cleanup, dead letters).
+    maintenance_leases: Vec<Duration>,
+    /// Each consumer's visibility timeout, by queue.
+    visibility: Vec<(String, Duration)>,
+}
+
+impl Limits {
+    fn of(setup: &Setup) -> Self {
+        let mut limits = Self {
+            claim: setup.dispatcher.as_ref().map(|d| d.claim_duration()),
+            sweeper_lease: setup.sweeper.as_ref().map(|s| s.options().lease_duration()),
+            ..Self::default()
+        };
+        limits.maintenance_leases.extend(limits.sweeper_lease);
+        limits.maintenance_leases.extend(setup.cleanup.as_ref().map(|c| c.options().lease_duration()));
+        #[cfg(feature = "dead-letters")]
+        limits
+            .maintenance_leases
+            .extend(setup.dead_letters.as_ref().map(|(_, led)| led.options().lease_duration()));
+        #[cfg(feature = "consumer")]
+        for spec in &setup.consumers {
+            let queue = spec.subscription.queue().to_owned();
+            limits.visibility.push((queue, spec.subscription.options().visibility_timeout()));
+        }
+        limits
+    }
+
+    /// The maintenance pool's statement bound: within half of each of its workers' leases.
+    fn maintenance_statement(&self) -> Duration {
+        statement_timeout(self.maintenance_leases.iter().copied())
+    }
+
+    /// How long a maintenance transaction may idle: the longest lease among the pool's
+    /// workers, which covers a sweep pass's sends (at most half its lease) plus one statement
+    /// (at most the other half); a transaction never outlives its lease anyway. At least
+    /// twice the statement bound, for the host's bookkeeping when no worker is led.
+    fn maintenance_idle(&self) -> Duration {
+        let longest = self.maintenance_leases.iter().copied().max().unwrap_or_default();
+        longest.max(self.maintenance_statement() * 2)
+    }
+
+    fn dispatcher(&self) -> Duration {
+        statement_timeout(self.claim)
+    }
+
+    /// Sends of the dispatcher (under its claim) and of the sweeper (under its lease).
+    fn queue_transport(&self) -> Duration {
+        statement_timeout(self.claim.into_iter().chain(self.sweeper_lease))
+    }
+
+    fn consumer(&self, queue: &str) -> Duration {
+        statement_timeout(self.visibility.iter().filter(|(q, _)| q == queue).map(|(_, v)| *v))
+    }
+}
+
+/// The longest one statement waits for its answer (RES-5): the default bound, lowered to half
+/// the shortest of `limits` (the leases or claims the pool's statements run under), so a
 /// black-holed connection is given up well before another instance may take over its work
 /// (at least 1 s).
-pub(crate) fn statement_timeout(setup: &Setup) -> Duration {
-    let mut bound = relayer_postgres::DEFAULT_STATEMENT_TIMEOUT;
-    let mut within = |limit: Duration| bound = bound.min(limit / 2);
-    if let Some(dispatcher) = &setup.dispatcher {
-        within(dispatcher.claim_duration());
-    }
-    if let Some(sweeper) = &setup.sweeper {
-        within(sweeper.options().lease_duration());
-    }
-    if let Some(cleanup) = &setup.cleanup {
-        within(cleanup.options().lease_duration());
-    }
-    #[cfg(feature = "dead-letters")]
-    if let Some((_, led)) = &setup.dead_letters {
-        within(led.options().lease_duration());
-    }
-    #[cfg(feature = "consumer")]
-    for spec in &setup.consumers {
-        within(spec.subscription.options().visibility_timeout());
-    }
+fn statement_timeout(limits: impl IntoIterator<Item = Duration>) -> Duration {
+    let bound = limits
+        .into_iter()
+        .map(|limit| limit / 2)
+        .fold(relayer_postgres::DEFAULT_STATEMENT_TIMEOUT, Duration::min);
     bound.max(Duration::from_secs(1))
 }
 
@@ -195,6 +250,33 @@ fn pool_session_name(application: Option<&str>, pool: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_pool_is_bounded_by_its_own_workers_and_a_sweep_may_idle_through_its_sends_res_5() {
+        let secs = Duration::from_secs;
+        let limits = Limits {
+            claim: Some(secs(30)),
+            sweeper_lease: Some(secs(30)),
+            maintenance_leases: vec![secs(30), secs(60)],
+            visibility: vec![("invoices".to_owned(), secs(5)), ("orders".to_owned(), secs(120))],
+        };
+        // A consumer's 5 s visibility bounds its own pool only.
+        assert_eq!(limits.consumer("invoices"), Duration::from_millis(2500));
+        assert_eq!(limits.consumer("orders"), secs(30));
+        assert_eq!(limits.maintenance_statement(), secs(15));
+        assert_eq!(limits.dispatcher(), secs(15));
+        assert_eq!(limits.queue_transport(), secs(15));
+        // A pass idles while it sends, up to half the sweeper's lease (15 s), then runs a
+        // statement (15 s): the idle bound covers both, which 2 × 2.5 s once did not.
+        assert_eq!(limits.maintenance_idle(), secs(60));
+        assert!(limits.maintenance_idle() >= secs(30) / 2 + limits.maintenance_statement());
+
+        let short = Limits { maintenance_leases: vec![secs(2)], ..Limits::default() };
+        assert_eq!(short.maintenance_statement(), secs(1));
+        assert_eq!(short.maintenance_idle(), secs(2));
+        let none = Limits::default();
+        assert_eq!(none.maintenance_idle(), relayer_postgres::DEFAULT_STATEMENT_TIMEOUT * 2);
+    }
 
     #[test]
     fn pool_sessions_are_named_after_the_application_and_the_pool() {

@@ -152,7 +152,8 @@ impl QueueWriter {
         let runs = crate::split::split_by_bytes(&sizes, self.max_statement_bytes);
         if runs.len() <= 1 {
             let enqueued =
-                crate::outbox::insert_and_read_back(client, batch.statement(), &batch.params(), what()).await?;
+                crate::outbox::insert_and_read_back(client, batch.statement(), &batch.params(), what())
+                    .await?;
             // The quiet gap counts from here: a writer whose writes follow each other back
             // to back is never quiet, however long each write takes.
             self.mark_written(messages);
