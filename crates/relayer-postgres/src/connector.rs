@@ -349,7 +349,7 @@ impl Connector {
         match tokio::time::timeout(limit.saturating_mul(hosts).saturating_mul(2), connecting).await {
             Ok(result) => result,
             // tokio-postgres's own "timeout waiting for server" (no SQLSTATE: transient).
-            Err(_) => Err(tokio_postgres::Error::__private_api_timeout()),
+            Err(_) => Err(crate::error::timed_out()),
         }
     }
 }

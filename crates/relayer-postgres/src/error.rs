@@ -82,6 +82,14 @@ pub(crate) fn column<'a, T: tokio_postgres::types::FromSql<'a>>(
     })
 }
 
+/// tokio-postgres's own "timeout waiting for server" error, for a statement or startup that
+/// relayer gave up on (RES-5): it carries no SQLSTATE, so it classifies as transient like any
+/// lost connection. tokio-postgres offers no public constructor; its hidden one is used here
+/// only, so a change to it is one edit.
+pub(crate) fn timed_out() -> tokio_postgres::Error {
+    tokio_postgres::Error::__private_api_timeout()
+}
+
 /// `1 message`, `2 messages`: a batch's size in an error's context.
 pub(crate) fn messages(count: usize) -> String {
     match count {

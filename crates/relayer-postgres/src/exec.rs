@@ -181,11 +181,11 @@ pub(crate) async fn one_row(
 impl Executor for PgClient {
     async fn rows(&self, sql: &str, params: &TypedParams<'_>) -> Result<Vec<Row>, tokio_postgres::Error> {
         let prepared = Prepared::new(&**self, self.statements());
-        self.bounded(prepared.rows(sql, params), tokio_postgres::Error::__private_api_timeout).await
+        self.bounded(prepared.rows(sql, params), crate::error::timed_out).await
     }
 
     async fn affected(&self, sql: &str, params: &TypedParams<'_>) -> Result<u64, tokio_postgres::Error> {
         let prepared = Prepared::new(&**self, self.statements());
-        self.bounded(prepared.affected(sql, params), tokio_postgres::Error::__private_api_timeout).await
+        self.bounded(prepared.affected(sql, params), crate::error::timed_out).await
     }
 }

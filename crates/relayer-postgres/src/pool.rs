@@ -24,6 +24,7 @@ use tokio_postgres::{Client, Statement};
 
 use crate::connector::Connector;
 use crate::error::StorageError;
+use crate::tls::Tls;
 
 /// A pool of PostgreSQL connections (plain or TLS, as its [`Connector`] says), each a
 /// [`PgClient`].
@@ -136,15 +137,14 @@ impl bb8::ManageConnection for PgConnectionManager {
             connection: task,
             bound: self.connector.statement_timeout(),
             transaction_idle: self.connector.transaction_idle_timeout(),
+            tls: self.connector.tls().cloned(),
         });
         Ok(client)
     }
 
     async fn is_valid(&self, conn: &mut PgClient) -> Result<(), tokio_postgres::Error> {
         let conn = &*conn;
-        conn.bounded(conn.client.simple_query(""), tokio_postgres::Error::__private_api_timeout)
-            .await
-            .map(|_| ())
+        conn.bounded(conn.client.simple_query(""), crate::error::timed_out).await.map(|_| ())
     }
 
     fn has_broken(&self, conn: &mut PgClient) -> bool {
@@ -161,7 +161,12 @@ struct Watchdog {
     bound: Duration,
     /// How long the server lets a store session's transaction sit idle.
     transaction_idle: Option<Duration>,
+    /// How the connection was encrypted, for the cancel request of a statement given up.
+    tls: Option<Tls>,
 }
+
+/// The longest a cancel request of a statement given up may take (it opens a connection).
+const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A tokio-postgres client and the worker statements prepared on its connection.
 ///
@@ -238,6 +243,7 @@ impl PgClient {
             Ok(result) => result,
             Err(_) => {
                 self.discard();
+                self.cancel_on_server(watchdog.tls.clone());
                 watchdog.connection.abort();
                 tracing::warn!(target: "relayer::postgres", bound = ?watchdog.bound,
                     "no answer from PostgreSQL within the statement timeout: closed the connection \
@@ -245,6 +251,28 @@ impl PgClient {
                 Err(timed_out())
             }
         }
+    }
+
+    /// Asks the server to cancel what this connection runs, in a detached task bounded by
+    /// [`CANCEL_TIMEOUT`]: closing the socket alone leaves a statement that is merely slow
+    /// (not black-holed) running server-side, holding its locks, until it next writes to
+    /// the dead socket. A cancel request rather than a server-side `statement_timeout` on
+    /// pooled sessions: a `SET` at connect would outlive the session behind a
+    /// transaction-mode pooler and reach other clients. It opens a new connection, so the
+    /// caller never waits for it; when the network is what failed, it fails too, harmlessly.
+    fn cancel_on_server(&self, tls: Option<Tls>) {
+        let token = self.client.cancel_token();
+        tokio::spawn(async move {
+            let cancelled = match tls {
+                None => tokio::time::timeout(CANCEL_TIMEOUT, token.cancel_query(tokio_postgres::NoTls)).await,
+                Some(tls) => tokio::time::timeout(CANCEL_TIMEOUT, token.cancel_query(tls)).await,
+            };
+            if !matches!(cancelled, Ok(Ok(()))) {
+                tracing::debug!(target: "relayer::postgres",
+                    "could not ask the server to cancel a statement given up at its timeout \
+                     (the server ends it when it next writes to the closed connection)");
+            }
+        });
     }
 
     /// The statements prepared on this connection.

@@ -152,7 +152,7 @@ impl PgSession {
     async fn run(&mut self, sql: &str, what: &str) -> Result<(), StorageError> {
         let connection = &*self.connection;
         connection
-            .bounded(connection.batch_execute(sql), tokio_postgres::Error::__private_api_timeout)
+            .bounded(connection.batch_execute(sql), crate::error::timed_out)
             .await
             .map_err(|e| StorageError::database(what, e))
     }
@@ -211,7 +211,7 @@ impl VerifySchema for PgSession {
             .bounded(crate::migrate::verify_schema(&**connection, namespace), || {
                 StorageError::database(
                     format!("checking the schema of {namespace}"),
-                    tokio_postgres::Error::__private_api_timeout(),
+                    crate::error::timed_out(),
                 )
             })
             .await

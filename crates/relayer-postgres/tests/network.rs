@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use relayer_core::session::{Session, StoreSource};
 use relayer_postgres::{Connector, Executor, PgSource, connect_pool};
-use relayer_test_support::{TestDb, within};
+use relayer_test_support::{TestDb, eventually, within};
 
 /// RES-5: a statement that gets no answer within the pool's statement timeout fails (as a
 /// transient error, without SQLSTATE) instead of waiting, its connection is closed and
@@ -29,6 +29,37 @@ async fn a_statement_without_an_answer_in_time_fails_and_its_connection_is_disca
     assert!(!connection.is_discarded());
     let pid: i32 = connection.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
     assert_ne!(pid, first_pid, "a new connection, not the timed-out one");
+}
+
+/// RES-5: a statement given up at its client-side bound is cancelled on the server too, so
+/// it stops holding its backend (and locks) instead of running on behind a closed socket.
+#[tokio::test]
+async fn a_statement_given_up_at_its_timeout_is_cancelled_on_the_server_res_5() {
+    let db = TestDb::new().await;
+    let connector = Connector::new(db.config()).with_statement_timeout(Duration::from_millis(300));
+    let pool = connect_pool(connector, 1).await.unwrap();
+    let pid: i32 = {
+        let connection = pool.get().await.unwrap();
+        let pid = connection.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+        // Far longer than the test's patience: only a cancel ends it in time.
+        let error = within(connection.rows("SELECT pg_sleep(600)", &[])).await.unwrap_err();
+        assert!(error.code().is_none(), "{error}");
+        pid
+    };
+    let observer = db.connect().await;
+    eventually("the given-up statement no longer runs on the server", || async {
+        let running: i64 = observer
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND state = 'active' \
+                 AND query LIKE 'SELECT pg_sleep(600)%'",
+                &[&pid],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        running == 0
+    })
+    .await;
 }
 
 /// RES-5: a store session's transaction carries the connector's idle-transaction bound, so
