@@ -124,17 +124,27 @@ fn errors_name_the_field_and_the_value_opt_3() {
 }
 
 /// LDR-2 for the dead-letter pass (issue 21): a lease that does not outlive the wait
-/// between passes lapses between them; the options refuse it, naming both, and the defaults
-/// fit.
+/// between passes lapses between them: under lease leadership it is refused, naming both;
+/// the options alone (advisory lock, the default) accept any interval.
 #[test]
-fn a_dead_letter_lease_not_longer_than_its_interval_is_refused_naming_both_ldr_2() {
-    let error =
-        DeadLetterOptions::builder().interval(secs(900)).lease_duration(secs(30)).build().unwrap_err();
-    assert_eq!(error.to_string(), "dead_letter.lease_duration: 30s must be greater than interval (15m)");
-    let error = DeadLetterOptions::builder().interval(secs(60)).lease_duration(secs(60)).build().unwrap_err();
+fn a_dead_letter_lease_not_longer_than_its_interval_is_refused_under_lease_leadership_ldr_2() {
+    let options = DeadLetterOptions::builder().interval(secs(900)).lease_duration(secs(30)).build().unwrap();
+    let error = options.check_lease_leadership().unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "dead_letter.lease_duration: 30s must be greater than dead_letter.interval (15m) when the dead-letter \
+         pass is led by a lease (it would lapse between passes); raise lease_duration, lower interval, or lead \
+         it by the advisory lock (the default)"
+    );
+    let equal = DeadLetterOptions::builder().interval(secs(60)).lease_duration(secs(60)).build().unwrap();
+    let error = equal.check_lease_leadership().unwrap_err();
     assert_eq!((error.field(), error.value()), ("dead_letter.lease_duration", "1m"));
-    let defaults = DeadLetterOptions::default();
-    assert!(defaults.lease_duration() > defaults.interval(), "{defaults:?}");
+    let longer = DeadLetterOptions::builder().interval(secs(60)).lease_duration(secs(61)).build().unwrap();
+    longer.check_lease_leadership().unwrap();
+    // The advisory lock (the default) uses no lease: an interval of hours is valid, and the
+    // default lease stays short so a crashed lease leader's work passes on soon.
+    DeadLetterOptions::builder().interval(secs(4 * 3600)).build().unwrap();
+    assert_eq!(DeadLetterOptions::default().lease_duration(), secs(30));
 }
 
 /// OPT-3: options under which a dispatcher could hold more bodies than
