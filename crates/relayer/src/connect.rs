@@ -169,6 +169,7 @@ impl Limits {
     }
 
     /// Sends of the dispatcher (under its claim) and of the sweeper (under its lease).
+    #[cfg_attr(not(feature = "queue"), allow(dead_code))]
     fn queue_transport(&self) -> Duration {
         statement_timeout(self.claim.into_iter().chain(self.sweeper_lease))
     }
