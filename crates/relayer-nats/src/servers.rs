@@ -5,6 +5,7 @@
 use std::fmt;
 
 use async_nats::ServerAddr;
+use relayer_core::redact::redact_url_userinfo;
 
 use crate::options::OptionError;
 
@@ -87,6 +88,26 @@ impl Servers {
     }
 }
 
+impl Servers {
+    /// Whether the URL asks for TLS: every server `tls://`. A list mixing `tls://` and
+    /// `nats://` servers is refused, naming it (redacted): the client would otherwise speak
+    /// plaintext to a server it discovers or fails over to, which the `tls://` ones forbid.
+    pub(crate) fn tls_required(&self) -> Result<bool, OptionError> {
+        let tls = self.addresses.iter().filter(|server| server.tls_required()).count();
+        if tls == 0 || tls == self.addresses.len() {
+            return Ok(tls > 0);
+        }
+        Err(OptionError::new(
+            "url",
+            format!(
+                "{} mixes tls:// and nats:// servers: make every server tls:// (or set with_ca_file / \
+                 with_tls_first to require TLS of all), or none",
+                self.redacted
+            ),
+        ))
+    }
+}
+
 /// `url` with its user info and the values of secret query parameters replaced by `***`.
 fn redact(url: &url::Url) -> String {
     let mut shown = url.clone();
@@ -112,15 +133,11 @@ fn redact(url: &url::Url) -> String {
 }
 
 /// A server as a message may show it when it does not parse: scheme and host, never what
-/// stands before an `@`.
+/// stands before the last `@` (`nats://` assumed when left out).
 fn redact_str(raw: &str) -> String {
-    let (scheme, rest) = raw.split_once("://").unwrap_or(("nats", raw));
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-    let at = if authority.contains('@') { "***@" } else { "" };
-    let more = if path.is_empty() { "" } else { "/…" };
-    format!("{scheme}://{at}{host}{more}")
+    redact_url_userinfo(raw)
+        .or_else(|| redact_url_userinfo(&format!("nats://{raw}")))
+        .unwrap_or_else(|| "nats://…".to_owned())
 }
 
 /// Percent-decodes user info as the URL carries it.
@@ -173,6 +190,16 @@ mod tests {
     }
 
     #[test]
+    fn a_tls_server_requires_tls_of_every_server_and_a_mixed_list_is_refused_trn_3() {
+        let tls = |raw: &str| Servers::parse(raw).unwrap().tls_required();
+        assert_eq!(tls("tls://a,tls://b:4333").unwrap(), true);
+        assert_eq!(tls("nats://a,b").unwrap(), false);
+        let error = tls("nats://a,tls://app:s3cret@b").unwrap_err().to_string();
+        assert!(error.contains("nats://a,tls://app:***@b mixes tls:// and nats:// servers"), "{error}");
+        assert!(!error.contains("s3cret"), "{error}");
+    }
+
+    #[test]
     fn bad_servers_are_refused_naming_which_without_their_secrets_trn_3() {
         let refused = |raw: &str| {
             let error = Servers::parse(raw).unwrap_err();
@@ -185,6 +212,9 @@ mod tests {
         );
         assert!(refused("nats://a,http://app:s3cret@b").contains("server #2 (http://***@b) is invalid"));
         assert!(refused("nats://a,,nats://b").contains("server #2 (nats://) is empty"));
+        // Unencoded separators in the password: the user info still ends at the last `@`.
+        assert!(refused("nats://app:s3c/ret@a").contains("server #1 (nats://***@a)"));
+        assert!(refused("nats://app:s3c/r@et@a:notaport").contains("server #1 (nats://***@a:notaport)"));
         let differing = refused("nats://app:s3cret@a,nats://other:s3cret@b");
         assert!(differing.contains("differ from an earlier server's"), "{differing}");
     }
@@ -225,6 +255,15 @@ mod properties {
             let invalid = Servers::parse(&format!("nats://app:{}@host:{port}0000000", encoded(&secret)));
             let shown = format!("{invalid:?}");
             prop_assert!(!shown.contains(&secret) && !shown.contains(&encoded(&secret)), "{}", shown);
+
+            // Unencoded (`/`, `?`, `#`, `@` included): valid or not, no part of it is shown.
+            // Not a comma, which separates servers: such a password must be encoded.
+            let unencoded = secret.replace(',', "%2C");
+            let shown = match Servers::parse(&format!("nats://app:{unencoded}@host:{port}")) {
+                Ok(servers) => format!("{servers:?} {}", servers.redacted),
+                Err(error) => format!("{error} {error:?}"),
+            };
+            prop_assert!(!shown.contains("S3CR"), "{}", shown);
         }
     }
 }

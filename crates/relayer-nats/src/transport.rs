@@ -76,8 +76,9 @@ impl NatsTransport {
         options.validate()?;
         let servers = Servers::parse(url)?;
         let (tls, verifies) = crate::tls::client_config(options.ca_files())?;
-        let requires_tls =
-            options.requires_tls() || servers.addresses.iter().any(|server| server.tls_required());
+        // A `tls://` server requires TLS of every server, discovered ones included (a mixed
+        // list is refused): async-nats's per-address scheme does not cover servers it learns.
+        let requires_tls = options.requires_tls() || servers.tls_required()?;
         let security = if requires_tls {
             format!("TLS required, {verifies}")
         } else {
@@ -87,7 +88,7 @@ impl NatsTransport {
             .connection_timeout(CONNECT_TIMEOUT)
             .reconnect_delay_callback(reconnect_delay)
             .tls_client_config(tls)
-            .require_tls(options.requires_tls());
+            .require_tls(requires_tls);
         if options.tls_first() {
             connect = connect.tls_first();
         }

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use lapin::uri::{AMQPScheme, AMQPUri};
+use relayer_core::redact::redact_url_userinfo;
 use url::{Host, Url};
 
 use crate::options::OptionError;
@@ -93,23 +94,16 @@ fn redact(url: &Url) -> String {
 }
 
 /// [`redact`] for a string that may not parse: everything between `://` and the last `@`
-/// of the authority is hidden; a string without `://` is not shown at all.
+/// of the string is hidden ([`redact_url_userinfo`]); a string without `://` is not shown at
+/// all.
 pub(crate) fn redact_str(raw: &str) -> String {
     if let Ok(url) = Url::parse(raw)
         && !url.cannot_be_a_base()
     {
         return redact(&url);
     }
-    let Some((scheme, rest)) = raw.split_once("://") else {
-        return "the URI".to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
-    let at = if authority.contains('@') { "***@" } else { "" };
-    // The path and query may hold anything: only the scheme and host are safe to show.
-    let more = if path.is_empty() { "" } else { "/…" };
-    format!("{scheme}://{at}{host}{more}")
+    // Never the URI when it has no scheme: nothing says where its secrets are.
+    redact_url_userinfo(raw).unwrap_or_else(|| "the URI".to_owned())
 }
 
 /// `problem` without the user name, password or secret query values of `url`.
@@ -187,6 +181,11 @@ mod tests {
             "amqp:app:s3cret@broker",
             "http://app:s3cret@broker/",
             "amqp://app:s3cret@bro ker/",
+            // Unencoded separators in the password: the user info still ends at the last `@`.
+            "amqp://app:s3c/ret@broker:5672/%2f",
+            "amqp://app:s3c?ret@broker",
+            "amqp://app:s3c#ret@broker",
+            "amqp://app:s3c/r@et@broker:notaport",
         ] {
             let error = Address::parse(raw).unwrap_err();
             let shown = format!("{error} {error:?}");
@@ -229,6 +228,14 @@ mod properties {
                 let shown = format!("{error} {error:?}");
                 prop_assert!(!shown.contains(&secret) && !shown.contains(&encoded(&secret)), "{}", shown);
             }
+
+            // Unencoded (`/`, `?`, `#`, `@` included): valid or not, no part of it is shown.
+            let raw = format!("amqp://app:{secret}@host:{port}/%2f");
+            let shown = match Address::parse(&raw) {
+                Ok(address) => format!("{address:?} {}", address.redacted),
+                Err(error) => format!("{error} {error:?}"),
+            };
+            prop_assert!(!shown.contains("S3CR"), "{}", shown);
         }
     }
 }
