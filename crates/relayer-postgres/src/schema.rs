@@ -35,6 +35,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "queue receipt tokens for the consumer",
         sql: include_str!("schema/v2.sql"),
     },
+    Migration {
+        version: 3,
+        description: "due rows indexed per transport; instances record their transports",
+        sql: include_str!("schema/v3.sql"),
+    },
 ];
 
 /// Version numbers skipped on purpose: reserved for a step of a branch merged beside this one.
@@ -42,7 +47,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
 const RESERVED: &[i32] = &[];
 
 /// The schema version this build of relayer requires and migrates to.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Every table the schema creates, by its unprefixed name.
 pub const TABLES: &[&str] =

@@ -14,8 +14,8 @@ use crate::exec::Executor;
 
 impl OutboxStatements {
     /// Claims up to `limit` due, unordered rows no one holds, oldest due first, for
-    /// `claim` (DSP-1). Rows of the `tripped` (transport, destination) pairs are left
-    /// alone (DSP-6). The claim commits on its own when `client` is not in a transaction.
+    /// `claim` (DSP-1), of the registered transports only (TRN-6). Rows of the `tripped`
+    /// (transport, destination) pairs are left alone (DSP-6). The claim commits on its own when `client` is not in a transaction.
     pub async fn claim_due(
         &self,
         client: &impl Executor,
@@ -37,6 +37,7 @@ impl OutboxStatements {
                 (&limit, Type::INT8),
                 (&tripped_transports, Type::TEXT_ARRAY),
                 (&tripped_destinations, Type::TEXT_ARRAY),
+                (&self.codec.registered(), Type::TEXT_ARRAY),
             ],
             "claiming due outbox rows",
         )
@@ -68,7 +69,8 @@ impl OutboxStatements {
         Ok(u64::try_from(held).unwrap_or(0))
     }
 
-    /// Claims those of `seqs` that are unordered, due and free, for `claim`: the
+    /// Claims those of `seqs` that are unordered, due, free and of a registered transport
+    /// (TRN-6), for `claim`: the
     /// commit-triggered fast path for rows this process just wrote (OUT-4).
     pub async fn claim_seqs(
         &self,
@@ -84,7 +86,12 @@ impl OutboxStatements {
         let rows = crate::exec::rows(
             client,
             &self.claim_seqs,
-            &[(&token, Type::UUID), (&claim_us, Type::INT8), (&seqs, Type::INT8_ARRAY)],
+            &[
+                (&token, Type::UUID),
+                (&claim_us, Type::INT8),
+                (&seqs, Type::INT8_ARRAY),
+                (&self.codec.registered(), Type::TEXT_ARRAY),
+            ],
             "claiming outbox rows by seq",
         )
         .await?;

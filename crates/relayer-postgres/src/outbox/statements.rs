@@ -3,7 +3,7 @@
 
 use relayer_core::Namespace;
 
-use crate::row_codec::{CLAIMED_COLUMNS, RowCodec};
+use crate::row_codec::{CLAIMED_COLUMNS, RowCodec, registered_ctes};
 
 /// The outbox dispatch statements rendered for one namespace.
 #[derive(Clone, Debug)]
@@ -19,23 +19,31 @@ pub struct OutboxStatements {
 }
 
 impl OutboxStatements {
-    /// Renders the statements for `namespace`. Claimed rows may name any transport; see
+    /// Renders the statements for `namespace`. Claims read rows of any transport; see
     /// [`with_transports`](Self::with_transports).
     pub fn new(namespace: &Namespace) -> Self {
         let (outbox, dead) = (namespace.table("outbox"), namespace.table("dead"));
         OutboxStatements {
-            // Index: outbox_due_idx ((visible_at) WHERE lane IS NULL), oldest due first.
-            // Tripped destinations ($4, $5) are filtered out (DSP-6); they are few.
+            // Index: outbox_due_idx ((transport, visible_at) WHERE lane IS NULL): one ordered
+            // scan per registered transport ($6, TRN-6; every transport present when NULL),
+            // each stopping at $3 rows, merged oldest due first. Rows of a transport this
+            // process lacks are never read, however many are due. Tripped destinations
+            // ($4, $5) are filtered out (DSP-6); they are few. Each scan locks at most $3
+            // rows; those the merge leaves out are unlocked when the statement commits.
             claim_due: format!(
                 "UPDATE {outbox} SET claim_token = $1, \
                         visible_at = now() + $2::int8 * interval '1 microsecond' \
                  WHERE seq = ANY(ARRAY( \
-                   SELECT seq FROM {outbox} \
-                   WHERE lane IS NULL AND visible_at <= now() \
-                     AND (transport, destination) NOT IN \
-                         (SELECT t, d FROM unnest($4::text[], $5::text[]) AS tripped(t, d)) \
-                   ORDER BY visible_at LIMIT $3 FOR UPDATE SKIP LOCKED)) \
-                 RETURNING {CLAIMED_COLUMNS}"
+                   WITH RECURSIVE {registered} \
+                   SELECT due.seq FROM registered r, LATERAL ( \
+                     SELECT seq, visible_at FROM {outbox} \
+                     WHERE lane IS NULL AND transport = r.t AND visible_at <= now() \
+                       AND (transport, destination) NOT IN \
+                           (SELECT t, d FROM unnest($4::text[], $5::text[]) AS tripped(t, d)) \
+                     ORDER BY visible_at LIMIT $3 FOR UPDATE SKIP LOCKED) due \
+                   ORDER BY due.visible_at LIMIT $3)) \
+                 RETURNING {CLAIMED_COLUMNS}",
+                registered = registered_ctes(&outbox, "$6"),
             ),
             // Index: outbox_due_idx, once per breaker trip (DSP-6): the tripped destination's
             // rows due before its cool-down ends (retries just released included) move to its
@@ -56,13 +64,15 @@ impl OutboxStatements {
                    RETURNING 1) \
                  SELECT count(*) FROM held"
             ),
-            // Index: outbox_pkey (seq = ANY($3)). Commit-triggered dispatch of known rows.
+            // Index: outbox_pkey (seq = ANY($3)). Commit-triggered dispatch of known rows, of
+            // the registered transports only ($4, TRN-6; any when NULL).
             claim_seqs: format!(
                 "UPDATE {outbox} SET claim_token = $1, \
                         visible_at = now() + $2::int8 * interval '1 microsecond' \
                  WHERE seq = ANY(ARRAY( \
                    SELECT seq FROM {outbox} \
                    WHERE seq = ANY($3::int8[]) AND lane IS NULL AND visible_at <= now() \
+                     AND ($4::text[] IS NULL OR transport = ANY($4::text[])) \
                    ORDER BY seq FOR UPDATE SKIP LOCKED)) \
                  RETURNING {CLAIMED_COLUMNS}"
             ),
@@ -84,9 +94,9 @@ impl OutboxStatements {
         }
     }
 
-    /// Claimed rows naming a transport outside `names` (the worker's registry) come back
-    /// [`undecodable`](relayer_core::store::Claimed::undecodable) instead of as messages: no send could ever
-    /// succeed, so the worker buries them at once rather than failing them pass after pass.
+    /// Claims read only rows naming one of `names` (the worker's registry, TRN-6): a row
+    /// of a transport this process lacks stays pending, unread, for an instance that has
+    /// it — never claimed, never counted as an attempt, never buried.
     pub fn with_transports<I>(mut self, names: I) -> Self
     where
         I: IntoIterator,
