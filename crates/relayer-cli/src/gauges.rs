@@ -92,9 +92,8 @@ impl Gauges {
         // TRN-6: rows waiting on a transport no live instance registers; a series drops to
         // 0 once an instance with the transport runs.
         let transport = |t: &str| vec![("transport", t.to_owned())];
-        self.unserved.set_all(
-            status.unserved.iter().map(|u| (transport(&u.transport), u.pending as f64)).collect(),
-        );
+        self.unserved
+            .set_all(status.unserved.iter().map(|u| (transport(&u.transport), u.pending as f64)).collect());
         self.unserved_oldest.set_all(
             status
                 .unserved

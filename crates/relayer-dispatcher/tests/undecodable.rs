@@ -39,7 +39,8 @@ async fn write_foreign_row(client: &tokio_postgres::Client, db: &TestDb, lane: O
 
 /// (attempts, last_error IS NULL) of outbox row `seq`.
 async fn row_state(client: &tokio_postgres::Client, db: &TestDb, seq: i64) -> (i32, bool) {
-    let sql = format!("SELECT attempts, last_error IS NULL FROM {} WHERE seq = $1", db.namespace().table("outbox"));
+    let sql =
+        format!("SELECT attempts, last_error IS NULL FROM {} WHERE seq = $1", db.namespace().table("outbox"));
     let row = client.query_one(&sql, &[&seq]).await.unwrap();
     (row.get(0), row.get(1))
 }
@@ -228,7 +229,11 @@ async fn rows_naming_an_unregistered_transport_wait_whatever_the_store_trn_6() {
 
     let report = dispatcher.run_once().await.unwrap();
     let dead = dead_errors(&client, &db).await;
-    assert_eq!((report.sent, report.failed, report.undecodable, report.dead), (0, 0, 0, 0), "{report:?} {dead:?}");
+    assert_eq!(
+        (report.sent, report.failed, report.undecodable, report.dead),
+        (0, 0, 0, 0),
+        "{report:?} {dead:?}"
+    );
     assert_eq!(report.lanes_parked, 0, "{report:?}");
     assert!(transport.accepted().is_empty(), "nothing overtakes the lane's head");
     assert!(dead_errors(&client, &db).await.is_empty());

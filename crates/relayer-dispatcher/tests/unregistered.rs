@@ -68,14 +68,17 @@ async fn a_lane_whose_head_names_an_unregistered_transport_waits_whole_trn_6() {
 
     // A dispatcher with both transports drains it, the lane in order.
     let other = Arc::new(FaultyTransport::with_sink("other", Arc::clone(&test.sink)));
-    let registry = Arc::new(
-        relayer_core::TransportRegistry::new().with(test.clone()).unwrap().with(other).unwrap(),
-    );
+    let registry =
+        Arc::new(relayer_core::TransportRegistry::new().with(test.clone()).unwrap().with(other).unwrap());
     let pool = relayer_postgres::connect_pool(db.config(), 1).await.unwrap();
     let source = relayer_postgres::PgSource::new(pool, db.namespace()).with_transports(registry.names());
-    let new =
-        relayer_dispatcher::Dispatcher::new(source, db.namespace().clone(), options().build().unwrap(), registry)
-            .unwrap();
+    let new = relayer_dispatcher::Dispatcher::new(
+        source,
+        db.namespace().clone(),
+        options().build().unwrap(),
+        registry,
+    )
+    .unwrap();
     for _ in 0..3 {
         new.run_once().await.unwrap();
     }

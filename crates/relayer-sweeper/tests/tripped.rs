@@ -14,7 +14,7 @@ use relayer_postgres::{OutboxWriter, PgSource};
 use relayer_sweeper::Sweeper;
 
 /// DSP-6, NS-5: when a destination's breaker trips during a sweep pass, its rows due within
-/// the cool-down are held back in the pass's transaction (no attempt counted), so neither
+/// the cool-down are held back once the pass has committed (no attempt counted), so neither
 /// later pages nor dispatcher claims read them; other destinations are still swept.
 #[tokio::test]
 async fn a_destination_that_trips_in_a_sweep_pass_is_held_back_for_its_cool_down_dsp_6() {

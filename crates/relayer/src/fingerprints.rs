@@ -95,7 +95,12 @@ impl WorkerSettings {
         allow(dead_code)
     )]
     pub(crate) fn new(worker: &'static str, fingerprint: String, canonical_settings: &str) -> Self {
-        WorkerSettings { worker, fingerprint, settings: settings_object(canonical_settings), transports: Vec::new() }
+        WorkerSettings {
+            worker,
+            fingerprint,
+            settings: settings_object(canonical_settings),
+            transports: Vec::new(),
+        }
     }
 
     /// The same, recording `transports` as the ones the worker sends through (TRN-6).

@@ -33,7 +33,9 @@ async fn host(db: &TestDb, name: &str, extra: Option<Arc<FaultyTransport>>) -> R
         .instance_id(name)
         .queue_transport()
         .dispatcher(DispatcherOptions::builder().poll_interval(FAST).build().unwrap())
-        .sweeper(SweeperOptions::builder().sweep_interval(FAST).recovery_delay(Duration::ZERO).build().unwrap());
+        .sweeper(
+            SweeperOptions::builder().sweep_interval(FAST).recovery_delay(Duration::ZERO).build().unwrap(),
+        );
     if let Some(transport) = extra {
         builder = builder.transport(transport);
     }
@@ -61,7 +63,9 @@ async fn old_hosts_without_a_transport_leave_its_rows_to_a_new_host_that_deliver
     let writer = OutboxWriter::new(db.namespace(), ["queue", "x"]);
     let mut rows: Vec<NewMessage> =
         (0..30).map(|n| NewMessage::new("x", "x-dest", format!("x-{n}").into_bytes())).collect();
-    rows.extend((0..5).map(|n| NewMessage::new("x", "x-dest", format!("lane-x-{n}").into_bytes()).lane("lane-x")));
+    rows.extend(
+        (0..5).map(|n| NewMessage::new("x", "x-dest", format!("lane-x-{n}").into_bytes()).lane("lane-x")),
+    );
     rows.push(NewMessage::new("x", "x-dest", b"mixed-head".to_vec()).lane("mixed"));
     rows.push(NewMessage::new("queue", "orders", b"mixed-behind".to_vec()).lane("mixed"));
     let tx = client.transaction().await.unwrap();
@@ -104,7 +108,8 @@ async fn old_hosts_without_a_transport_leave_its_rows_to_a_new_host_that_deliver
         0,
         "the queue row behind an x head waits for it"
     );
-    let parked = format!("SELECT count(*) FROM {} WHERE parked_at IS NOT NULL", db.namespace().table("lanes"));
+    let parked =
+        format!("SELECT count(*) FROM {} WHERE parked_at IS NOT NULL", db.namespace().table("lanes"));
     assert_eq!(scalar(&client, &parked).await, 0, "no lane is parked");
     let status = namespace_status(&client, db.namespace()).await.unwrap();
     assert_eq!(status.unserved.len(), 1, "{:?}", status.unserved);

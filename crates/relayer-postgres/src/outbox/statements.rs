@@ -45,24 +45,34 @@ impl OutboxStatements {
                  RETURNING {CLAIMED_COLUMNS}",
                 registered = registered_ctes(&outbox, "$6"),
             ),
-            // Index: outbox_due_idx, once per breaker trip (DSP-6): the tripped destination's
-            // rows due before its cool-down ends (retries just released included) move to its
-            // end, past every row other destinations have due, so later
+            // Index: outbox_due_idx ((transport, visible_at)), per breaker trip (DSP-6), in
+            // statements of at most $5 rows: the tripped destination's rows due before its
+            // cool-down ends (retries just released included), oldest first — the ones claims
+            // meet first — move to its end ($4, fixed by the first statement of a hold on
+            // the database clock), past every row other destinations have due, so later
             // claims never step over them (a filter in the claim would heap-fetch every one
-            // of them in every claim). Rows another claim holds are skipped, not waited for,
-            // and rows under a live claim are left to it: their owner defers them (a pass's
-            // prefetched batch, DSP-1b) or sends them, and never sees its claim moved.
+            // of them in every claim). Each statement resumes after the last row the previous
+            // one picked ($6, $7: a keyset on (visible_at, seq)), so a hold of any backlog
+            // reads each row once and no statement — nor the sweeper's pass transaction — is
+            // O(backlog). Rows another claim holds are skipped, not waited for, and rows under
+            // a live claim are left to it: their owner defers them (a pass's prefetched batch,
+            // DSP-1b) or sends them, and never sees its claim moved.
             hold_back: format!(
-                "WITH held AS ( \
-                   UPDATE {outbox} SET visible_at = now() + $3::int8 * interval '1 microsecond' \
-                   WHERE seq = ANY(ARRAY( \
-                     SELECT seq FROM {outbox} \
-                     WHERE lane IS NULL AND transport = $1 AND destination = $2 \
-                       AND visible_at < now() + $3::int8 * interval '1 microsecond' \
-                       AND (claim_token IS NULL OR visible_at <= now()) \
-                     FOR UPDATE SKIP LOCKED)) \
-                   RETURNING 1) \
-                 SELECT count(*) FROM held"
+                "WITH target AS ( \
+                   SELECT coalesce($4::timestamptz, now() + $3::int8 * interval '1 microsecond') AS until), \
+                 picked AS MATERIALIZED ( \
+                   SELECT seq, visible_at FROM {outbox} \
+                   WHERE lane IS NULL AND transport = $1 AND visible_at < (SELECT until FROM target) \
+                     AND visible_at >= coalesce($6::timestamptz, '-infinity') \
+                     AND ($6::timestamptz IS NULL OR visible_at > $6 OR seq > $7::int8) \
+                     AND destination = $2 AND (claim_token IS NULL OR visible_at <= now()) \
+                   ORDER BY visible_at, seq LIMIT $5::int8 FOR UPDATE SKIP LOCKED), \
+                 held AS ( \
+                   UPDATE {outbox} SET visible_at = (SELECT until FROM target) \
+                   WHERE seq = ANY(ARRAY(SELECT seq FROM picked)) RETURNING 1), \
+                 last AS (SELECT visible_at, seq FROM picked ORDER BY visible_at DESC, seq DESC LIMIT 1) \
+                 SELECT (SELECT count(*) FROM held), (SELECT until FROM target), \
+                        (SELECT visible_at FROM last), (SELECT seq FROM last)"
             ),
             // Index: outbox_pkey (seq = ANY($3)). Commit-triggered dispatch of known rows, of
             // the registered transports only ($4, TRN-6; any when NULL).

@@ -37,7 +37,8 @@ async fn a_claim_never_exceeds_its_limit_even_under_a_generic_plan_made_on_an_em
         crate::migrate(&mut client, db.namespace()).await.unwrap();
         client.batch_execute("SET plan_cache_mode = force_generic_plan").await.unwrap();
         let statements = OutboxStatements::new(db.namespace());
-        let types = [Type::UUID, Type::INT8, Type::INT8, Type::TEXT_ARRAY, Type::TEXT_ARRAY, Type::TEXT_ARRAY];
+        let types =
+            [Type::UUID, Type::INT8, Type::INT8, Type::TEXT_ARRAY, Type::TEXT_ARRAY, Type::TEXT_ARRAY];
         let prepared = client.prepare_typed(&statements.claim_due, &types).await.unwrap();
         let empty: Vec<String> = Vec::new();
         let claim_us = database_micros(Duration::from_secs(30));
