@@ -79,9 +79,10 @@ async fn main() {
         Some("brokers") => brokers::run(quick).await,
         Some("claims") => claims::run(quick).await,
         Some("tripped") => tripped_only(quick).await,
-        _ => Err(
-            "usage: relayer-bench dispatch|tripped|explain|maintenance|consumer|brokers|claims [--quick]".into(),
-        ),
+        _ => {
+            Err("usage: relayer-bench dispatch|tripped|explain|maintenance|consumer|brokers|claims [--quick]"
+                .into())
+        }
     };
     if let Err(error) = outcome {
         eprintln!("relayer-bench: {}", relayer_core::error_chain(error.as_ref()));

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use common::{Sink, database, lease, message, options, pool, registry, session, transport, within};
 use relayer_core::DispatcherOptions;
-use relayer_delivery::SendPath;
 use relayer_core::StoreSource;
+use relayer_delivery::SendPath;
 use relayer_postgres::{OutboxWriter, PgSource};
-use relayer_test_support::{Fault, FaultyStore, StoreCall, Transience};
 use relayer_sweeper::Sweeper;
+use relayer_test_support::{Fault, FaultyStore, StoreCall, Transience};
 
 /// DSP-6, NS-5: when a destination's breaker trips during a sweep pass, its rows due within
 /// the cool-down are held back once the pass has committed (no attempt counted), so neither
