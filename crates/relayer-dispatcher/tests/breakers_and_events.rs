@@ -74,7 +74,7 @@ async fn a_tripped_destinations_due_rows_are_held_back_so_claims_never_read_them
 #[tokio::test]
 async fn a_large_tripped_backlog_is_held_back_in_bounded_statements_and_delivered_after_the_cool_down_dsp_6()
 {
-    let backlog = 2 * relayer_postgres::HOLD_BACK_BATCH as usize + 1_000;
+    let backlog = 2 * usize::try_from(relayer_postgres::HOLD_BACK_BATCH).unwrap() + 1_000;
     let db = database().await;
     let transport = Arc::new(FaultyTransport::new("test").with_batch_limit(500));
     transport.failing_destinations.lock().unwrap().insert("broken".to_owned());
@@ -94,7 +94,11 @@ async fn a_large_tripped_backlog_is_held_back_in_bounded_statements_and_delivere
 
     let report = run_once(&dispatcher).await.unwrap();
     assert_eq!(report.failed, 500, "one batch failed and tripped the breaker");
-    assert_eq!(report.held_back as usize, backlog, "the whole backlog, over several statements");
+    assert_eq!(
+        usize::try_from(report.held_back).unwrap(),
+        backlog,
+        "the whole backlog, over several statements"
+    );
     assert_eq!(due_rows(&client, &db, "broken").await, 0);
 
     // During the cool-down another destination is delivered as written.
