@@ -15,10 +15,13 @@
 //!   returned; p50 and p99 of the difference.
 //!
 //! - **claim buffers** of one 100-row claim on a large outbox, without and then with a
-//!   tripped destination's 100,000 due rows (see [`tripped`]).
+//!   tripped destination's 100,000 due rows, and behind 100,000 due rows of a transport the
+//!   claiming process lacks (TRN-6; see [`tripped`]).
 //!
 //! The last line is `RESULT dispatch_ratio=<relayer/raw> p50_ms=<x> p99_ms=<x>
-//! claim_buffers=<n> tripped_claim_buffers=<n>`.
+//! claim_buffers=<n> tripped_claim_buffers=<n> unregistered_claim_buffers=<n>`.
+//!
+//! `tripped` runs the claim-buffer part alone, with the same `RESULT` keys for it.
 //!
 //! `explain` fills a 1M-row outbox and prints `EXPLAIN (ANALYZE, BUFFERS)` of every hot
 //! statement, captured with `auto_explain` exactly as relayer issues them.
@@ -81,8 +84,9 @@ async fn main() {
         Some("brokers") => brokers::run(quick).await,
         Some("claims") => claims::run(quick).await,
         Some("xmin") => xmin::run(quick).await,
+        Some("tripped") => tripped_only(quick).await,
         _ => {
-            Err("usage: relayer-bench dispatch|explain|maintenance|consumer|brokers|claims|xmin [--quick]"
+            Err("usage: relayer-bench dispatch|tripped|explain|maintenance|consumer|brokers|claims|xmin [--quick]"
                 .into())
         }
     };
@@ -97,6 +101,19 @@ async fn dispatch(quick: bool) -> BenchResult<()> {
     let outcome = dispatch_in(&scratch, quick).await;
     scratch.drop_schema().await?;
     outcome
+}
+
+/// `tripped`: the claim-buffer part of `dispatch` alone (DSP-6, TRN-6).
+async fn tripped_only(quick: bool) -> BenchResult<()> {
+    let scratch = Scratch::new().await?;
+    let outcome = tripped::claim_buffers(&scratch, quick).await;
+    scratch.drop_schema().await?;
+    let (claim_buffers, tripped_claim_buffers, unregistered_claim_buffers) = outcome?;
+    println!(
+        "RESULT claim_buffers={claim_buffers} tripped_claim_buffers={tripped_claim_buffers} \
+         unregistered_claim_buffers={unregistered_claim_buffers}"
+    );
+    Ok(())
 }
 
 async fn dispatch_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
@@ -147,11 +164,13 @@ async fn dispatch_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
         percentile(&notified.latencies_ms, 0.99)
     );
     println!("  claim buffers, without and with a tripped destination's backlog:");
-    let (claim_buffers, tripped_claim_buffers) = tripped::claim_buffers(scratch, quick).await?;
+    let (claim_buffers, tripped_claim_buffers, unregistered_claim_buffers) =
+        tripped::claim_buffers(scratch, quick).await?;
     let ratio = ratios.iter().copied().fold(f64::INFINITY, f64::min);
     println!(
         "RESULT dispatch_ratio={ratio:.2} p50_ms={p50:.2} p99_ms={p99:.2} \
-         claim_buffers={claim_buffers} tripped_claim_buffers={tripped_claim_buffers}"
+         claim_buffers={claim_buffers} tripped_claim_buffers={tripped_claim_buffers} \
+         unregistered_claim_buffers={unregistered_claim_buffers}"
     );
     Ok(())
 }

@@ -5,9 +5,14 @@
 //! `claim_buffers`. Then the same outbox is filled again behind 100,000 older due rows of a
 //! failing destination; the claim with that destination in its tripped list is printed
 //! (the filter alone), the dispatcher's trip statement holds the backlog back (what a
-//! dispatcher runs once when that destination's breaker trips), and after vacuum the same
-//! claim is measured again: `tripped_claim_buffers`. The claim before vacuum (dead index
-//! entries the hold-back left) and the hold-back itself are printed too.
+//! dispatcher runs once when that destination's breaker trips, in statements of at most
+//! `HOLD_BACK_BATCH` rows, DSP-6b), and after vacuum the same claim is measured again:
+//! `tripped_claim_buffers`. The claim before vacuum (dead index entries the hold-back
+//! left) and the hold-back itself (every statement, and the largest) are printed too.
+//!
+//! Last, the same outbox behind 100,000 older due rows of a transport the claiming process
+//! does not register (TRN-6: a rolling deploy adding it, another service's): the claim of
+//! a process registering only `queue` is measured: `unregistered_claim_buffers`.
 
 use std::time::Duration;
 
@@ -21,22 +26,22 @@ use crate::scratch::{BenchResult, Scratch, connect};
 /// Rows of the failing destination's backlog.
 const BACKLOG: usize = 100_000;
 
-/// Returns (claim_buffers, tripped_claim_buffers).
-pub(crate) async fn claim_buffers(scratch: &Scratch, quick: bool) -> BenchResult<(u64, u64)> {
+/// Returns (claim_buffers, tripped_claim_buffers, unregistered_claim_buffers).
+pub(crate) async fn claim_buffers(scratch: &Scratch, quick: bool) -> BenchResult<(u64, u64, u64)> {
     let rows = if quick { 200_000 } else { 1_000_000 };
     let filler = connect(&scratch.config).await?;
     let outbox = OutboxStatements::new(&scratch.namespace);
     let mut session = ExplainedSession::open(scratch).await?;
     let down = vec![("queue".to_owned(), "down".to_owned())];
 
-    fill(scratch, &filler, rows, false).await?;
+    fill(scratch, &filler, rows, None).await?;
     let _ = session.drain();
     let claimed = claim_once(&mut session, &outbox, &[]).await?;
     let without = measure(&format!("one {claimed}-row claim on {rows} rows"), &mut session);
 
     // The same outbox, with the failing destination's backlog older than every healthy
     // due row: the order a backlog builds up in, and the one a claim meets it in.
-    fill(scratch, &filler, rows, true).await?;
+    fill(scratch, &filler, rows, Some("queue")).await?;
     let _ = session.drain();
     claim_once(&mut session, &outbox, &down).await?;
     measure(
@@ -44,8 +49,15 @@ pub(crate) async fn claim_buffers(scratch: &Scratch, quick: bool) -> BenchResult
         &mut session,
     );
     let held = outbox.hold_back(&**session.client(), "queue", "down", Duration::from_secs(30)).await?;
-    let hold_back: u64 = session.drain().iter().map(|statement| statement.buffers).sum();
-    println!("  hold-back when the breaker trips (once per trip): {held} rows, {hold_back} buffers");
+    let statements: Vec<u64> = session.drain().iter().map(|statement| statement.buffers).collect();
+    println!(
+        "  hold-back when the breaker trips (once per trip): {held} rows in {} statements of at most {} rows, \
+         {} buffers (the largest statement {})",
+        statements.len(),
+        relayer_postgres::HOLD_BACK_BATCH,
+        statements.iter().sum::<u64>(),
+        statements.iter().max().copied().unwrap_or(0)
+    );
     claim_once(&mut session, &outbox, &down).await?;
     measure("the claim right after the hold-back, before vacuum", &mut session);
     vacuum(&filler, scratch).await?;
@@ -53,24 +65,34 @@ pub(crate) async fn claim_buffers(scratch: &Scratch, quick: bool) -> BenchResult
     let claimed = claim_once(&mut session, &outbox, &down).await?;
     let with =
         measure(&format!("one {claimed}-row claim with the held-back backlog, after vacuum"), &mut session);
-    Ok((without, with))
+
+    // TRN-6: the backlog belongs to a transport this process lacks; its claims read `queue`.
+    fill(scratch, &filler, rows, Some("elsewhere")).await?;
+    let _ = session.drain();
+    let registered = OutboxStatements::new(&scratch.namespace).with_transports(["queue"]);
+    let claimed = claim_once(&mut session, &registered, &[]).await?;
+    let unregistered = measure(
+        &format!("one {claimed}-row claim behind {BACKLOG} due rows of a transport this process lacks"),
+        &mut session,
+    );
+    Ok((without, with, unregistered))
 }
 
-/// An empty outbox filled with `rows` rows, 1% of them due for a healthy destination and the
-/// rest scheduled an hour ahead — after, with `backlog`, [`BACKLOG`] due rows of the failing
-/// destination written first — then vacuumed.
+/// An empty outbox filled with `rows` rows of `queue`, 1% of them due for a healthy
+/// destination and the rest scheduled an hour ahead — after, with a `backlog` transport,
+/// [`BACKLOG`] due rows of it to the failing destination written first — then vacuumed.
 async fn fill(
     scratch: &Scratch,
     filler: &tokio_postgres::Client,
     rows: usize,
-    backlog: bool,
+    backlog: Option<&str>,
 ) -> BenchResult<()> {
     scratch.truncate().await?;
-    let writer = OutboxWriter::new(&scratch.namespace, ["queue"]);
-    if backlog {
+    let writer = OutboxWriter::new(&scratch.namespace, ["queue", "elsewhere"]);
+    if let Some(transport) = backlog {
         for start in (0..BACKLOG).step_by(5_000) {
             let batch: Vec<NewMessage> = (start..start + 5_000)
-                .map(|i| NewMessage::new("queue", "down", format!("{{\"down\":{i}}}").into_bytes()))
+                .map(|i| NewMessage::new(transport, "down", format!("{{\"down\":{i}}}").into_bytes()))
                 .collect();
             writer.enqueue(filler, &batch).await?;
         }

@@ -66,6 +66,8 @@ pub(crate) struct Gauges {
     since_pass: Family,
     stalled: Family,
     dead_tuples: Family,
+    unserved: Family,
+    unserved_oldest: Family,
 }
 
 impl Gauges {
@@ -77,6 +79,8 @@ impl Gauges {
             since_pass: Family::new("relayer_seconds_since_last_pass"),
             stalled: Family::new("relayer_worker_stalled"),
             dead_tuples: Family::new("relayer_dead_tuples"),
+            unserved: Family::new("relayer_unserved_rows"),
+            unserved_oldest: Family::new("relayer_unserved_oldest_seconds"),
         }
     }
 
@@ -96,6 +100,18 @@ impl Gauges {
                 .backlog
                 .iter()
                 .map(|b| (destination(&b.transport, &b.destination), b.oldest_age.map_or(0.0, seconds)))
+                .collect(),
+        );
+        // TRN-6: rows waiting on a transport no live instance registers; a series drops to
+        // 0 once an instance with the transport runs.
+        let transport = |t: &str| vec![("transport", t.to_owned())];
+        self.unserved
+            .set_all(status.unserved.iter().map(|u| (transport(&u.transport), u.pending as f64)).collect());
+        self.unserved_oldest.set_all(
+            status
+                .unserved
+                .iter()
+                .map(|u| (transport(&u.transport), u.oldest_age.map_or(0.0, seconds)))
                 .collect(),
         );
         metrics::gauge!("relayer_outbox_pending").set(status.outbox_pending as f64);

@@ -38,6 +38,9 @@ pub(crate) fn to_json(namespace: &str, status: &NamespaceStatus) -> Value {
                 "due": b.due, "scheduled": b.scheduled, "retrying": b.retrying, "ordered": b.ordered,
                 "oldest_age_seconds": secs(b.oldest_age),
             })).collect::<Vec<_>>(),
+            "unserved": status.unserved.iter().map(|u| json!({
+                "transport": u.transport, "pending": u.pending, "oldest_age_seconds": secs(u.oldest_age),
+            })).collect::<Vec<_>>(),
         },
         "lanes": {
             "parked": status.lanes_parked,
@@ -115,6 +118,15 @@ pub(crate) fn render(namespace: &str, status: &NamespaceStatus) -> String {
         ]);
     }
     section(&mut text, &backlog);
+    if !status.unserved.is_empty() {
+        // TRN-6: nothing running can deliver these until an instance with the transport starts.
+        let _ = writeln!(text, "waiting on a transport no live instance registers:");
+        let mut unserved = Table::new(&["transport", "pending", "oldest"]);
+        for u in &status.unserved {
+            unserved.row(vec![u.transport.clone(), u.pending.to_string(), maybe_age(u.oldest_age)]);
+        }
+        section(&mut text, &unserved);
+    }
 
     let _ = writeln!(text, "lanes parked: {}", status.lanes_parked);
     let mut lanes = Table::new(&["lane", "parked", "head", "waiting", "reason"]).text("reason");
@@ -187,13 +199,14 @@ pub(crate) fn render(namespace: &str, status: &NamespaceStatus) -> String {
     section(&mut text, &workers);
 
     let _ = writeln!(text, "instances (seen within 10 minutes): {}", status.instances.len());
-    let mut instances = Table::new(&["worker", "instance", "fingerprint", "seen"]);
+    let mut instances = Table::new(&["worker", "instance", "fingerprint", "seen", "transports"]);
     for i in &status.instances {
         instances.row(vec![
             i.worker.clone(),
             i.instance.clone(),
             i.fingerprint.clone(),
             format!("{} ago", age(i.since_seen)),
+            if i.transports.is_empty() { "-".to_owned() } else { i.transports.join(",") },
         ]);
     }
     section(&mut text, &instances);

@@ -430,6 +430,64 @@ async fn the_metrics_endpoint_serves_the_counters_after_a_pass_obs_2() {
     assert!(sidecar.terminate().await.0);
 }
 
+/// TRN-6: a sidecar registers only the queue transport. Rows another service wrote for its
+/// own transport (`refusing` here) are never the sidecar's: its sweeper recovers the queue
+/// row and leaves them pending — no attempt, nothing dead — and its gauges and `relayer
+/// status` name them as waiting on a transport no live instance registers.
+#[tokio::test]
+async fn a_sidecar_leaves_rows_of_a_transport_it_lacks_pending_and_reports_them_trn_6() {
+    let (db, client) = setup().await;
+    write(&client, &db, &[NewMessage::new("queue", "orders", b"recover me".to_vec())]).await;
+    let others: Vec<NewMessage> =
+        (0..3).map(|n| NewMessage::new("refusing", "ledger", format!("entry-{n}").into_bytes())).collect();
+    write(&client, &db, &others).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = ConfigFile::new(&format!(
+        "{SWEEPER}[metrics]\nlisten = \"127.0.0.1:{port}\"\nsample_interval = \"100ms\"\n"
+    ));
+    let mut sidecar = Sidecar::start(&db, &config);
+    let gauge = "relayer_unserved_rows{transport=\"refusing\"} 3";
+    let mut body = String::new();
+    eventually("the queue row is recovered and the waiting rows are gauged", || {
+        let fetched = scrape(port);
+        let done = fetched.as_deref().is_some_and(|body| {
+            body.contains(gauge) && body.contains("relayer_unserved_oldest_seconds{transport=\"refusing\"}")
+        });
+        body = fetched.unwrap_or_default();
+        let client = &client;
+        let db = &db;
+        async move {
+            let delivered =
+                format!("SELECT count(*) FROM {} WHERE queue = 'orders'", db.namespace().table("queue"));
+            done && client.query_one(&delivered, &[]).await.unwrap().get::<_, i64>(0) == 1
+        }
+    })
+    .await;
+    assert!(body.contains(gauge), "{body}");
+    let waiting = format!(
+        "SELECT count(*) FROM {} WHERE transport = 'refusing' AND attempts = 0 AND last_error IS NULL",
+        db.namespace().table("outbox")
+    );
+    assert_eq!(client.query_one(&waiting, &[]).await.unwrap().get::<_, i64>(0), 3, "untouched");
+    let dead = format!("SELECT count(*) FROM {}", db.namespace().table("dead"));
+    assert_eq!(client.query_one(&dead, &[]).await.unwrap().get::<_, i64>(0), 0);
+    let status = relayer(&db, &["status"]).await;
+    let text = status.ok();
+    assert!(text.contains("waiting on a transport no live instance registers:"), "{text}");
+    assert!(
+        text.lines().any(|line| line.trim_start().starts_with("refusing") && line.contains(" 3 ")),
+        "{text}"
+    );
+    let json = relayer(&db, &["status", "--json"]).await.json();
+    let unserved = json["outbox"]["unserved"].as_array().unwrap();
+    assert_eq!(unserved.len(), 1, "{unserved:?}");
+    assert_eq!(
+        (unserved[0]["transport"].as_str(), unserved[0]["pending"].as_i64()),
+        (Some("refusing"), Some(3))
+    );
+    assert!(sidecar.terminate().await.0);
+}
+
 /// GET /metrics over plain HTTP/1.1 (`None` while nothing listens yet).
 fn scrape(port: u16) -> Option<String> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;

@@ -296,7 +296,8 @@ pub struct Claimed {
 
 /// A row a worker holds but cannot turn into a message it can send (SPEC §15): a column
 /// the codec cannot read (headers that are not an object of strings, jsonb `null`, an
-/// empty destination …), or a transport name missing from the worker's registry.
+/// empty destination …). A row naming a transport the worker lacks is not one (TRN-6): it
+/// waits for an instance that has the transport.
 ///
 /// Its [`Display`](std::fmt::Display) names the table, the `seq`, the column and the
 /// reason; it is what the dead table's `last_error` (or a parked lane's reason) records:

@@ -20,7 +20,10 @@
 //! 5. keeps one circuit breaker per destination ([`Breakers`], bounded, DSP-6): a tripped
 //!    destination's rows are released unsent for the cool-down, and the destinations that
 //!    tripped during the call are reported, so the caller can hold back their other due
-//!    rows in one statement instead of meeting them in every claim.
+//!    rows in one statement instead of meeting them in every claim;
+//! 6. releases a row naming a transport this process lacks unsent, without an attempt
+//!    (TRN-6): it waits for an instance that has the transport. relayer's store never
+//!    hands such a row over (its claims bind the registry); this holds for any store.
 //!
 //! The caller writes the resulting [`Completion`](relayer_core::Completion) in one
 //! statement under its claim. The path is generic over transports and stores: the sweeper

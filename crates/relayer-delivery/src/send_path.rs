@@ -24,7 +24,7 @@ pub struct SendTally {
     pub completion: Completion,
     /// Messages the transports accepted.
     pub accepted: u64,
-    /// Messages whose send failed (panics, timeouts and unknown transports included).
+    /// Messages whose send failed (panics and timeouts included).
     pub failed: u64,
     /// Transport panics caught, each failing its batch.
     pub panics: u64,
@@ -32,6 +32,9 @@ pub struct SendTally {
     pub timed_out: u64,
     /// Rows released unsent because the step's deadline came before their batch started.
     pub unsent: u64,
+    /// Rows released unsent, no attempt counted, because they name a transport this
+    /// process lacks (TRN-6): an instance that has it delivers them.
+    pub unregistered: u64,
     /// Destinations whose breaker tripped during this call (DSP-6): hold their other due
     /// rows back for [`Breakers::cool_down`].
     pub tripped: Vec<Destination>,
@@ -43,6 +46,9 @@ pub struct SendTally {
 pub enum HeadOutcome {
     /// Its destination's breaker is open: nothing was sent.
     Tripped,
+    /// It names a transport this process lacks (TRN-6): nothing was sent and nothing is
+    /// to be recorded; its lane waits for an instance that has the transport.
+    Unregistered,
     /// The transport accepted it.
     Accepted,
     /// The send failed; `decision` says whether to retry it or park its lane (LAN-2).
@@ -113,7 +119,8 @@ impl SendPath {
 
     /// Sends `claimed` (unordered rows, in `seq` order; lane rows must not be passed) and
     /// decides each row's fate. No batch runs past `deadline`. Never fails: every error,
-    /// panic, timeout or missing transport becomes a failed send in the tally.
+    /// panic or timeout becomes a failed send in the tally; a row naming a transport this
+    /// process lacks is released unsent, no attempt counted (TRN-6).
     pub async fn send(&self, claimed: Vec<ClaimedMessage>, deadline: Instant) -> SendTally {
         // Group by destination, keeping seq order inside each group (DSP-2).
         let mut groups: BTreeMap<Destination, (Vec<i64>, Vec<Envelope>)> = BTreeMap::new();
@@ -136,14 +143,7 @@ impl SendPath {
     pub async fn send_head(&self, transport: &str, destination: &str, envelope: &Envelope) -> HeadOutcome {
         let key = (transport.to_owned(), destination.to_owned());
         let Some(found) = self.transports.get(transport) else {
-            let error = missing_transport(transport);
-            let decision = retry_or_bury(&self.policy, envelope.attempts, error.class());
-            return HeadOutcome::Failed {
-                error: bounded(&error.chain()),
-                decision,
-                panicked: false,
-                timed_out: false,
-            };
+            return HeadOutcome::Unregistered;
         };
         if !self.breakers.allows(&key) {
             return HeadOutcome::Tripped;
@@ -180,11 +180,12 @@ impl SendPath {
     ) -> GroupTally {
         let mut tally = GroupTally::default();
         let Some(transport) = self.transports.get(&destination.0) else {
-            // Written by a process that knows this transport; this one does not.
-            let error = missing_transport(&destination.0);
-            for (seq, envelope) in seqs.iter().zip(&envelopes) {
-                tally.fail(*seq, envelope.attempts, &error, &self.policy);
-            }
+            // Written by a process that has this transport; this one does not (TRN-6). A
+            // store given the registry never hands such rows over; one that does gets them
+            // back unsent, no attempt counted, out of its claims for a cool-down so it does
+            // not spin on them, for an instance that has the transport.
+            tally.unregistered += seqs.len() as u64;
+            tally.deferred.extend(seqs.iter().map(|seq| (*seq, self.breakers.cool_down())));
             return tally;
         };
         let limit = match batch_limit(transport.as_ref()) {
@@ -239,10 +240,6 @@ impl std::fmt::Debug for SendPath {
     }
 }
 
-fn missing_transport(name: &str) -> TransportError {
-    TransportError::transient(format!("no transport named {name:?} in this process"))
-}
-
 /// One group's decisions and counts, kept apart until merged.
 #[derive(Default)]
 struct GroupTally {
@@ -254,6 +251,7 @@ struct GroupTally {
     panics: u64,
     timed_out: u64,
     unsent: u64,
+    unregistered: u64,
     tripped: Option<Destination>,
 }
 
@@ -278,6 +276,7 @@ impl GroupTally {
         tally.panics += self.panics;
         tally.timed_out += self.timed_out;
         tally.unsent += self.unsent;
+        tally.unregistered += self.unregistered;
         tally.tripped.extend(self.tripped);
         let completion = &mut tally.completion;
         for seq in self.accepted {

@@ -12,7 +12,7 @@ use relayer_core::{
     Capabilities, ClaimedMessage, DispatcherOptions, Envelope, MessageId, SendOutcome, Timestamp, Transport,
     TransportError, TransportRegistry, async_trait,
 };
-use relayer_delivery::SendPath;
+use relayer_delivery::{HeadOutcome, SendPath};
 use relayer_test_support::Warnings;
 use tokio::time::Instant;
 
@@ -181,14 +181,21 @@ async fn a_hundred_thousand_distinct_failing_destinations_keep_the_breakers_boun
     assert!(send.breakers().tripped().len() <= DEFAULT_TRACKED_DESTINATIONS.get());
 }
 
+/// TRN-6: a row naming a transport this process lacks is released unsent — no attempt, no
+/// error, not buried — out of claims for a cool-down, for an instance that has it; the
+/// row beside it is sent.
 #[tokio::test]
-async fn a_missing_transport_is_a_transient_failure_decided_like_any_other_dsp_3() {
+async fn a_missing_transport_releases_its_rows_without_an_attempt_trn_6() {
     let send =
         path(Scripted { name: "ok", hang: false, fail: false, limit: 10 }, DispatcherOptions::default());
     let tally = send.send(vec![claimed(1, "ok", "a"), claimed(2, "gone", "a")], far()).await;
-    assert_eq!((tally.accepted, tally.failed), (1, 1));
+    assert_eq!((tally.accepted, tally.failed, tally.unregistered), (1, 0, 1));
     let columns = tally.completion.columns();
     assert_eq!(columns.accepted, &[1]);
-    assert_eq!(columns.failed_seq, &[2]);
-    assert_eq!(columns.failed_delay_us, &[1_000_000], "retry_base after the first failure");
+    assert!(columns.failed_seq.is_empty(), "no attempt is counted");
+    assert_eq!(columns.deferred_seq, &[2]);
+    let cool_down = i64::try_from(send.breakers().cool_down().as_micros()).unwrap();
+    assert_eq!(columns.deferred_delay_us, &[cool_down]);
+    let head = send.send_head("gone", "a", &claimed(3, "gone", "a").envelope).await;
+    assert!(matches!(head, HeadOutcome::Unregistered), "{head:?}");
 }

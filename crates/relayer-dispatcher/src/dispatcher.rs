@@ -68,10 +68,11 @@ where
     /// A dispatcher for `namespace`, opening one session of `source` per pass (a pool of
     /// one works, LIF-2) and sending through `transports` with `options`.
     ///
-    /// `source` must work on `namespace` (which the worker's logs name), and should set
-    /// aside rows naming a transport outside `transports` as undecodable, so a pass buries
-    /// them at once (or parks their lane) instead of retrying a send that cannot succeed:
-    /// with relayer's source, `PgSource::new(pool, &namespace).with_transports(transports.names())`.
+    /// `source` must work on `namespace` (which the worker's logs name), and should claim
+    /// only rows of the transports in `transports` (TRN-6), so rows of another transport
+    /// wait for an instance that has it, unread: with relayer's source,
+    /// `PgSource::new(pool, &namespace).with_transports(transports.names())`. A source that
+    /// hands such rows over anyway gets them back unsent, no attempt counted.
     ///
     /// Refuses an empty registry (OPT-5). The schema is checked when [`run`](Self::run)
     /// starts.

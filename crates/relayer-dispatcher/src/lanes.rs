@@ -103,18 +103,6 @@ where
         }
     }
 
-    /// `head`, except that a due head naming a transport missing from the registry is
-    /// undecodable here: it parks its lane like any head that can never be sent (§15).
-    fn registered(&self, head: LaneHead) -> LaneHead {
-        match head {
-            LaneHead::Due(message) => match self.unregistered(&message) {
-                Some(row) => LaneHead::Undecodable(row),
-                None => LaneHead::Due(message),
-            },
-            other => other,
-        }
-    }
-
     /// Works the owned `lane` until it stops for this pass, then gives up the claim.
     async fn work_lane(
         &self,
@@ -126,7 +114,7 @@ where
         let claim = self.options.claim_duration();
         let mut keep_claim = false;
         for _ in 0..self.options.batch_size() {
-            let head = match self.registered(session.lane_head(lane, token, claim).await?) {
+            let head = match session.lane_head(lane, token, claim).await? {
                 LaneHead::Due(head) => head,
                 LaneHead::Undecodable(row) => {
                     // Park, never skip: nothing behind the head may overtake it (LAN-5).
@@ -148,7 +136,10 @@ where
                 LaneHead::Empty | LaneHead::NotDue => break,
             };
             match self.send.send_head(&head.transport, &head.destination, &head.envelope).await {
-                HeadOutcome::Tripped => break,
+                // A head of a transport this process lacks (TRN-6; the lane claim only
+                // passes such a lane when the head changed since): the lane waits, whole,
+                // for an instance that has it — nothing recorded, nothing skipped.
+                HeadOutcome::Tripped | HeadOutcome::Unregistered => break,
                 HeadOutcome::Accepted => {
                     tally.sent += 1;
                     if !session.accept_head(lane, token, head.seq).await? {

@@ -16,11 +16,15 @@
 //!    failed rows retried after the per-row backoff or, with `max_attempts`, moved to the
 //!    dead table ([`retry_or_bury`](relayer_core::retry_or_bury), DSP-3, DSP-5); and when
 //!    a destination's breaker tripped, holds back its other due rows for the cool-down in
-//!    one statement, so no later claim reads them; rows that could not be decoded (or name
-//!    a transport missing from the registry) move to the dead table with the reason (SPEC §15);
+//!    one statement, so no later claim reads them; rows that could not be decoded move to
+//!    the dead table with the reason (SPEC §15);
 //! 4. (lane passes) claims ordered lanes whose head goes to no tripped destination and
 //!    sends each lane's head, one at a time per lane and lanes side by side, parking a lane
 //!    whose head is poison or cannot be decoded (LAN-1..5, SPEC §15).
+//!
+//! Claims read only rows of the transports in the dispatcher's registry (TRN-6, with the
+//! source built `with_transports`): a row, or a lane whose head, names a transport this
+//! process lacks stays pending, unclaimed and unjudged, for an instance that has it.
 //!
 //! An unordered pass overlaps steps 1–3 of consecutive batches (DSP-1b): while one batch
 //! is at its transport it claims the next (after a full batch) and completes the previous

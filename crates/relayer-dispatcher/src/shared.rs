@@ -3,7 +3,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use relayer_core::store::{ClaimedMessage, UndecodableRow};
 use relayer_core::{DispatcherOptions, Namespace};
 use relayer_delivery::SendPath;
 
@@ -29,29 +28,4 @@ pub(crate) struct Shared<S> {
     /// How long the latest unordered batch took at its transport, in microseconds
     /// (`u64::MAX`: none yet): whether prefetching the next batch pays (DSP-1b).
     pub(crate) last_send_micros: std::sync::atomic::AtomicU64,
-}
-
-impl<S> Shared<S> {
-    /// Why `message` cannot be sent by this dispatcher, if it names a transport missing
-    /// from the registry (SPEC §15): such a row could only ever fail, so it goes to the
-    /// dead table (a lane head parks its lane) with this reason. The store may refuse such
-    /// rows already while decoding (relayer's does when built `with_transports`); this
-    /// check holds for any store.
-    pub(crate) fn unregistered(&self, message: &ClaimedMessage) -> Option<UndecodableRow> {
-        let transports = self.send.transports();
-        if transports.contains(&message.transport) {
-            return None;
-        }
-        let known: Vec<&str> = transports.names().collect();
-        Some(UndecodableRow {
-            table: format!("{}.{}", self.namespace.schema(), self.namespace.object_name("outbox")),
-            seq: message.seq,
-            column: "transport".to_owned(),
-            reason: format!(
-                "no transport named {:?} is registered here (known: {})",
-                message.transport,
-                known.join(", ")
-            ),
-        })
-    }
 }

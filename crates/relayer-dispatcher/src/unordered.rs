@@ -216,14 +216,9 @@ where
     async fn send_batch(&self, batch: Batch) -> Sent {
         let deadline = batch.deadline(self.options.claim_duration());
         let claimed = batch.len() as u64;
-        let Claimed { messages: claimed_messages, mut undecodable, .. } = batch.claimed;
-        let mut messages = Vec::with_capacity(claimed_messages.len());
-        for message in claimed_messages {
-            match self.unregistered(&message) {
-                None => messages.push(message),
-                Some(row) => undecodable.push(row),
-            }
-        }
+        // Rows naming a transport this process lacks come back unsent from the send path,
+        // no attempt counted (TRN-6); relayer's store never claims them.
+        let Claimed { messages, undecodable, .. } = batch.claimed;
         log_undecodable(&undecodable);
         let started = Instant::now();
         let tally =

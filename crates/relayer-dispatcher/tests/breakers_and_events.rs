@@ -32,8 +32,8 @@ async fn due_rows(
 }
 
 /// DSP-6, NS-5: when a destination's breaker trips, its rows due within the cool-down —
-/// the failed batch's retries included — are held back in one statement — no attempt counted — so later claims never read them;
-/// the rows of other destinations flow.
+/// the failed batch's retries included — are held back, no attempt counted, so later claims
+/// never read them; the rows of other destinations flow.
 #[tokio::test]
 async fn a_tripped_destinations_due_rows_are_held_back_so_claims_never_read_them_dsp_6() {
     let db = database().await;
@@ -64,6 +64,64 @@ async fn a_tripped_destinations_due_rows_are_held_back_so_claims_never_read_them
     run_once(&dispatcher).await.unwrap();
     assert_eq!(count(&client, &db, "outbox").await, 500, "the healthy row went; the broken ones wait");
     assert_eq!(transport.accepted().len(), 1);
+}
+
+/// DSP-6b: a tripped destination with a backlog larger than several hold-back statements
+/// (`HOLD_BACK_BATCH` rows each) is held back whole — each statement resumes after the
+/// previous one, none moves more than a batch — while another destination keeps being
+/// delivered; after the cool-down, once the destination answers again, every held row goes
+/// out and nothing is lost or dead.
+#[tokio::test]
+async fn a_large_tripped_backlog_is_held_back_in_bounded_statements_and_delivered_after_the_cool_down_dsp_6()
+{
+    let backlog = 2 * usize::try_from(relayer_postgres::HOLD_BACK_BATCH).unwrap() + 1_000;
+    let db = database().await;
+    let transport = Arc::new(FaultyTransport::new("test").with_batch_limit(500));
+    transport.failing_destinations.lock().unwrap().insert("broken".to_owned());
+    let breaker = options()
+        .batch_size(500)
+        .breaker_threshold(NonZeroU32::new(1).unwrap())
+        .breaker_cool_down(Duration::from_millis(500));
+    let dispatcher = dispatcher(&db, breaker, transport.clone(), 1).await;
+    let client = db.connect().await;
+    let writer = writer(&dispatcher);
+    for start in (0..backlog).step_by(5_000) {
+        writer
+            .enqueue(&client, &(start..(start + 5_000).min(backlog)).map(broken).collect::<Vec<_>>())
+            .await
+            .unwrap();
+    }
+
+    let report = run_once(&dispatcher).await.unwrap();
+    assert_eq!(report.failed, 500, "one batch failed and tripped the breaker");
+    assert_eq!(
+        usize::try_from(report.held_back).unwrap(),
+        backlog,
+        "the whole backlog, over several statements"
+    );
+    assert_eq!(due_rows(&client, &db, "broken").await, 0);
+
+    // During the cool-down another destination is delivered as written.
+    let healthy: Vec<NewMessage> =
+        (0..20).map(|n| NewMessage::new("test", "healthy", format!("ok-{n}").into_bytes())).collect();
+    writer.enqueue(&client, &healthy).await.unwrap();
+    let report = run_once(&dispatcher).await.unwrap();
+    assert_eq!((report.claimed, report.sent), (20, 20), "only the healthy rows are claimed: {report:?}");
+
+    // The destination answers again; after the cool-down everything held goes out.
+    transport.failing_destinations.lock().unwrap().clear();
+    within(async {
+        while count(&client, &db, "outbox").await > 0 {
+            run_once(&dispatcher).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let mut bodies: Vec<Vec<u8>> = transport.accepted().into_iter().map(|(_, e)| e.body).collect();
+    bodies.sort();
+    bodies.dedup();
+    assert_eq!(bodies.len(), backlog + 20, "every row delivered");
+    assert_eq!(count(&client, &db, "dead").await, 0, "nothing dead");
 }
 
 /// DSP-6, LAN-1: a lane whose head goes to a tripped destination is not claimed, so the

@@ -10,6 +10,10 @@
 //! comparison instead of raising stale warnings. Comparing is the caller's business; this
 //! module only stores and reads.
 //!
+//! Each row also lists the transports the instance registers for that worker (TRN-6): a
+//! dispatcher's or sweeper's registry, empty for workers that send nothing. `status` and
+//! the metrics name the outbox rows whose transport no live instance registers.
+//!
 //! Every statement reads or writes through the primary key `instances_pkey (worker,
 //! instance)`; the table holds a handful of rows per running instance.
 
@@ -54,9 +58,11 @@ impl InstanceStatements {
         InstanceStatements {
             // instances_pkey. A restart under the same instance id keeps its started_at.
             record: format!(
-                "INSERT INTO {instances} (worker, instance, fingerprint, settings) VALUES ($1, $2, $3, $4) \
+                "INSERT INTO {instances} (worker, instance, fingerprint, settings, transports) \
+                 VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (worker, instance) DO UPDATE \
-                 SET fingerprint = excluded.fingerprint, settings = excluded.settings, seen_at = now()"
+                 SET fingerprint = excluded.fingerprint, settings = excluded.settings, \
+                     transports = excluded.transports, seen_at = now()"
             ),
             // instances_pkey, prefix (worker); the live rows are few.
             others_seen_within: format!(
@@ -74,7 +80,8 @@ impl InstanceStatements {
         }
     }
 
-    /// Records (or replaces) `instance`'s `fingerprint` and `settings` for `worker`, seen now.
+    /// Records (or replaces) `instance`'s `fingerprint`, `settings` and registered
+    /// `transports` (TRN-6; empty for a worker that sends nothing) for `worker`, seen now.
     pub async fn record(
         &self,
         client: &impl GenericClient,
@@ -82,6 +89,7 @@ impl InstanceStatements {
         instance: &str,
         fingerprint: &str,
         settings: &serde_json::Value,
+        transports: &[&str],
     ) -> Result<(), StorageError> {
         client
             .execute_typed(
@@ -91,6 +99,7 @@ impl InstanceStatements {
                     (&instance, Type::TEXT),
                     (&fingerprint, Type::TEXT),
                     (settings, Type::JSONB),
+                    (&transports, Type::TEXT_ARRAY),
                 ],
             )
             .await
@@ -181,10 +190,10 @@ mod tests {
         migrate(&mut client, db.namespace()).await.unwrap();
         let statements = InstanceStatements::new(db.namespace());
         let settings = serde_json::json!({"batch_size": "100"});
-        statements.record(&client, "cleanup", "a", "f1", &settings).await.unwrap();
-        statements.record(&client, "cleanup", "b", "f2", &settings).await.unwrap();
-        statements.record(&client, "cleanup", "a", "f3", &settings).await.unwrap();
-        statements.record(&client, "sweeper", "c", "f4", &settings).await.unwrap();
+        statements.record(&client, "cleanup", "a", "f1", &settings, &[]).await.unwrap();
+        statements.record(&client, "cleanup", "b", "f2", &settings, &[]).await.unwrap();
+        statements.record(&client, "cleanup", "a", "f3", &settings, &[]).await.unwrap();
+        statements.record(&client, "sweeper", "c", "f4", &settings, &["queue"]).await.unwrap();
 
         let others = statements.others_seen_within(&client, "cleanup", "b", WINDOW).await.unwrap();
         assert_eq!(others.len(), 1);

@@ -17,8 +17,10 @@
 //! Both actions are recorded in the audit table (LAN-2, LAN-5). The recovery sweeper and
 //! the unordered claims never touch lane rows (`lane IS NULL` everywhere, LAN-4).
 //!
-//! A head that cannot be decoded (`crate::row_codec`: malformed headers, an unknown
-//! transport …) comes back as [`LaneHead::Undecodable`]. Its owner parks the lane with the
+//! A lane whose head names a transport this process lacks is never claimed here (TRN-6):
+//! it waits, whole, for an instance that has it. A head that cannot be decoded
+//! (`crate::row_codec`: malformed headers, an empty destination …) comes back as
+//! [`LaneHead::Undecodable`]. Its owner parks the lane with the
 //! row's description as the reason ([`HeadFailure::Park`]), exactly as for a poison head:
 //! skipping it would reorder the lane, and retrying it could only fail again. The lane
 //! never stays claimed and never spins; an operator fixes the row, then releases the lane,
@@ -91,7 +93,7 @@ pub struct LaneStatements {
 }
 
 impl LaneStatements {
-    /// Renders the statements for `namespace`. Heads may name any transport; see
+    /// Renders the statements for `namespace`. Lanes of any transport are claimed; see
     /// [`with_transports`](Self::with_transports).
     pub fn new(namespace: &Namespace) -> Self {
         let (outbox, lanes, dead, audit) = (
@@ -111,8 +113,11 @@ impl LaneStatements {
             // neither parked nor held by a live claim, so two dispatchers never own one lane.
             // Besides the claimed lanes, one row with `visited` set says where the next pass
             // resumes when the visit cap, not the end of the lanes, stopped this one. A lane
-            // whose head goes to a tripped destination ($6, $7) is not claimed (DSP-6): one
-            // outbox_pkey probe per due head, and none while no breaker is open.
+            // whose head goes to a tripped destination ($6, $7) is not claimed (DSP-6), nor one
+            // whose head names a transport outside the registry ($8, TRN-6; any when NULL):
+            // that lane waits, whole, for an instance that has it — rows behind its head
+            // never overtake it. One outbox_pkey probe per due head, none without a registry
+            // while no breaker is open.
             claim: format!(
                 "WITH RECURSIVE heads AS ( \
                    (SELECT lane, seq, visible_at, 1 AS depth FROM {outbox} \
@@ -127,9 +132,11 @@ impl LaneStatements {
                    WHERE heads.visible_at <= now() \
                      AND NOT EXISTS (SELECT 1 FROM {lanes} l WHERE l.lane = heads.lane \
                                      AND (l.parked_at IS NOT NULL OR l.claimed_until > now())) \
-                     AND (cardinality($6::text[]) = 0 OR NOT EXISTS ( \
-                       SELECT 1 FROM {outbox} o WHERE o.seq = heads.seq AND (o.transport, o.destination) IN \
-                         (SELECT t, d FROM unnest($6::text[], $7::text[]) AS tripped(t, d)))) \
+                     AND (($8::text[] IS NULL AND cardinality($6::text[]) = 0) OR EXISTS ( \
+                       SELECT 1 FROM {outbox} o WHERE o.seq = heads.seq \
+                         AND ($8::text[] IS NULL OR o.transport = ANY($8::text[])) \
+                         AND (o.transport, o.destination) NOT IN \
+                           (SELECT t, d FROM unnest($6::text[], $7::text[]) AS tripped(t, d)))) \
                    LIMIT $3), \
                  claimed AS ( \
                    INSERT INTO {lanes} AS l (lane, claim_token, claimed_until) \
@@ -230,9 +237,9 @@ impl LaneStatements {
         }
     }
 
-    /// Heads naming a transport outside `names` (the worker's registry) come back as
-    /// [`LaneHead::Undecodable`], so their lane is parked with the reason instead of
-    /// retried forever.
+    /// Lanes whose head names a transport outside `names` (the worker's registry) are not
+    /// claimed (TRN-6): the lane waits, neither parked nor skipped, for an instance that
+    /// has the transport.
     pub fn with_transports<I>(mut self, names: I) -> Self
     where
         I: IntoIterator,
@@ -273,6 +280,7 @@ impl LaneStatements {
                 (&cap, Type::INT8),
                 (&tripped_transports, Type::TEXT_ARRAY),
                 (&tripped_destinations, Type::TEXT_ARRAY),
+                (&self.codec.registered(), Type::TEXT_ARRAY),
             ],
             "claiming lanes",
         )

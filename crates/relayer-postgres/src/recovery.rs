@@ -3,9 +3,10 @@
 //! A traversal first captures the highest pending unordered `seq` as its fixed boundary,
 //! then pages through `(after, boundary]` in `seq` order, picking rows that are unordered,
 //! due (`visible_at <= now()`: no live claim, delivery and retry time reached) and at least
-//! `recovery_delay` old, and locks them for the pass's transaction. The boundary and the
-//! page use `{prefix}outbox_recovery_idx` (`(seq, visible_at) INCLUDE (created_at) WHERE
-//! lane IS NULL`), so a page costs O(rows scanned in the window), never O(table). The
+//! `recovery_delay` old, of a transport registered in this process (TRN-6), and locks them
+//! for the pass's transaction. The boundary and the
+//! page use `{prefix}outbox_recovery_idx` (`(seq, visible_at) INCLUDE (created_at,
+//! transport) WHERE lane IS NULL`), so a page costs O(rows scanned in the window), never O(table). The
 //! cursor itself is pure logic in `relayer_core::cursor`; sends and completions reuse
 //! direct dispatch's. Locked rows are decoded one at a time (`crate::row_codec`): one that
 //! cannot be decoded comes back in [`LockedPage::undecodable`], still locked, and the pass
@@ -18,7 +19,7 @@ use tokio_postgres::types::Type;
 
 use crate::error::StorageError;
 use crate::exec::Executor;
-use crate::row_codec::{CLAIMED_COLUMNS, RowCodec};
+use crate::row_codec::{CLAIMED_COLUMNS, RowCodec, registered_ctes};
 
 /// The recovery statements rendered for one namespace.
 #[derive(Clone, Debug)]
@@ -28,7 +29,7 @@ pub struct RecoveryStatements {
 }
 
 impl RecoveryStatements {
-    /// Renders the statements for `namespace`. Locked rows may name any transport; see
+    /// Renders the statements for `namespace`. Pages read rows of any transport; see
     /// [`with_transports`](Self::with_transports).
     pub fn new(namespace: &Namespace) -> Self {
         let (outbox, leases) = (namespace.table("outbox"), namespace.table("leases"));
@@ -45,9 +46,13 @@ impl RecoveryStatements {
             //   eligible — young, scheduled, backing off. The scan streams through the row
             //   numbering into the LIMIT, so it stops at the $4th eligible row; when the cap
             //   stops it first, its last row (`last_scanned`) says how far it read, and the
-            //   cursor moves past it. The uncorrelated guard on min(visible_at) is an InitPlan
-            //   run once, as a one-time filter, before any scan: when no unordered row is
-            //   visible at all (an idle pass), it costs one descent of outbox_due_idx and the
+            //   cursor moves past it. Only rows of the registered transports ($8, TRN-6; any
+            //   when NULL) are eligible, judged from the index's INCLUDE (transport), so rows a
+            //   sweeper lacks the transport of cost a page what young rows cost. The
+            //   uncorrelated guard on min(visible_at) per registered transport is an InitPlan
+            //   run once, as a one-time filter, before any scan: when no unordered row of them is
+            //   visible at all (an idle pass), it costs one descent of outbox_due_idx per
+            //   registered transport and the
             //   window is never walked, whatever plan stale statistics chose for the scan
             //   (docs/performance.md, Maintenance).
             // The answer is one summary row (the bound, the eligible seqs, the last row read
@@ -58,7 +63,8 @@ impl RecoveryStatements {
             // not held. (A join of the page with the locked rows became a nested loop over
             // both under a generic plan; `IN (SELECT …)` cost twice this `= ANY(ARRAY(…))`.)
             lock_page: format!(
-                "WITH bound AS ( \
+                "WITH RECURSIVE {registered}, \
+                 bound AS ( \
                    SELECT coalesce($2::int8, (SELECT max(seq) FROM {outbox} WHERE lane IS NULL)) AS up_to \
                    WHERE $6::text IS NULL \
                       OR EXISTS (SELECT 1 FROM {leases} \
@@ -67,10 +73,12 @@ impl RecoveryStatements {
                    SELECT seq, eligible, n = $5 AS last_scanned FROM ( \
                      SELECT seq, eligible, row_number() OVER (ORDER BY seq) AS n FROM ( \
                        SELECT seq, visible_at <= now() \
-                                   AND created_at <= now() - ($3::int8 * interval '1 microsecond') AS eligible \
+                                   AND created_at <= now() - ($3::int8 * interval '1 microsecond') \
+                                   AND ($8::text[] IS NULL OR transport = ANY($8::text[])) AS eligible \
                        FROM {outbox} \
                        WHERE lane IS NULL AND seq > $1::int8 AND seq <= (SELECT up_to FROM bound) \
-                         AND (SELECT min(visible_at) FROM {outbox} WHERE lane IS NULL) <= now() \
+                         AND EXISTS (SELECT 1 FROM registered r WHERE (SELECT min(visible_at) FROM {outbox} \
+                                     WHERE lane IS NULL AND transport = r.t) <= now()) \
                        ORDER BY seq LIMIT $5::int8) AS scanned) AS numbered \
                    WHERE eligible OR n = $5 \
                    ORDER BY seq LIMIT $4::int8) \
@@ -82,15 +90,17 @@ impl RecoveryStatements {
                    SELECT {CLAIMED_COLUMNS} FROM {outbox} \
                    WHERE seq = ANY(ARRAY(SELECT seq FROM page WHERE eligible)) \
                      AND lane IS NULL AND visible_at <= now() \
-                   FOR UPDATE SKIP LOCKED) AS l"
+                     AND ($8::text[] IS NULL OR transport = ANY($8::text[])) \
+                   FOR UPDATE SKIP LOCKED) AS l",
+                registered = registered_ctes(&outbox, "$8"),
             ),
             codec: RowCodec::new(namespace),
         }
     }
 
-    /// Locked rows naming a transport outside `names` (the worker's registry) come back
-    /// [`undecodable`](LockedPage::undecodable) instead of as messages, for the pass to
-    /// bury with its completion.
+    /// Pages judge only rows naming one of `names` (the worker's registry) eligible
+    /// (TRN-6): a row of a transport this sweeper lacks is stepped over, never locked,
+    /// sent, counted or buried; it waits for an instance that has it.
     pub fn with_transports<I>(mut self, names: I) -> Self
     where
         I: IntoIterator,
@@ -128,6 +138,7 @@ impl RecoveryStatements {
                 (&cap, Type::INT8),
                 (&job, Type::TEXT),
                 (&owner, Type::TEXT),
+                (&self.codec.registered(), Type::TEXT_ARRAY),
             ],
             "reading and locking a recovery page",
         )

@@ -2,21 +2,22 @@
 //!
 //! Every statement that hands rows to a sender — a claim, a lane head, a recovery page —
 //! returns the [`CLAIMED_COLUMNS`], and [`RowCodec`] turns each row into a
-//! [`ClaimedMessage`] on its own. A row it cannot turn into a message the worker can send
-//! is an [`UndecodableRow`] naming the table, the `seq`, the column and the reason; it
-//! never fails the rows around it. What becomes of it is the caller's: an unordered row
-//! moves to the dead table with the rest of its batch's completion
+//! [`ClaimedMessage`] on its own. A row it cannot turn into a message is an
+//! [`UndecodableRow`] naming the table, the `seq`, the column and the reason; it never
+//! fails the rows around it. What becomes of it is the caller's: an unordered row moves to
+//! the dead table with the rest of its batch's completion
 //! ([`Completion::bury_undecodable`](relayer_core::store::Completion::bury_undecodable)),
 //! a lane head parks its lane (skipping it would reorder the lane, LAN-5).
 //!
 //! A row is undecodable when a column has a type or shape the writer never produces —
 //! headers that are not a JSON object of strings (jsonb `null` included), an empty
-//! destination — or when it names a transport missing from the worker's registry (set
-//! with `with_transports` on the statements): such a row could only ever fail, so it is
-//! set aside at once, consistently on all three paths, instead of failing every pass.
-//! Only a row whose `seq` cannot be read fails the whole read: there is nothing to name.
+//! destination. A row naming a transport this process lacks is *not* undecodable (TRN-6):
+//! it waits for an instance that has it. The codec carries the worker's registry
+//! (`with_transports` on the statements) only so that every claim and recovery page binds
+//! it (`transport = ANY(…)`) and never reads such a row; one that reaches a worker anyway
+//! is released by the worker, untouched. Only a row whose `seq` cannot be read fails the
+//! whole read: there is nothing to name.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -32,13 +33,14 @@ use crate::error::{StorageError, StorageErrorKind};
 pub(crate) const CLAIMED_COLUMNS: &str =
     "seq, message_id, transport, destination, body, headers, trace_context, lane, created_at, attempts";
 
-/// Decodes outbox rows of one namespace, refusing transports outside a registry when given.
+/// Decodes outbox rows of one namespace, and carries the transports its statements read.
 #[derive(Clone, Debug)]
 pub(crate) struct RowCodec {
     /// The outbox as errors name it: `schema.prefixoutbox`.
     table: String,
-    /// The transports the worker can send to; `None` accepts any name.
-    transports: Option<Arc<BTreeSet<String>>>,
+    /// The transports the worker can send to, bound into every claim (TRN-6); `None`
+    /// reads rows of any transport.
+    transports: Option<Arc<[String]>>,
 }
 
 impl RowCodec {
@@ -50,14 +52,23 @@ impl RowCodec {
         }
     }
 
-    /// Rows naming a transport outside `names` become undecodable.
+    /// The statements read only rows naming one of `names` (TRN-6).
     pub(crate) fn with_transports<I>(mut self, names: I) -> Self
     where
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        self.transports = Some(Arc::new(names.into_iter().map(Into::into).collect()));
+        let mut names: Vec<String> = names.into_iter().map(Into::into).collect();
+        names.sort();
+        names.dedup();
+        self.transports = Some(names.into());
         self
+    }
+
+    /// The transports to bind as a statement's `text[]` filter: `None` (SQL NULL) reads
+    /// every transport.
+    pub(crate) fn registered(&self) -> Option<Vec<&str>> {
+        self.transports.as_ref().map(|names| names.iter().map(String::as_str).collect())
     }
 
     /// Decodes every row's [`CLAIMED_COLUMNS`], starting at column `at`, into a [`Claimed`]
@@ -108,15 +119,6 @@ impl RowCodec {
         seq: i64,
     ) -> Result<ClaimedMessage, (&'static str, String)> {
         let transport: String = column(row, at + 2, "transport")?;
-        if let Some(known) = &self.transports
-            && !known.contains(&transport)
-        {
-            let names: Vec<&str> = known.iter().map(String::as_str).collect();
-            return Err((
-                "transport",
-                format!("no transport named {transport:?} is registered here (known: {})", names.join(", ")),
-            ));
-        }
         let destination: String = column(row, at + 3, "destination")?;
         if destination.trim().is_empty() {
             return Err(("destination", "is empty".to_owned()));
@@ -163,4 +165,22 @@ fn column<'r, T: FromSql<'r>>(
 /// wording around it.
 pub(crate) fn malformed(e: &tokio_postgres::Error) -> Option<String> {
     std::error::Error::source(e)?.downcast_ref::<MalformedHeaders>().map(ToString::to_string)
+}
+
+/// The CTEs `present(t)` and `registered(t)` (for a `WITH RECURSIVE`): the transports whose
+/// rows a statement reads (TRN-6) — those bound as `param` (a `text[]`), or, when it is
+/// NULL (a codec without a registry), every transport the unordered rows name, found by a
+/// skip scan of `outbox_due_idx` (one descent per distinct transport, a handful).
+pub(crate) fn registered_ctes(outbox: &str, param: &str) -> String {
+    format!(
+        "present(t) AS ( \
+           SELECT min(transport) FROM {outbox} WHERE lane IS NULL AND {param}::text[] IS NULL \
+           UNION ALL \
+           SELECT (SELECT min(transport) FROM {outbox} WHERE lane IS NULL AND transport > present.t) \
+           FROM present WHERE present.t IS NOT NULL), \
+         registered(t) AS ( \
+           SELECT unnest({param}::text[]) \
+           UNION ALL \
+           SELECT t FROM present WHERE t IS NOT NULL AND {param}::text[] IS NULL)"
+    )
 }

@@ -75,9 +75,9 @@ impl PgSource {
         PgSource { pool, statements: Arc::new(statements) }
     }
 
-    /// Claimed rows naming a transport outside `names` (the worker's registry) come back
-    /// undecodable instead of as messages: no send could ever succeed, so the worker
-    /// buries them at once (see [`OutboxStatements::with_transports`]).
+    /// Claims, lane claims and recovery pages read only rows naming one of `names` (the
+    /// worker's registry, TRN-6): a row of a transport this process lacks stays pending for
+    /// an instance that has it (see [`OutboxStatements::with_transports`]).
     #[must_use]
     pub fn with_transports<I>(self, names: I) -> Self
     where

@@ -1,7 +1,8 @@
 //! A namespace's health at a glance (OBS-3 `relayer status`, and the sidecar's gauges).
 //!
 //! One snapshot, read in a few statements: the backlog and the age of the oldest pending
-//! row per transport and destination, scheduled rows, parked lanes with their reason, dead
+//! row per transport and destination, the rows waiting on a transport no live instance
+//! registers (TRN-6), scheduled rows, parked lanes with their reason, dead
 //! rows and dead letters by queue and reason (this module); leases, instances and their
 //! settings disagreements, and each worker's last successful pass (`status/workers.rs`); the
 //! database's xmin horizon and dead tuples (`status/database.rs`). Every age is measured on the
@@ -44,6 +45,9 @@ pub struct NamespaceStatus {
     pub oldest_pending_age: Option<Duration>,
     /// The backlog per transport and destination, largest first.
     pub backlog: Vec<Backlog>,
+    /// Rows waiting on a transport that no live instance registers (TRN-6), per transport:
+    /// nothing running can deliver them (a rolling deploy not finished, a service stopped).
+    pub unserved: Vec<Unserved>,
     /// Lanes parked behind a dead head.
     pub lanes_parked: i64,
     /// The parked lanes, oldest park first.
@@ -92,6 +96,36 @@ pub struct Backlog {
     pub ordered: i64,
     /// Age of the oldest row not scheduled for later.
     pub oldest_age: Option<Duration>,
+}
+
+/// Outbox rows of a transport that no live instance registers (TRN-6).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unserved {
+    /// The transport name.
+    pub transport: String,
+    /// Rows pending, on every destination.
+    pub pending: i64,
+    /// Age of the oldest row not scheduled for later.
+    pub oldest_age: Option<Duration>,
+}
+
+/// The backlog's transports that none of the live `instances` registers, with their rows
+/// and oldest age, by transport name.
+fn unserved(backlog: &[Backlog], instances: &[InstanceStatus]) -> Vec<Unserved> {
+    let served: std::collections::BTreeSet<&str> =
+        instances.iter().flat_map(|i| i.transports.iter().map(String::as_str)).collect();
+    let mut waiting: std::collections::BTreeMap<&str, Unserved> = std::collections::BTreeMap::new();
+    for b in backlog.iter().filter(|b| !served.contains(b.transport.as_str())) {
+        let entry = waiting.entry(&b.transport).or_insert_with(|| Unserved {
+            transport: b.transport.clone(),
+            pending: 0,
+            oldest_age: None,
+        });
+        entry.pending += b.pending;
+        entry.oldest_age = entry.oldest_age.max(b.oldest_age);
+    }
+    waiting.into_values().collect()
 }
 
 /// A parked lane (LAN-2).
@@ -250,8 +284,10 @@ pub async fn namespace_status(
         .iter()
         .map(|r| Ok((column(r, 0, "the queues")?, column(r, 1, "the queues")?)))
         .collect::<Result<_, StorageError>>()?;
+    let version = schema_version.unwrap_or_default();
     let (leases, instances) =
-        (workers::leases(client, namespace).await?, workers::instances(client, namespace).await?);
+        (workers::leases(client, namespace).await?, workers::instances(client, namespace, version).await?);
+    let unserved = unserved(&backlog, &instances);
     let disagreements = workers::disagreements(&instances);
     let workers = workers::last_passes(&leases, &instances);
     Ok(NamespaceStatus {
@@ -262,6 +298,7 @@ pub async fn namespace_status(
         outbox_scheduled: backlog.iter().map(|b| b.scheduled).sum(),
         oldest_pending_age: backlog.iter().filter_map(|b| b.oldest_age).max(),
         backlog,
+        unserved,
         lanes_parked: i64::try_from(parked_lanes.len()).unwrap_or(i64::MAX),
         parked_lanes,
         dead: dead_rows.iter().map(|d| d.count).sum(),

@@ -85,10 +85,11 @@
 //! leads at once. After a crash the lease expires on the database clock and another
 //! replica continues (LIF-3).
 //!
-//! Two things are only found out row by row. A row naming a transport the sweeper's
-//! registry lacks cannot be caught at start — any process may have written it — so its
-//! send fails (transiently), is retried with backoff, and with `max_attempts` becomes
-//! poison. And the retry and poison policy is the [`DispatcherOptions`](relayer_core::DispatcherOptions)
+//! A row naming a transport the sweeper's registry lacks cannot be caught at start — any
+//! process may have written it — and is never the sweeper's (TRN-6): with the source built
+//! `with_transports`, pages step over it unlocked, so it waits, with no attempt counted,
+//! for an instance that has the transport (a rolling deploy adding one, another service's).
+//! The retry and poison policy is the [`DispatcherOptions`](relayer_core::DispatcherOptions)
 //! given to the send path: give the sweeper the same options as the dispatchers, so a row
 //! is judged alike whoever sends it.
 //!

@@ -207,8 +207,6 @@ where
             }
         }
 
-        // The completion and the renewal are sent together: one round trip once both are
-        // prepared, the renewal last. Both commit or neither, in whichever order they ran.
         // Undecodable rows go to the dead table in the same statement, and so the same
         // transaction, as the page's other outcomes (SPEC §15): they never stall the pass.
         let mut completion =
@@ -218,27 +216,13 @@ where
                 "moving an undecodable row to the dead table");
         }
         completion.bury_undecodable(&found.undecodable);
-        // Destinations that tripped in this pass: their rows due within the cool-down wait it
-        // out, so no page or claim reads them meanwhile (DSP-6). After the completion, which
-        // released the failed rows, in the pass's transaction.
-        let complete_and_hold_back = async {
-            let written = store
-                .complete_locked(&completion)
-                .await
-                .map_err(|e| WorkerError::store("completing the page", e))?;
-            let cool_down = self.send.breakers().cool_down();
-            let mut held = 0;
-            for (transport, destination) in sent.iter().flat_map(|tally| &tally.tripped) {
-                held += store
-                    .hold_back(transport, destination, cool_down)
-                    .await
-                    .map_err(|e| WorkerError::store("holding back a tripped destination's rows", e))?;
-            }
-            Ok::<_, WorkerError>((written, held))
+        // The completion and the renewal are sent together: one round trip once both are
+        // prepared, the renewal last. Both commit or neither, in whichever order they ran.
+        let complete = async {
+            store.complete_locked(&completion).await.map_err(|e| WorkerError::store("completing the page", e))
         };
-        let (completed, renewed) = tokio::join!(complete_and_hold_back, self.renew(store, lease.as_ref()));
-        let (written, held) = completed?;
-        report.held_back = held;
+        let (completed, renewed) = tokio::join!(complete, self.renew(store, lease.as_ref()));
+        let written = completed?;
         renewed?;
         if let Some(tally) = &sent {
             report.sent = tally.accepted;
@@ -255,6 +239,20 @@ where
         }
         session.commit().await.map_err(|e| WorkerError::store("committing the pass", e))?;
         self.store_cursor(cursor);
+        // Destinations that tripped in this pass: their rows due within the cool-down wait it
+        // out, so no page or claim reads them meanwhile (DSP-6). After the commit, outside the
+        // pass transaction, in bounded statements that each commit on their own: however
+        // large the backlog, holding it back can neither outlast the lease nor roll back the
+        // page's completions. A failure costs only later claims' time: logged, not fatal.
+        let cool_down = self.send.breakers().cool_down();
+        for (transport, destination) in sent.iter().flat_map(|tally| &tally.tripped) {
+            match session.hold_back(transport, destination, cool_down).await {
+                Ok(held) => report.held_back += held,
+                Err(error) => tracing::warn!(target: TARGET, namespace = %self.namespace, transport,
+                    destination, error = %relayer_core::error_chain(&error),
+                    "could not hold back a tripped destination's rows; claims filter them meanwhile"),
+            }
+        }
         Ok(report)
     }
 

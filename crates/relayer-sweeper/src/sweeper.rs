@@ -59,9 +59,9 @@ where
     /// and poison are judged alike. With [`Leadership::Lease`], use the job [`LEASE_JOB`]
     /// and the options' `lease_duration` ([`lease_leadership`] does both).
     ///
-    /// `source` must work on `namespace` (which the worker's logs name), and should set
-    /// aside rows naming a transport `send` lacks as undecodable, so the pass buries them
-    /// at once instead of retrying a send that cannot succeed: with relayer's source,
+    /// `source` must work on `namespace` (which the worker's logs name), and should page
+    /// only rows of the transports `send` has (TRN-6), so rows of another transport wait
+    /// for an instance that has it, unread: with relayer's source,
     /// `PgSource::new(pool, &namespace).with_transports(send.transports().names())`.
     pub fn new(
         source: S,

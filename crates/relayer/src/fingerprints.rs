@@ -78,6 +78,9 @@ pub(crate) struct WorkerSettings {
     pub(crate) worker: &'static str,
     pub(crate) fingerprint: String,
     pub(crate) settings: serde_json::Value,
+    /// The transports the worker sends through (TRN-6), recorded so `status` can name rows
+    /// no live instance can deliver; empty for workers that send nothing.
+    pub(crate) transports: Vec<String>,
 }
 
 impl WorkerSettings {
@@ -92,7 +95,19 @@ impl WorkerSettings {
         allow(dead_code)
     )]
     pub(crate) fn new(worker: &'static str, fingerprint: String, canonical_settings: &str) -> Self {
-        WorkerSettings { worker, fingerprint, settings: settings_object(canonical_settings) }
+        WorkerSettings {
+            worker,
+            fingerprint,
+            settings: settings_object(canonical_settings),
+            transports: Vec::new(),
+        }
+    }
+
+    /// The same, recording `transports` as the ones the worker sends through (TRN-6).
+    #[cfg_attr(not(any(feature = "dispatcher", feature = "sweeper")), allow(dead_code))]
+    pub(crate) fn sending_through<'a>(mut self, transports: impl IntoIterator<Item = &'a str>) -> Self {
+        self.transports = transports.into_iter().map(str::to_owned).collect();
+        self
     }
 }
 
@@ -158,7 +173,10 @@ pub(crate) async fn record_and_compare(
 ) -> Result<Vec<SettingsDisagreement>, StorageError> {
     let mut disagreements = Vec::new();
     for ours in workers {
-        statements.record(client, ours.worker, instance, &ours.fingerprint, &ours.settings).await?;
+        let transports: Vec<&str> = ours.transports.iter().map(String::as_str).collect();
+        statements
+            .record(client, ours.worker, instance, &ours.fingerprint, &ours.settings, &transports)
+            .await?;
         for theirs in statements.others_seen_within(client, ours.worker, instance, LIVE_WINDOW).await? {
             disagreements.extend(compare(instance, ours, &theirs));
         }

@@ -16,7 +16,9 @@ pub trait HoldBackDestination: Store {
     /// Makes the unordered rows of (`transport`, `destination`) that would be due within
     /// `cool_down` due at its end instead, counting no attempt, so no claim or page reads
     /// them before the breaker lets a probe through. Returns how many rows were held back.
-    /// Rows this session's transaction holds are held back in that transaction.
+    /// relayer's store moves them in bounded statements, oldest first; outside a
+    /// transaction each commits on its own (the sweeper calls it after its pass commits, so
+    /// a large backlog never stretches the pass past its lease).
     async fn hold_back(
         &self,
         transport: &str,

@@ -1,7 +1,7 @@
 //! Claiming outbox rows (DSP-1): due unordered rows, oldest first, or the rows a writer of
 //! this process just committed; and holding back a tripped destination's rows (DSP-6).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use relayer_core::store::Claimed;
 use relayer_core::time::database_micros;
@@ -12,10 +12,14 @@ use super::statements::OutboxStatements;
 use crate::error::StorageError;
 use crate::exec::Executor;
 
+/// The most rows one hold-back statement moves (DSP-6): a hold of a larger backlog takes
+/// several statements, so none holds the locks of, or writes, the whole backlog at once.
+pub const HOLD_BACK_BATCH: u32 = 5_000;
+
 impl OutboxStatements {
     /// Claims up to `limit` due, unordered rows no one holds, oldest due first, for
-    /// `claim` (DSP-1). Rows of the `tripped` (transport, destination) pairs are left
-    /// alone (DSP-6). The claim commits on its own when `client` is not in a transaction.
+    /// `claim` (DSP-1), of the registered transports only (TRN-6). Rows of the `tripped`
+    /// (transport, destination) pairs are left alone (DSP-6). The claim commits on its own when `client` is not in a transaction.
     pub async fn claim_due(
         &self,
         client: &impl Executor,
@@ -37,6 +41,7 @@ impl OutboxStatements {
                 (&limit, Type::INT8),
                 (&tripped_transports, Type::TEXT_ARRAY),
                 (&tripped_destinations, Type::TEXT_ARRAY),
+                (&self.codec.registered(), Type::TEXT_ARRAY),
             ],
             "claiming due outbox rows",
         )
@@ -47,7 +52,9 @@ impl OutboxStatements {
     /// Holds back the unordered rows of a destination whose circuit breaker just tripped
     /// that would be due within `cool_down` (DSP-6): none is due again before its breaker
     /// lets a probe through, so claims in the meantime never read them. Attempts are not
-    /// counted.
+    /// counted. The rows move in statements of at most [`HOLD_BACK_BATCH`] rows each, oldest
+    /// first, every one to the same instant; outside a transaction each commits on its own,
+    /// so no statement holds more than a batch of row locks however large the backlog.
     /// Returns how many rows were held back.
     pub async fn hold_back(
         &self,
@@ -57,18 +64,40 @@ impl OutboxStatements {
         cool_down: Duration,
     ) -> Result<u64, StorageError> {
         let cool_down_us = database_micros(cool_down);
-        let rows = crate::exec::rows(
-            client,
-            &self.hold_back,
-            &[(&transport, Type::TEXT), (&destination, Type::TEXT), (&cool_down_us, Type::INT8)],
-            "holding back a tripped destination's rows",
-        )
-        .await?;
-        let held: i64 = rows.first().map_or(0, |row| row.get(0));
-        Ok(u64::try_from(held).unwrap_or(0))
+        let batch = i64::from(HOLD_BACK_BATCH);
+        let (mut until, mut after): (Option<SystemTime>, (Option<SystemTime>, i64)) = (None, (None, 0));
+        let mut total = 0;
+        loop {
+            let rows = crate::exec::rows(
+                client,
+                &self.hold_back,
+                &[
+                    (&transport, Type::TEXT),
+                    (&destination, Type::TEXT),
+                    (&cool_down_us, Type::INT8),
+                    (&until, Type::TIMESTAMPTZ),
+                    (&batch, Type::INT8),
+                    (&after.0, Type::TIMESTAMPTZ),
+                    (&after.1, Type::INT8),
+                ],
+                "holding back a tripped destination's rows",
+            )
+            .await?;
+            let Some(row) = rows.first() else { break };
+            let held: i64 = row.get(0);
+            total += u64::try_from(held).unwrap_or(0);
+            until = row.get(1);
+            match (row.get::<_, Option<SystemTime>>(2), row.get::<_, Option<i64>>(3)) {
+                // A full batch: more may follow, after its last row.
+                (Some(visible_at), Some(seq)) if held >= batch => after = (Some(visible_at), seq),
+                _ => break,
+            }
+        }
+        Ok(total)
     }
 
-    /// Claims those of `seqs` that are unordered, due and free, for `claim`: the
+    /// Claims those of `seqs` that are unordered, due, free and of a registered transport
+    /// (TRN-6), for `claim`: the
     /// commit-triggered fast path for rows this process just wrote (OUT-4).
     pub async fn claim_seqs(
         &self,
@@ -84,7 +113,12 @@ impl OutboxStatements {
         let rows = crate::exec::rows(
             client,
             &self.claim_seqs,
-            &[(&token, Type::UUID), (&claim_us, Type::INT8), (&seqs, Type::INT8_ARRAY)],
+            &[
+                (&token, Type::UUID),
+                (&claim_us, Type::INT8),
+                (&seqs, Type::INT8_ARRAY),
+                (&self.codec.registered(), Type::TEXT_ARRAY),
+            ],
             "claiming outbox rows by seq",
         )
         .await?;

@@ -3,7 +3,7 @@
 
 use relayer_core::Namespace;
 
-use crate::row_codec::{CLAIMED_COLUMNS, RowCodec};
+use crate::row_codec::{CLAIMED_COLUMNS, RowCodec, registered_ctes};
 
 /// The outbox dispatch statements rendered for one namespace.
 #[derive(Clone, Debug)]
@@ -19,50 +19,70 @@ pub struct OutboxStatements {
 }
 
 impl OutboxStatements {
-    /// Renders the statements for `namespace`. Claimed rows may name any transport; see
+    /// Renders the statements for `namespace`. Claims read rows of any transport; see
     /// [`with_transports`](Self::with_transports).
     pub fn new(namespace: &Namespace) -> Self {
         let (outbox, dead) = (namespace.table("outbox"), namespace.table("dead"));
         OutboxStatements {
-            // Index: outbox_due_idx ((visible_at) WHERE lane IS NULL), oldest due first.
-            // Tripped destinations ($4, $5) are filtered out (DSP-6); they are few.
+            // Index: outbox_due_idx ((transport, visible_at) WHERE lane IS NULL): one ordered
+            // scan per registered transport ($6, TRN-6; every transport present when NULL),
+            // each stopping at $3 rows, merged oldest due first. Rows of a transport this
+            // process lacks are never read, however many are due. Tripped destinations
+            // ($4, $5) are filtered out (DSP-6); they are few. Each scan locks at most $3
+            // rows; those the merge leaves out are unlocked when the statement commits.
             claim_due: format!(
                 "UPDATE {outbox} SET claim_token = $1, \
                         visible_at = now() + $2::int8 * interval '1 microsecond' \
                  WHERE seq = ANY(ARRAY( \
-                   SELECT seq FROM {outbox} \
-                   WHERE lane IS NULL AND visible_at <= now() \
-                     AND (transport, destination) NOT IN \
-                         (SELECT t, d FROM unnest($4::text[], $5::text[]) AS tripped(t, d)) \
-                   ORDER BY visible_at LIMIT $3 FOR UPDATE SKIP LOCKED)) \
-                 RETURNING {CLAIMED_COLUMNS}"
+                   WITH RECURSIVE {registered} \
+                   SELECT due.seq FROM registered r, LATERAL ( \
+                     SELECT seq, visible_at FROM {outbox} \
+                     WHERE lane IS NULL AND transport = r.t AND visible_at <= now() \
+                       AND (transport, destination) NOT IN \
+                           (SELECT t, d FROM unnest($4::text[], $5::text[]) AS tripped(t, d)) \
+                     ORDER BY visible_at LIMIT $3 FOR UPDATE SKIP LOCKED) due \
+                   ORDER BY due.visible_at LIMIT $3)) \
+                 RETURNING {CLAIMED_COLUMNS}",
+                registered = registered_ctes(&outbox, "$6"),
             ),
-            // Index: outbox_due_idx, once per breaker trip (DSP-6): the tripped destination's
-            // rows due before its cool-down ends (retries just released included) move to its
-            // end, past every row other destinations have due, so later
+            // Index: outbox_due_idx ((transport, visible_at)), per breaker trip (DSP-6), in
+            // statements of at most $5 rows: the tripped destination's rows due before its
+            // cool-down ends (retries just released included), oldest first — the ones claims
+            // meet first — move to its end ($4, fixed by the first statement of a hold on
+            // the database clock), past every row other destinations have due, so later
             // claims never step over them (a filter in the claim would heap-fetch every one
-            // of them in every claim). Rows another claim holds are skipped, not waited for,
-            // and rows under a live claim are left to it: their owner defers them (a pass's
-            // prefetched batch, DSP-1b) or sends them, and never sees its claim moved.
+            // of them in every claim). Each statement resumes after the last row the previous
+            // one picked ($6, $7: a keyset on (visible_at, seq)), so a hold of any backlog
+            // reads each row once and no statement — nor the sweeper's pass transaction — is
+            // O(backlog). Rows another claim holds are skipped, not waited for, and rows under
+            // a live claim are left to it: their owner defers them (a pass's prefetched batch,
+            // DSP-1b) or sends them, and never sees its claim moved.
             hold_back: format!(
-                "WITH held AS ( \
-                   UPDATE {outbox} SET visible_at = now() + $3::int8 * interval '1 microsecond' \
-                   WHERE seq = ANY(ARRAY( \
-                     SELECT seq FROM {outbox} \
-                     WHERE lane IS NULL AND transport = $1 AND destination = $2 \
-                       AND visible_at < now() + $3::int8 * interval '1 microsecond' \
-                       AND (claim_token IS NULL OR visible_at <= now()) \
-                     FOR UPDATE SKIP LOCKED)) \
-                   RETURNING 1) \
-                 SELECT count(*) FROM held"
+                "WITH target AS ( \
+                   SELECT coalesce($4::timestamptz, now() + $3::int8 * interval '1 microsecond') AS until), \
+                 picked AS MATERIALIZED ( \
+                   SELECT seq, visible_at FROM {outbox} \
+                   WHERE lane IS NULL AND transport = $1 AND visible_at < (SELECT until FROM target) \
+                     AND visible_at >= coalesce($6::timestamptz, '-infinity') \
+                     AND ($6::timestamptz IS NULL OR visible_at > $6 OR seq > $7::int8) \
+                     AND destination = $2 AND (claim_token IS NULL OR visible_at <= now()) \
+                   ORDER BY visible_at, seq LIMIT $5::int8 FOR UPDATE SKIP LOCKED), \
+                 held AS ( \
+                   UPDATE {outbox} SET visible_at = (SELECT until FROM target) \
+                   WHERE seq = ANY(ARRAY(SELECT seq FROM picked)) RETURNING 1), \
+                 last AS (SELECT visible_at, seq FROM picked ORDER BY visible_at DESC, seq DESC LIMIT 1) \
+                 SELECT (SELECT count(*) FROM held), (SELECT until FROM target), \
+                        (SELECT visible_at FROM last), (SELECT seq FROM last)"
             ),
-            // Index: outbox_pkey (seq = ANY($3)). Commit-triggered dispatch of known rows.
+            // Index: outbox_pkey (seq = ANY($3)). Commit-triggered dispatch of known rows, of
+            // the registered transports only ($4, TRN-6; any when NULL).
             claim_seqs: format!(
                 "UPDATE {outbox} SET claim_token = $1, \
                         visible_at = now() + $2::int8 * interval '1 microsecond' \
                  WHERE seq = ANY(ARRAY( \
                    SELECT seq FROM {outbox} \
                    WHERE seq = ANY($3::int8[]) AND lane IS NULL AND visible_at <= now() \
+                     AND ($4::text[] IS NULL OR transport = ANY($4::text[])) \
                    ORDER BY seq FOR UPDATE SKIP LOCKED)) \
                  RETURNING {CLAIMED_COLUMNS}"
             ),
@@ -84,9 +104,9 @@ impl OutboxStatements {
         }
     }
 
-    /// Claimed rows naming a transport outside `names` (the worker's registry) come back
-    /// [`undecodable`](relayer_core::store::Claimed::undecodable) instead of as messages: no send could ever
-    /// succeed, so the worker buries them at once rather than failing them pass after pass.
+    /// Claims read only rows naming one of `names` (the worker's registry, TRN-6): a row
+    /// of a transport this process lacks stays pending, unread, for an instance that has
+    /// it — never claimed, never counted as an attempt, never buried.
     pub fn with_transports<I>(mut self, names: I) -> Self
     where
         I: IntoIterator,

@@ -27,39 +27,47 @@ fn channel_is_short_deterministic_and_per_namespace() {
 }
 
 /// The empty-table plan trap (docs/performance.md, "Raw limits"): a claim planned while the table was empty, kept as a generic plan,
-/// must still claim at most `limit` rows once the table fills.
+/// must still claim at most `limit` rows once the table fills — with a registry bound
+/// (TRN-6) and without one (every transport present).
 #[tokio::test]
 async fn a_claim_never_exceeds_its_limit_even_under_a_generic_plan_made_on_an_empty_table() {
-    let db = relayer_test_support::TestDb::new().await;
-    let mut client = db.connect().await;
-    crate::migrate(&mut client, db.namespace()).await.unwrap();
-    client.batch_execute("SET plan_cache_mode = force_generic_plan").await.unwrap();
-    let statements = OutboxStatements::new(db.namespace());
-    let types = [Type::UUID, Type::INT8, Type::INT8, Type::TEXT_ARRAY, Type::TEXT_ARRAY];
-    let prepared = client.prepare_typed(&statements.claim_due, &types).await.unwrap();
-    let empty: Vec<String> = Vec::new();
-    let claim_us = database_micros(Duration::from_secs(30));
-    for _ in 0..8 {
-        let rows =
-            client.query(&prepared, &[&Uuid::new_v4(), &claim_us, &5i64, &empty, &empty]).await.unwrap();
-        assert!(rows.is_empty());
-    }
-    let writer = OutboxWriter::new(db.namespace(), ["queue"]);
-    let batch: Vec<NewMessage> =
-        (0..2000).map(|n| NewMessage::new("queue", "d", vec![u8::try_from(n % 250).unwrap()])).collect();
-    writer.enqueue(&client, &batch).await.unwrap();
-    let mut total = 0;
-    loop {
-        let rows =
-            client.query(&prepared, &[&Uuid::new_v4(), &claim_us, &5i64, &empty, &empty]).await.unwrap();
-        assert!(rows.len() <= 5, "claimed {} rows with limit 5", rows.len());
-        if rows.is_empty() {
-            break;
+    for registered in [Some(vec!["queue"]), None] {
+        let db = relayer_test_support::TestDb::new().await;
+        let mut client = db.connect().await;
+        crate::migrate(&mut client, db.namespace()).await.unwrap();
+        client.batch_execute("SET plan_cache_mode = force_generic_plan").await.unwrap();
+        let statements = OutboxStatements::new(db.namespace());
+        let types =
+            [Type::UUID, Type::INT8, Type::INT8, Type::TEXT_ARRAY, Type::TEXT_ARRAY, Type::TEXT_ARRAY];
+        let prepared = client.prepare_typed(&statements.claim_due, &types).await.unwrap();
+        let empty: Vec<String> = Vec::new();
+        let claim_us = database_micros(Duration::from_secs(30));
+        for _ in 0..8 {
+            let rows = client
+                .query(&prepared, &[&Uuid::new_v4(), &claim_us, &5i64, &empty, &empty, &registered])
+                .await
+                .unwrap();
+            assert!(rows.is_empty());
         }
-        total += rows.len();
-        if total >= 50 {
-            break;
+        let writer = OutboxWriter::new(db.namespace(), ["queue"]);
+        let batch: Vec<NewMessage> =
+            (0..2000).map(|n| NewMessage::new("queue", "d", vec![u8::try_from(n % 250).unwrap()])).collect();
+        writer.enqueue(&client, &batch).await.unwrap();
+        let mut total = 0;
+        loop {
+            let rows = client
+                .query(&prepared, &[&Uuid::new_v4(), &claim_us, &5i64, &empty, &empty, &registered])
+                .await
+                .unwrap();
+            assert!(rows.len() <= 5, "claimed {} rows with limit 5 ({registered:?})", rows.len());
+            if rows.is_empty() {
+                break;
+            }
+            total += rows.len();
+            if total >= 50 {
+                break;
+            }
         }
+        assert_eq!(total, 50, "{registered:?}");
     }
-    assert_eq!(total, 50);
 }

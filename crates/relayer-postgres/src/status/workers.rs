@@ -72,6 +72,9 @@ pub struct InstanceStatus {
     pub since_seen: Duration,
     /// Since it started.
     pub running_for: Duration,
+    /// The transports it registers for this worker (TRN-6; empty for a worker that sends
+    /// nothing, or an instance of a relayer before schema version 3).
+    pub transports: Vec<String>,
 }
 
 /// A worker whose live instances recorded different settings (OPT-4).
@@ -180,10 +183,13 @@ pub(super) async fn leases(
 pub(super) async fn instances(
     client: &impl GenericClient,
     namespace: &Namespace,
+    schema_version: i32,
 ) -> Result<Vec<InstanceStatus>, StorageError> {
+    // The column arrived with schema version 3 (TRN-6).
+    let transports = if schema_version >= 3 { "transports" } else { "'{}'::text[]" };
     // Index: instances_pkey; the table holds a handful of rows per running instance.
     let sql = format!(
-        "SELECT worker, instance, fingerprint, settings, {seen}, {started} FROM {} \
+        "SELECT worker, instance, fingerprint, settings, {seen}, {started}, {transports} FROM {} \
          WHERE seen_at > now() - interval '{LIVE_WINDOW}' ORDER BY worker, instance",
         namespace.table("instances"),
         seen = micros_since("seen_at"),
@@ -215,6 +221,7 @@ pub(super) async fn instances(
                 settings,
                 since_seen: duration_from_micros(column(r, 4, "the instances")?),
                 running_for: duration_from_micros(column(r, 5, "the instances")?),
+                transports: column(r, 6, "the instances")?,
             })
         })
         .collect()
@@ -317,6 +324,7 @@ mod tests {
             settings: [("sweep_interval".to_owned(), interval.to_owned())].into_iter().collect(),
             since_seen: Duration::from_secs(since_seen),
             running_for: Duration::from_secs(600),
+            transports: Vec::new(),
         }
     }
 

@@ -66,7 +66,7 @@ pub(crate) fn lease(owner: &str, duration: Duration) -> Leadership {
 }
 
 /// A sweeper on `pool`, sending through `transport`; rows naming another transport are
-/// buried as undecodable, as the facade's host builds it.
+/// never read (TRN-6), as the facade's host builds it.
 pub(crate) fn sweeper(
     pool: PgPool,
     db: &TestDb,

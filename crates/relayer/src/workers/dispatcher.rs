@@ -19,7 +19,8 @@ pub(crate) fn build(context: &WorkerContext<'_>, hosted: &mut HostedWorkers) -> 
     };
     let setup = context.setup;
     let transports = Arc::clone(&context.connected.transports);
-    // Rows naming a transport this host lacks are set aside, never retried forever.
+    // Claims read only rows of this host's transports; others wait for a host that has
+    // theirs (TRN-6).
     let source = PgSource::new(pool.clone(), &setup.namespace).with_transports(transports.names());
     let dispatcher = Dispatcher::new(source, setup.namespace.clone(), options.clone(), transports)
         .map_err(StartError::Dispatcher)?
@@ -27,7 +28,8 @@ pub(crate) fn build(context: &WorkerContext<'_>, hosted: &mut HostedWorkers) -> 
     #[cfg(feature = "metrics")]
     crate::metrics::observe(relayer_worker::WorkerKind::Dispatcher, dispatcher.subscribe());
     hosted.dispatcher = Some(dispatcher.clone());
-    let settings = WorkerSettings::new("dispatcher", options.fingerprint(), &options.canonical_settings());
+    let settings = WorkerSettings::new("dispatcher", options.fingerprint(), &options.canonical_settings())
+        .sending_through(context.connected.transports.names());
     hosted.add(dispatcher, Some(settings));
     Ok(())
 }

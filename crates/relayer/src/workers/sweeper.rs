@@ -30,6 +30,7 @@ pub(crate) fn build(context: &WorkerContext<'_>, hosted: &mut HostedWorkers) {
     let sweeper = Sweeper::new(store, setup.namespace.clone(), options.clone(), send, leadership);
     #[cfg(feature = "metrics")]
     crate::metrics::observe(relayer_worker::WorkerKind::Sweeper, sweeper.subscribe());
-    let settings = WorkerSettings::new("sweeper", options.fingerprint(), &options.canonical_settings());
+    let settings = WorkerSettings::new("sweeper", options.fingerprint(), &options.canonical_settings())
+        .sending_through(context.connected.transports.names());
     hosted.add(sweeper, Some(settings));
 }

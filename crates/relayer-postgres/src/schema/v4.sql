@@ -1,6 +1,5 @@
--- relayer schema, version 5: audit rows record who acted as the database sees it.
+-- relayer schema, version 4: audit rows record who acted as the database sees it.
 -- "__SCHEMA__" and __PREFIX__ are replaced with the namespace's validated identifiers.
--- (Versions 3 and 4 are steps of branches merged beside this one.)
 
 -- db_user: PostgreSQL's session_user (the role that logged in, whatever SET ROLE followed);
 -- client_addr: inet_client_addr() (NULL over a Unix socket). Filled by default on every
