@@ -27,8 +27,9 @@ use crate::migrate::current_version;
 /// A bounded snapshot of `namespace` for gauges (see the [module docs](self)): no
 /// statement reads more than `cap` rows of a table; counts past `cap` are estimates. Only
 /// what the gauges show is filled: the backlog and its ages, scheduled rows, parked lanes
-/// (counted), dead rows (counted), dead letters per queue and reason, leases, instances,
-/// workers' last passes, the horizon and dead tuples.
+/// (counted), dead rows (counted), dead letters per queue and reason, rows no live
+/// instance can send (TRN-6), leases, instances, workers' last passes, the horizon and dead
+/// tuples.
 pub async fn namespace_gauges(
     client: &impl GenericClient,
     namespace: &Namespace,
@@ -110,15 +111,19 @@ pub async fn namespace_gauges(
             oldest_age: duration_from_micros(r.get(3)),
         })
         .collect();
+    let version = schema_version.unwrap_or_default();
     let (leases, instances) =
-        (workers::leases(client, namespace).await?, workers::instances(client, namespace).await?);
+        (workers::leases(client, namespace).await?, workers::instances(client, namespace, version).await?);
     let workers = workers::last_passes(&leases, &instances);
+    // Rows no live instance can send (TRN-6), among the sampled backlog.
+    let unserved = super::unserved(&backlog, &instances);
     Ok(NamespaceStatus {
         schema_version,
         outbox_pending: backlog.iter().map(|b| b.pending).sum(),
         outbox_scheduled: backlog.iter().map(|b| b.scheduled).sum(),
         oldest_pending_age: backlog.iter().filter_map(|b| b.oldest_age).max(),
         backlog,
+        unserved,
         lanes_parked,
         dead: dead_count,
         dead_letters,
