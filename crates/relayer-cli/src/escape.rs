@@ -1,7 +1,9 @@
 //! Text from the database — bodies, headers, errors, reasons — shown on an operator's
 //! terminal. A control character in it (an ANSI escape sequence, a carriage return, a C1
-//! code) could rewrite the screen, hide a line or forge one; every one is shown escaped
-//! instead (`\u{1b}`, `\r`, `\t`), and printable text is printed as it is.
+//! code) could rewrite the screen, hide a line or forge one, and a Unicode direction
+//! control (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F) could reorder what the line
+//! shows ("Trojan Source"); every one is shown escaped instead (`\u{1b}`, `\r`, `\t`,
+//! `\u{202e}`), and printable text is printed as it is.
 //!
 //! JSON output is data, not a screen: serde_json escapes the C0 controls there, and the
 //! values are left as stored.
@@ -14,10 +16,17 @@ pub(crate) enum Newlines {
     Escape,
 }
 
-/// `text` with every control character (`char::is_control`: C0, DEL, C1) escaped — but
-/// `\n` with [`Newlines::Keep`]. Printable text is returned unchanged.
+/// Whether `c` changes how a terminal shows the text around it: a control character
+/// (`char::is_control`: C0, DEL, C1) or a Unicode direction control (embeddings and
+/// overrides U+202A–U+202E, isolates U+2066–U+2069, marks U+200E and U+200F).
+fn is_hidden_effect(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
+}
+
+/// `text` with every control character and direction control ([`is_hidden_effect`])
+/// escaped — but `\n` with [`Newlines::Keep`]. Printable text is returned unchanged.
 pub(crate) fn printable(text: &str, newlines: Newlines) -> String {
-    if !text.chars().any(|c| c.is_control() && !(c == '\n' && newlines == Newlines::Keep)) {
+    if !text.chars().any(|c| is_hidden_effect(c) && !(c == '\n' && newlines == Newlines::Keep)) {
         return text.to_owned();
     }
     let mut shown = String::with_capacity(text.len() + 8);
@@ -27,7 +36,7 @@ pub(crate) fn printable(text: &str, newlines: Newlines) -> String {
             '\n' => shown.push_str("\\n"),
             '\r' => shown.push_str("\\r"),
             '\t' => shown.push_str("\\t"),
-            c if c.is_control() => shown.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c if is_hidden_effect(c) => shown.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
             c => shown.push(c),
         }
     }
@@ -47,23 +56,30 @@ mod tests {
         assert_eq!(printable("one\ntwo", Newlines::Keep), "one\ntwo");
         assert_eq!(printable("one\ntwo", Newlines::Escape), "one\\ntwo");
         assert_eq!(printable("csi\u{9b}31m del\u{7f}", Newlines::Escape), "csi\\u{9b}31m del\\u{7f}");
+        assert_eq!(
+            printable("a\u{202e}cba\u{2066}x\u{200f}", Newlines::Keep),
+            "a\\u{202e}cba\\u{2066}x\\u{200f}"
+        );
     }
 
     proptest! {
-        /// OBS-3: whatever the text, what is printed holds no control character but the
-        /// line breaks kept on purpose.
+        /// OBS-3: whatever the text (direction controls mixed in), what is printed holds no
+        /// control character nor direction control but the line breaks kept on purpose.
         #[test]
-        fn output_holds_no_control_character_but_kept_newlines_obs_3(text in any::<String>(), keep in any::<bool>()) {
+        fn output_holds_no_control_character_but_kept_newlines_obs_3(
+            text in "(\\PC|\\pC|[\u{202a}-\u{202e}\u{2066}-\u{2069}\u{200e}\u{200f}])*",
+            keep in any::<bool>(),
+        ) {
             let newlines = if keep { Newlines::Keep } else { Newlines::Escape };
             let shown = printable(&text, newlines);
-            prop_assert!(shown.chars().all(|c| !c.is_control() || (keep && c == '\n')), "{shown:?}");
+            prop_assert!(shown.chars().all(|c| !is_hidden_effect(c) || (keep && c == '\n')), "{shown:?}");
             prop_assert_eq!(shown.matches('\n').count(), if keep { text.matches('\n').count() } else { 0 });
         }
 
-        /// OBS-3: printable text (controls aside, anything: letters, quotes, backslashes,
-        /// emoji, right-to-left scripts) is printed exactly as it is.
+        /// OBS-3: printable text (controls and direction controls aside, anything: letters,
+        /// quotes, backslashes, emoji, right-to-left scripts) is printed exactly as it is.
         #[test]
-        fn printable_text_is_unchanged_obs_3(text in "[^\\p{Cc}]*") {
+        fn printable_text_is_unchanged_obs_3(text in "[^\\p{Cc}\u{202a}-\u{202e}\u{2066}-\u{2069}\u{200e}\u{200f}]*") {
             prop_assert_eq!(printable(&text, Newlines::Escape), text.as_str());
             prop_assert_eq!(printable(&text, Newlines::Keep), text.as_str());
         }

@@ -70,8 +70,8 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
                     return Err(format!("{again}: stopped during start-up without releasing anything").into());
                 }
             };
-            host.shutdown().await;
-            eprintln!("relayer run: stopped");
+            // A further signal now stops at once, as it does after start-up.
+            shut_down(&host, &mut signals).await;
             return Ok(());
         }
     };
@@ -90,6 +90,13 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
     if let Some(sampler) = sampler {
         sampler.abort();
     }
+    shut_down(&host, &mut signals).await;
+    Ok(())
+}
+
+/// Shuts `host` down, waiting for passes in flight; a further signal meanwhile exits the
+/// process at once with 128 + its number, as a process killed by it would.
+async fn shut_down(host: &relayer::RelayerHost, signals: &mut StopSignals) {
     tokio::select! {
         report = host.shutdown() => {
             if !report.is_clean() {
@@ -97,14 +104,13 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
             }
         }
         again = signals.next() => {
-            // The operator will not wait: exit now, as a process killed by that signal
-            // would. Leases not yet released expire on the database clock (LIF-3).
+            // The operator will not wait: exit now. Leases not yet released expire on the
+            // database clock (LIF-3).
             eprintln!("relayer run: {again} again: stopped at once, without waiting for passes in flight");
             std::process::exit(128 + signal_number(again));
         }
     }
     eprintln!("relayer run: stopped");
-    Ok(())
 }
 
 /// The number of a stop signal, for the exit status of a process it ended (128 + n).

@@ -346,6 +346,47 @@ async fn a_second_sigterm_during_shutdown_exits_at_once_non_zero_lif_1() {
     holder.rollback().await.unwrap();
 }
 
+/// LIF-1: after a SIGTERM during start-up (held there by a lock on the instances table, where
+/// it records its settings), a second SIGTERM while the shutdown that follows start-up waits
+/// (held by a locked row of the instance, which it deletes when it forgets its settings)
+/// ends `run` at once with 128 + 15, as after a normal start.
+#[tokio::test]
+async fn a_second_sigterm_during_a_shutdown_begun_at_start_up_exits_at_once_non_zero_lif_1() {
+    let (db, mut client) = setup().await;
+    let instances = db.namespace().table("instances");
+    // A row of the instance that start-up never writes but the shutdown deletes, locked.
+    let mut row_holder = db.connect().await;
+    row_holder
+        .execute(
+            &format!("INSERT INTO {instances} (worker, instance, fingerprint, settings) VALUES ('held', 'early', '', '{{}}')"),
+            &[],
+        )
+        .await
+        .unwrap();
+    let row = row_holder.transaction().await.unwrap();
+    row.execute(&format!("SELECT 1 FROM {instances} WHERE worker = 'held' FOR UPDATE"), &[]).await.unwrap();
+    // Start-up's writes wait for this (SHARE does not conflict with the row lock).
+    let holder = client.transaction().await.unwrap();
+    holder.batch_execute(&format!("LOCK TABLE {instances} IN SHARE MODE")).await.unwrap();
+    let config = ConfigFile::new(&format!("instance_id = \"early\"\n{SWEEPER}"));
+    let mut sidecar = Sidecar::start(&db, &config);
+    sidecar.wait_for_stderr("relayer run: starting").await;
+    sidecar.signal_term();
+    sidecar.wait_for_stderr("during start-up").await;
+    holder.commit().await.unwrap();
+    let observer = db.connect().await;
+    eventually("the shutdown waits to forget the instance", || async {
+        let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM%'";
+        observer.query_one(waiting, &[]).await.unwrap().get::<_, i64>(0) >= 1
+    })
+    .await;
+    sidecar.signal_term();
+    let (status, stderr) = sidecar.wait_exit().await;
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("SIGTERM again: stopped at once"), "{stderr}");
+    row.rollback().await.unwrap();
+}
+
 /// OBS-2: the sampled backlog of a destination is served while it has rows; once it
 /// drained, its series is zeroed, then removed by the exporter's idle timeout (three
 /// samples or three passes of the slowest worker), not left at its last value forever.

@@ -192,8 +192,8 @@ mod tests {
     #[test]
     fn a_tls_server_requires_tls_of_every_server_and_a_mixed_list_is_refused_trn_3() {
         let tls = |raw: &str| Servers::parse(raw).unwrap().tls_required();
-        assert_eq!(tls("tls://a,tls://b:4333").unwrap(), true);
-        assert_eq!(tls("nats://a,b").unwrap(), false);
+        assert!(tls("tls://a,tls://b:4333").unwrap());
+        assert!(!tls("nats://a,b").unwrap());
         let error = tls("nats://a,tls://app:s3cret@b").unwrap_err().to_string();
         assert!(error.contains("nats://a,tls://app:***@b mixes tls:// and nats:// servers"), "{error}");
         assert!(!error.contains("s3cret"), "{error}");

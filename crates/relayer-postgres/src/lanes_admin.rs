@@ -22,7 +22,7 @@ use std::time::Duration;
 use relayer_core::Namespace;
 use tokio_postgres::types::Type;
 
-use crate::error::StorageError;
+use crate::error::{StorageError, column};
 use crate::exec::Executor;
 use crate::lanes::LaneStatements;
 use crate::status::elapsed::{duration_from_micros, micros_since};
@@ -96,19 +96,21 @@ impl LaneAdmin {
             "listing lanes",
         )
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| LaneListing {
-                lane: r.get(0),
-                waiting: r.get(1),
-                head_seq: r.get(2),
-                head_attempts: r.get(3),
-                head_error: r.get(4),
-                parked_for: r.get::<_, Option<i64>>(5).map(duration_from_micros),
-                parked_reason: r.get(6),
-                owned: r.get(7),
+        let what = "the lane listing";
+        rows.iter()
+            .map(|r| {
+                Ok(LaneListing {
+                    lane: column(r, 0, what)?,
+                    waiting: column(r, 1, what)?,
+                    head_seq: column(r, 2, what)?,
+                    head_attempts: column(r, 3, what)?,
+                    head_error: column(r, 4, what)?,
+                    parked_for: column::<Option<i64>>(r, 5, what)?.map(duration_from_micros),
+                    parked_reason: column(r, 6, what)?,
+                    owned: column(r, 7, what)?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// The parked `lane`'s head `seq`, as [`release`](Self::release) and
@@ -123,7 +125,7 @@ impl LaneAdmin {
             .rows(&self.parked, &[(&lane, Type::TEXT)])
             .await
             .map_err(|e| StorageError::database(format!("reading the park of lane {lane:?}"), e))?;
-        Ok(rows.first().map(|row| row.get(0)))
+        rows.first().map(|row| column(row, 0, &format!("the park of lane {lane:?}"))).transpose()
     }
 
     /// Releases the parked `lane`: its head is tried again at once with a fresh attempt

@@ -218,7 +218,7 @@ pub async fn namespace_status(
             scheduled: column(r, 4, "the outbox backlog")?,
             retrying: column(r, 5, "the outbox backlog")?,
             ordered: column(r, 6, "the outbox backlog")?,
-            oldest_age: r.get::<_, Option<i64>>(7).map(duration_from_micros),
+            oldest_age: column::<Option<i64>>(r, 7, "the outbox backlog")?.map(duration_from_micros),
         })
     })
     .collect::<Result<_, StorageError>>()?;

@@ -34,6 +34,8 @@ pub struct RelayerHost {
     consumer_stats: Vec<(String, Arc<relayer_consumer::ConsumerStats>)>,
     record: SettingsRecord,
     shutdown: CancellationToken,
+    /// [`shutdown`](RelayerHost::shutdown)'s bound, derived from the workers' own waits.
+    shutdown_bound: Duration,
     /// Held for the whole of a shutdown, so a second call waits for the first to finish.
     running: tokio::sync::Mutex<Running>,
 }
@@ -71,6 +73,8 @@ pub(crate) struct Started {
     pub(crate) record: SettingsRecord,
     /// The token every worker's token is a child of (advisory locks follow it too).
     pub(crate) shutdown: CancellationToken,
+    /// The default shutdown bound ([`shutdown_bound`]).
+    pub(crate) shutdown_bound: Duration,
 }
 
 impl RelayerHost {
@@ -87,6 +91,7 @@ impl RelayerHost {
             hosted,
             record,
             shutdown,
+            shutdown_bound,
         } = started;
         let HostedWorkers {
             workers,
@@ -147,6 +152,7 @@ impl RelayerHost {
             consumer_stats,
             record,
             shutdown,
+            shutdown_bound,
             running: tokio::sync::Mutex::new(Running { tasks, recorded }),
         }
     }
@@ -217,10 +223,20 @@ impl RelayerHost {
         self.record.disagreements()
     }
 
-    /// Stops the host within [`DEFAULT_SHUTDOWN_TIMEOUT`]: see
+    /// Stops the host within [`shutdown_bound`](Self::shutdown_bound): see
     /// [`shutdown_within`](Self::shutdown_within).
     pub async fn shutdown(&self) -> ShutdownReport {
-        self.shutdown_within(DEFAULT_SHUTDOWN_TIMEOUT).await
+        self.shutdown_within(self.shutdown_bound).await
+    }
+
+    /// The bound of [`shutdown`](Self::shutdown): the longest a worker may legitimately take
+    /// to stop — a consumer's `shutdown_grace` for its handlers in flight, a pass within its
+    /// lease, a dispatched batch within its claim — plus [`SHUTDOWN_MARGIN`] to write the
+    /// last settlements and release leases and locks; at least
+    /// [`DEFAULT_SHUTDOWN_TIMEOUT`]. A shorter bound would abandon a handler or pass that
+    /// was going to finish.
+    pub fn shutdown_bound(&self) -> Duration {
+        self.shutdown_bound
     }
 
     /// Stops the host, returning within about `bound` whatever the network does (RES-5):
@@ -267,8 +283,21 @@ impl RelayerHost {
     }
 }
 
-/// How long [`RelayerHost::shutdown`] waits for the workers before it abandons them (RES-5).
+/// The least time [`RelayerHost::shutdown`] waits for the workers before it abandons them
+/// (RES-5); longer when a worker's own waits need it ([`RelayerHost::shutdown_bound`]).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What [`RelayerHost::shutdown`] gives beyond the longest wait of a worker: writing a
+/// consumer's last settlements, releasing leases and locks (each a bounded statement).
+pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
+
+/// The default shutdown bound for workers whose longest waits at shutdown are `waits`
+/// (see [`RelayerHost::shutdown_bound`]).
+pub(crate) fn shutdown_bound(waits: impl IntoIterator<Item = Duration>) -> Duration {
+    waits.into_iter().max().map_or(DEFAULT_SHUTDOWN_TIMEOUT, |longest| {
+        longest.saturating_add(SHUTDOWN_MARGIN).max(DEFAULT_SHUTDOWN_TIMEOUT)
+    })
+}
 
 /// The least time given to removing the fingerprint rows, even past the shutdown bound.
 const FORGET_AT_LEAST: Duration = Duration::from_secs(1);
@@ -294,5 +323,21 @@ impl Drop for RelayerHost {
     fn drop(&mut self) {
         // Not awaited: shutdown() is the graceful path. This only stops the tasks.
         self.shutdown.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shutdown_bound_covers_the_longest_wait_of_a_worker_plus_a_margin_res_5() {
+        let secs = Duration::from_secs;
+        // Defaults: a consumer's 30 s grace and a 30 s lease outlast the old fixed 20 s.
+        assert_eq!(shutdown_bound([secs(30), secs(30)]), secs(35));
+        assert_eq!(shutdown_bound([secs(30), secs(120)]), secs(125));
+        // Short waits keep the floor; no worker at all too.
+        assert_eq!(shutdown_bound([secs(2)]), DEFAULT_SHUTDOWN_TIMEOUT);
+        assert_eq!(shutdown_bound([]), DEFAULT_SHUTDOWN_TIMEOUT);
     }
 }

@@ -144,7 +144,7 @@ pub use error::StartError;
 #[cfg(feature = "postgres")]
 pub use fingerprints::{SettingDifference, SettingsDisagreement};
 #[cfg(feature = "postgres")]
-pub use host::{DEFAULT_SHUTDOWN_TIMEOUT, RelayerHost, ShutdownReport};
+pub use host::{DEFAULT_SHUTDOWN_TIMEOUT, RelayerHost, SHUTDOWN_MARGIN, ShutdownReport};
 #[cfg(feature = "postgres")]
 pub use leader_election::{LeaderElection, Led};
 #[cfg(feature = "postgres")]

@@ -52,6 +52,7 @@ impl RelayerBuilder {
         )
         .await?;
         let options = setup.options();
+        let shutdown_bound = crate::host::shutdown_bound(shutdown_waits(&setup));
         Ok(RelayerHost::run(Started {
             database: setup.database.target(),
             namespace: setup.namespace,
@@ -62,6 +63,22 @@ impl RelayerBuilder {
             hosted,
             record,
             shutdown,
+            shutdown_bound,
         }))
     }
+}
+
+/// The longest each of `setup`'s workers may take to stop once cancelled: a consumer its
+/// `shutdown_grace` (handlers in flight), a led pass its lease, the dispatcher's batches in
+/// flight their claim.
+fn shutdown_waits(setup: &crate::validate::Setup) -> Vec<std::time::Duration> {
+    let mut waits = Vec::new();
+    waits.extend(setup.dispatcher.as_ref().map(|d| d.claim_duration()));
+    waits.extend(setup.sweeper.as_ref().map(|s| s.options().lease_duration()));
+    waits.extend(setup.cleanup.as_ref().map(|c| c.options().lease_duration()));
+    #[cfg(feature = "dead-letters")]
+    waits.extend(setup.dead_letters.as_ref().map(|(_, led)| led.options().lease_duration()));
+    #[cfg(feature = "consumer")]
+    waits.extend(setup.consumers.iter().map(|spec| spec.subscription.options().shutdown_grace()));
+    waits
 }

@@ -86,3 +86,44 @@ async fn dead_letter_queues_forming_a_cycle_are_refused_at_start_que_2() {
     assert!(matches!(error, StartError::DeadLetterCycle { .. }), "{error:?}");
     assert!(error.to_string().contains(r#"dead-letter queues form a cycle: "a" → "b" → "a""#), "{error}");
 }
+
+/// RES-5: a consumer's short visibility timeout bounds its own pool only. A sweeper pass
+/// holds its transaction idle while the transport sends (here 3 s, longer than the 2 s the
+/// maintenance pool's idle-transaction bound once was with a 2 s visibility timeout), and
+/// still completes: the row leaves the outbox instead of being sent again on every pass.
+#[tokio::test]
+async fn a_sweep_whose_send_outlasts_a_consumers_visibility_timeout_still_completes_res_5() {
+    let db = TestDb::new().await;
+    let mut client = db.connect().await;
+    relayer::postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    let mut slow = relayer_test_support::FaultyTransport::new("slow");
+    slow.delay = Duration::from_secs(3);
+    let slow = Arc::new(slow);
+    let sweeper = relayer::SweeperOptions::builder()
+        .sweep_interval(Duration::from_millis(100))
+        .recovery_delay(Duration::ZERO)
+        .build()
+        .unwrap();
+    let options = ConsumerOptions::builder()
+        .poll_interval(Duration::from_millis(100))
+        .visibility_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let host = Relayer::builder(db.config(), db.namespace().clone())
+        .transport(Arc::clone(&slow) as Arc<dyn relayer::core::Transport>)
+        .sweeper(sweeper)
+        .consumer(Subscription::new("orders", options).unwrap(), Arc::new(Bodies::default()))
+        .start()
+        .await
+        .unwrap();
+    let tx = client.transaction().await.unwrap();
+    host.writer().enqueue(&tx, &[NewMessage::new("slow", "invoices", b"held".to_vec())]).await.unwrap();
+    tx.commit().await.unwrap();
+    let outbox = format!("SELECT count(*) FROM {}", db.namespace().table("outbox"));
+    eventually("the swept row is completed, not only sent", || async {
+        client.query_one(&outbox, &[]).await.unwrap().get::<_, i64>(0) == 0
+    })
+    .await;
+    assert!(!slow.accepted().is_empty());
+    host.shutdown().await;
+}

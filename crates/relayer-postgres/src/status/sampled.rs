@@ -10,8 +10,9 @@
 //!   (`pg_class.reltuples`, else `pg_stat_user_tables.n_live_tup`), so the counts are
 //!   estimates, and a destination whose rows are all newer than the oldest `cap` is not
 //!   shown.
-//! - Dead rows and parked lanes are counted up to `cap`, and past it estimated the same
-//!   way; dead letters are counted per queue and reason among the first `cap` (through
+//! - Dead rows are counted up to `cap`, and past it estimated the same way. Parked lanes
+//!   are counted up to `cap`, and past it shown as `cap`, a lower bound (the lanes table's
+//!   size says nothing of how many are parked); dead letters are counted per queue and reason among the first `cap` (through
 //!   `queue_dead_letter_idx`): past it, a lower bound.
 //! - Leases, instances (small tables), the xmin horizon and dead tuples (catalogs) are read
 //!   as `relayer status` reads them.
@@ -21,7 +22,7 @@ use tokio_postgres::GenericClient;
 
 use super::elapsed::{duration_from_micros, micros_since};
 use super::{Backlog, DeadLetters, NamespaceStatus, database, workers};
-use crate::error::StorageError;
+use crate::error::{StorageError, column};
 use crate::migrate::current_version;
 
 /// A bounded snapshot of `namespace` for gauges (see the [module docs](self)): no
@@ -67,26 +68,36 @@ pub async fn namespace_gauges(
         )
         .await
         .map_err(|e| StorageError::database(context(), e))?;
-    let sampled: i64 = rows.iter().map(|r| r.get::<_, i64>(2)).sum();
-    let scale = rows.first().map_or(1.0, |r| scale(r.get(5), r.get(6), sampled, cap));
-    let backlog: Vec<Backlog> = rows
+    let what = "the sampled outbox backlog";
+    let mut sampled: i64 = 0;
+    for row in &rows {
+        sampled += column::<i64>(row, 2, what)?;
+    }
+    let scale = match rows.first() {
+        Some(r) => scale(column(r, 5, what)?, column(r, 6, what)?, sampled, cap),
+        None => 1.0,
+    };
+    let backlog = rows
         .iter()
-        .map(|r| Backlog {
-            transport: r.get(0),
-            destination: r.get(1),
-            pending: scaled(r.get(2), scale),
-            due: 0,
-            scheduled: scaled(r.get(3), scale),
-            retrying: 0,
-            ordered: 0,
-            oldest_age: r.get::<_, Option<i64>>(4).map(duration_from_micros),
+        .map(|r| {
+            Ok(Backlog {
+                transport: column(r, 0, what)?,
+                destination: column(r, 1, what)?,
+                pending: scaled(column(r, 2, what)?, scale),
+                due: 0,
+                scheduled: scaled(column(r, 3, what)?, scale),
+                retrying: 0,
+                ordered: 0,
+                oldest_age: column::<Option<i64>>(r, 4, what)?.map(duration_from_micros),
+            })
         })
-        .collect();
-    // Index: lanes_parked_idx.
-    let lanes_parked = bounded_count(client, &lanes, "parked_at IS NOT NULL", cap, &context).await?;
+        .collect::<Result<Vec<Backlog>, StorageError>>()?;
+    // Index: lanes_parked_idx. Past `cap`, `cap` (a lower bound): the table's size says
+    // nothing of how many lanes are parked.
+    let lanes_parked = bounded_count(client, &lanes, Some("parked_at IS NOT NULL"), cap, &context).await?;
     // Index: dead_failed_at_idx would serve an ordered read; a plain capped count reads at
     // most `cap` rows either way.
-    let dead_count = bounded_count(client, &dead, "true", cap, &context).await?;
+    let dead_count = bounded_count(client, &dead, None, cap, &context).await?;
     // Index: queue_dead_letter_idx (every relayer dead letter carries its original topic).
     let letters = client
         .query(
@@ -101,16 +112,19 @@ pub async fn namespace_gauges(
         )
         .await
         .map_err(|e| StorageError::database(context(), e))?;
-    let dead_letters: Vec<DeadLetters> = letters
+    let what = "the sampled dead letters";
+    let dead_letters = letters
         .iter()
-        .map(|r| DeadLetters {
-            queue: r.get(0),
-            original_topic: None,
-            reason: r.get(1),
-            count: r.get(2),
-            oldest_age: duration_from_micros(r.get(3)),
+        .map(|r| {
+            Ok(DeadLetters {
+                queue: column(r, 0, what)?,
+                original_topic: None,
+                reason: column(r, 1, what)?,
+                count: column(r, 2, what)?,
+                oldest_age: duration_from_micros(column(r, 3, what)?),
+            })
         })
-        .collect();
+        .collect::<Result<Vec<DeadLetters>, StorageError>>()?;
     let version = schema_version.unwrap_or_default();
     let (leases, instances) =
         (workers::leases(client, namespace).await?, workers::instances(client, namespace, version).await?);
@@ -152,15 +166,18 @@ fn scaled(count: i64, scale: f64) -> i64 {
     (count as f64 * scale).round() as i64
 }
 
-/// Rows of `table` matching `condition`, counted up to `cap`; at `cap`, the larger of `cap`
-/// and the table's estimated size.
+/// Rows of `table` matching `filter` (every row when `None`), counted up to `cap`. At
+/// `cap`, an unfiltered count is the larger of `cap` and the table's estimated size; a
+/// filtered one stays `cap`, a lower bound: the table's size says nothing of how many rows
+/// match (a million lanes, three parked).
 async fn bounded_count(
     client: &impl GenericClient,
     table: &str,
-    condition: &str,
+    filter: Option<&str>,
     cap: i64,
     context: &impl Fn() -> String,
 ) -> Result<i64, StorageError> {
+    let condition = filter.unwrap_or("true");
     let row = client
         .query_one(
             &format!(
@@ -173,8 +190,17 @@ async fn bounded_count(
         )
         .await
         .map_err(|e| StorageError::database(context(), e))?;
-    let (capped, estimate): (i64, Option<i64>) = (row.get(0), row.get(1));
-    Ok(if capped < cap { capped } else { estimate.unwrap_or(cap).max(cap) })
+    let what = format!("the capped count of {table}");
+    let (capped, estimate): (i64, Option<i64>) = (column(&row, 0, &what)?, column(&row, 1, &what)?);
+    Ok(capped_count(capped, estimate, cap, filter.is_some()))
+}
+
+/// [`bounded_count`]'s answer from the capped count and the table's estimated size.
+fn capped_count(capped: i64, estimate: Option<i64>, cap: i64, filtered: bool) -> i64 {
+    if capped < cap || filtered {
+        return capped;
+    }
+    estimate.unwrap_or(cap).max(cap)
 }
 
 #[cfg(test)]
@@ -187,5 +213,14 @@ mod tests {
         assert!((scale(100, Some(1_000), 100, 100) - 10.0).abs() < f64::EPSILON);
         assert!((scale(100, None, 100, 100) - 1.0).abs() < f64::EPSILON, "no estimate: at least the cap");
         assert_eq!(scaled(30, 10.0), 300);
+    }
+
+    #[test]
+    fn a_capped_filtered_count_is_the_cap_and_an_unfiltered_one_the_estimate_obs_2() {
+        assert_eq!(capped_count(3, Some(1_000_000), 100, true), 3, "under the cap: exact");
+        assert_eq!(capped_count(100, Some(1_000_000), 100, true), 100, "filtered: the cap, a lower bound");
+        assert_eq!(capped_count(100, Some(1_000_000), 100, false), 1_000_000);
+        assert_eq!(capped_count(100, Some(10), 100, false), 100, "never below the cap");
+        assert_eq!(capped_count(100, None, 100, false), 100);
     }
 }
