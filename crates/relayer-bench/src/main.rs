@@ -70,7 +70,7 @@ use relayer_queue::PgQueueTransport;
 use tokio_util::sync::CancellationToken;
 
 use crate::raw_queue::{prepare_raw_queue_insert, raw_queue_insert};
-use crate::scratch::{BenchResult, Scratch, WRITERS, body, connect};
+use crate::scratch::{BenchResult, Scratch, WRITERS, body, connect, percentile};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -184,16 +184,6 @@ enum Wakeup {
     /// Every enqueue NOTIFYs in its transaction and the dispatcher LISTENs, as a dispatcher
     /// in another process would be woken.
     Notify,
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let last = sorted.len() - 1;
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
-    let index = ((last as f64) * q).round() as usize;
-    sorted[index.min(last)]
 }
 
 /// How the raw run's drainers move rows from the outbox into the queue table.

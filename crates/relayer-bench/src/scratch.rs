@@ -93,3 +93,14 @@ pub(crate) fn report_window(run: &str, started: Instant) {
         eprintln!("WINDOW {run} {:.6},{:.6}", from.as_secs_f64(), to.as_secs_f64());
     }
 }
+
+/// The `q` quantile (0..=1) of `sorted` by nearest rank; NaN for no sample.
+pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let last = sorted.len() - 1;
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+    let index = ((last as f64) * q).round() as usize;
+    sorted[index.min(last)]
+}

@@ -50,7 +50,7 @@ use relayer_queue::PgQueueTransport;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::scratch::{BenchResult, Scratch, body, connect, database_config};
+use crate::scratch::{BenchResult, Scratch, body, connect, database_config, percentile};
 use crate::stock_cluster::StockCluster;
 
 const QUEUE: &str = "xmin";
@@ -674,10 +674,6 @@ async fn explain_claim(monitor: &tokio_postgres::Client, scratch: &Scratch, when
         println!("    | {}", row.get::<_, String>(0));
     }
     Ok(())
-}
-
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    crate::percentile(sorted, q)
 }
 
 /// A phase's figures.
