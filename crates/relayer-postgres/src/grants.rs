@@ -60,7 +60,7 @@ fn check_role(role: &str) -> Result<(), InvalidRole> {
     Ok(())
 }
 
-/// The GRANTs the runtime role `role` needs on `namespace` (see the [module docs](self)),
+/// The GRANTs the runtime role `role` needs on `namespace` (what it grants and why: docs/operations.md, "Roles"),
 /// as a script for the schema's owner to run after each `relayer schema apply` (a later
 /// schema step may add a table). Refuses a `role` that is not a plain identifier, naming
 /// why.

@@ -150,7 +150,7 @@ impl TestCertificates {
         self.dir.join(OTHER_CA_CERT)
     }
 
-    /// The server's certificate (PEM, for [`HOST_NAME`] `localhost` only).
+    /// The server's certificate (PEM, for the host name `localhost` only).
     pub fn server_cert(&self) -> std::path::PathBuf {
         self.dir.join(SERVER_CERT)
     }

@@ -25,7 +25,7 @@ use super::{Backlog, DeadLetters, NamespaceStatus, database, workers};
 use crate::error::{StorageError, column};
 use crate::migrate::current_version;
 
-/// A bounded snapshot of `namespace` for gauges (see the [module docs](self)): no
+/// A bounded snapshot of `namespace` for gauges (how each count is bounded: the comment at the top of `status/sampled.rs`): no
 /// statement reads more than `cap` rows of a table; counts past `cap` are estimates. Only
 /// what the gauges show is filled: the backlog and its ages, scheduled rows, parked lanes
 /// (counted), dead rows (counted), dead letters per queue and reason, rows no live
