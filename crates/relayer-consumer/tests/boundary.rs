@@ -291,7 +291,7 @@ async fn direct_enqueue_is_transactional_scheduled_validated_and_wakes_other_ses
     tx.commit().await.unwrap();
     assert_eq!(within(heard_rx.recv()).await.unwrap(), "orders", "the commit notified the queue");
 
-    // Within the interval: written, but no second NOTIFY.
+    // Within the interval: written; a second NOTIFY only after a quiet gap.
     let tx = client.transaction().await.unwrap();
     writer.enqueue(&tx, &[NewMessage::new("queue", "orders", b"quiet".to_vec())]).await.unwrap();
     tx.commit().await.unwrap();
@@ -316,5 +316,12 @@ async fn direct_enqueue_is_transactional_scheduled_validated_and_wakes_other_ses
     assert_eq!(count(&db, "orders").await, 3, "a refused batch writes nothing");
     stop.cancel();
     within(listener).await.unwrap();
-    assert!(heard_rx.try_recv().is_err(), "exactly one NOTIFY within the interval");
+    // The second write comes after a round trip to the listener, so it may follow a quiet
+    // gap (NOTIFY_AFTER_QUIET) and notify again; the throttle allows it one NOTIFY at most,
+    // for the same queue. The refused batches wrote nothing and notified nobody.
+    let mut more = Vec::new();
+    while let Ok(queue) = heard_rx.try_recv() {
+        more.push(queue);
+    }
+    assert!(more.len() <= 1 && more.iter().all(|queue| queue == "orders"), "{more:?}");
 }
