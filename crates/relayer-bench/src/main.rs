@@ -19,7 +19,8 @@
 //!   claiming process lacks (TRN-6; see [`tripped`]).
 //!
 //! The last line is `RESULT dispatch_ratio=<relayer/raw> p50_ms=<x> p99_ms=<x>
-//! claim_buffers=<n> tripped_claim_buffers=<n> unregistered_claim_buffers=<n>`.
+//! claim_buffers=<n> tripped_claim_buffers=<n> unregistered_claim_buffers=<n> hold_buffers=<n>
+//! retrip_hold_buffers=<n> release_buffers=<n>`.
 //!
 //! `tripped` runs the claim-buffer part alone, with the same `RESULT` keys for it.
 //!
@@ -108,11 +109,7 @@ async fn tripped_only(quick: bool) -> BenchResult<()> {
     let scratch = Scratch::new().await?;
     let outcome = tripped::claim_buffers(&scratch, quick).await;
     scratch.drop_schema().await?;
-    let (claim_buffers, tripped_claim_buffers, unregistered_claim_buffers) = outcome?;
-    println!(
-        "RESULT claim_buffers={claim_buffers} tripped_claim_buffers={tripped_claim_buffers} \
-         unregistered_claim_buffers={unregistered_claim_buffers}"
-    );
+    println!("RESULT {}", outcome?.result());
     Ok(())
 }
 
@@ -164,14 +161,9 @@ async fn dispatch_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
         percentile(&notified.latencies_ms, 0.99)
     );
     println!("  claim buffers, without and with a tripped destination's backlog:");
-    let (claim_buffers, tripped_claim_buffers, unregistered_claim_buffers) =
-        tripped::claim_buffers(scratch, quick).await?;
+    let tripped = tripped::claim_buffers(scratch, quick).await?;
     let ratio = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    println!(
-        "RESULT dispatch_ratio={ratio:.2} p50_ms={p50:.2} p99_ms={p99:.2} \
-         claim_buffers={claim_buffers} tripped_claim_buffers={tripped_claim_buffers} \
-         unregistered_claim_buffers={unregistered_claim_buffers}"
-    );
+    println!("RESULT dispatch_ratio={ratio:.2} p50_ms={p50:.2} p99_ms={p99:.2} {}", tripped.result());
     Ok(())
 }
 

@@ -245,9 +245,13 @@ impl<K: Clone + Eq + Hash> CircuitBreakers<K> {
             .collect()
     }
 
-    /// A send to `destination` succeeded: its breaker closes, i.e. is forgotten.
-    pub fn record_success(&mut self, destination: &K) {
-        self.entries.remove(destination);
+    /// A send to `destination` succeeded: its breaker closes, i.e. is forgotten. Returns
+    /// whether it was open or half-open (tripped): the moment to release the rows its hold
+    /// parked (DSP-6d).
+    pub fn record_success(&mut self, destination: &K) -> bool {
+        self.entries
+            .remove(destination)
+            .is_some_and(|tracked| !matches!(tracked.breaker.state(), BreakerState::Closed { .. }))
     }
 
     /// A send to `destination` failed at `now`. Returns whether this failure opened its

@@ -61,7 +61,8 @@ where
     /// A worker applying `policies` to `namespace`, opening one session of `source` per
     /// pass (`source` must work on `namespace`, which the worker's logs name). Lead it with
     /// [`Leadership::Advisory`] on [`lock_resource`] (the default, LDR-5), or a lease on
-    /// [`LEASE_JOB`] for `options.lease_duration()`. Every statement is safe for replicas
+    /// [`LEASE_JOB`] for `options.lease_hold()` (it then covers the wait between passes,
+    /// LDR-2). Every statement is safe for replicas
     /// running side by side (DLP-3); leadership only spares them the work.
     pub fn new(
         source: S,
@@ -336,7 +337,10 @@ where
     /// Expiry restarts when the pass completes (LDR-2). A renewal that finds the lease
     /// taken only means another instance leads from now on: the moves made are sound.
     async fn renew(&self, store: &S::Session, lease: &Lease) -> Result<(), WorkerError> {
-        let duration = self.options.lease_duration();
+        let duration = match &self.leadership {
+            Leadership::Lease { lease_duration, .. } => *lease_duration,
+            Leadership::Advisory(..) | Leadership::EveryInstance => self.options.lease_hold(),
+        };
         let renewed = store
             .renew(lease, duration)
             .await

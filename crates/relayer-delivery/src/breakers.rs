@@ -10,6 +10,19 @@ use relayer_core::{CircuitBreaker, CircuitBreakers, Timestamp};
 /// A (transport, destination) pair: what a circuit breaker guards.
 pub type Destination = (String, String);
 
+/// What one recorded send did to its destination's breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerTurn {
+    /// Nothing worth acting on.
+    Unchanged,
+    /// This failure opened it (closed or half-open before): hold the destination's rows
+    /// back (DSP-6).
+    Tripped,
+    /// This success closed it (open or half-open before): release the rows its hold parked
+    /// (DSP-6d).
+    Closed,
+}
+
 /// One circuit breaker per destination, shared by every send of one [`SendPath`](crate::SendPath).
 ///
 /// Instants come from this process's monotonic clock, as a [`Timestamp`] since the set was
@@ -61,15 +74,16 @@ impl Breakers {
         self.with(|all| all.allows(destination, now))
     }
 
-    /// Records a send's result; returns whether this failure tripped the breaker.
-    pub fn record(&self, destination: &Destination, succeeded: bool) -> bool {
+    /// Records a send's result; returns whether it tripped or closed the breaker.
+    pub fn record(&self, destination: &Destination, succeeded: bool) -> BreakerTurn {
         let now = self.now();
         self.with(|all| {
             if succeeded {
-                all.record_success(destination);
-                false
+                if all.record_success(destination) { BreakerTurn::Closed } else { BreakerTurn::Unchanged }
+            } else if all.record_failure(destination, now) {
+                BreakerTurn::Tripped
             } else {
-                all.record_failure(destination, now)
+                BreakerTurn::Unchanged
             }
         })
     }

@@ -35,5 +35,5 @@ mod breakers;
 mod send_path;
 
 pub use batch::capabilities;
-pub use breakers::{Breakers, Destination};
+pub use breakers::{BreakerTurn, Breakers, Destination};
 pub use send_path::{HeadOutcome, SendPath, SendTally};

@@ -12,7 +12,7 @@ use relayer_core::{
 use tokio::time::Instant;
 
 use crate::batch::{BatchEnd, batch_limit, bounded, send_batch};
-use crate::breakers::{Breakers, Destination};
+use crate::breakers::{BreakerTurn, Breakers, Destination};
 
 /// What sending a claimed batch came to: the [`Completion`] to write under the claim, and
 /// counts for the worker's report.
@@ -38,6 +38,9 @@ pub struct SendTally {
     /// Destinations whose breaker tripped during this call (DSP-6): hold their other due
     /// rows back for [`Breakers::cool_down`].
     pub tripped: Vec<Destination>,
+    /// Destinations whose tripped breaker closed during this call (a send was accepted):
+    /// release the rows their hold parked (DSP-6d).
+    pub recovered: Vec<Destination>,
 }
 
 /// The fate of one lane head sent with [`SendPath::send_head`].
@@ -223,8 +226,10 @@ impl SendPath {
                     SendOutcome::Failed(error) => tally.fail(*seq, envelope.attempts, &error, &self.policy),
                 }
             }
-            if self.breakers.record(&destination, any_accepted) {
-                tally.tripped = Some(destination.clone());
+            match self.breakers.record(&destination, any_accepted) {
+                BreakerTurn::Tripped => tally.tripped = Some(destination.clone()),
+                BreakerTurn::Closed => tally.recovered = Some(destination.clone()),
+                BreakerTurn::Unchanged => {}
             }
         }
         tally
@@ -253,6 +258,7 @@ struct GroupTally {
     unsent: u64,
     unregistered: u64,
     tripped: Option<Destination>,
+    recovered: Option<Destination>,
 }
 
 impl GroupTally {
@@ -278,6 +284,7 @@ impl GroupTally {
         tally.unsent += self.unsent;
         tally.unregistered += self.unregistered;
         tally.tripped.extend(self.tripped);
+        tally.recovered.extend(self.recovered);
         let completion = &mut tally.completion;
         for seq in self.accepted {
             completion.accept(seq);

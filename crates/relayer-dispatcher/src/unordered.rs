@@ -242,6 +242,17 @@ where
         report.panics = tally.panics;
         report.timed_out = tally.timed_out;
         let cool_down = self.send.breakers().cool_down();
+        // A breaker that closed frees what its hold parked (DSP-6d) before any new hold; a
+        // failure only leaves the parked rows to come back by themselves.
+        for (transport, destination) in &tally.recovered {
+            match session.release_held(transport, destination, cool_down).await {
+                Ok(released) => tracing::info!(target: TARGET, transport, destination, released,
+                    "circuit breaker closed; the destination's held rows are due again"),
+                Err(error) => tracing::warn!(target: TARGET, transport, destination,
+                    error = %relayer_core::error_chain(&error),
+                    "could not release a recovered destination's held rows; they come back when their hold ends"),
+            }
+        }
         for (transport, destination) in &tally.tripped {
             let held = session
                 .hold_back(transport, destination, cool_down)

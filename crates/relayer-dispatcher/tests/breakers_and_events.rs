@@ -124,6 +124,108 @@ async fn a_large_tripped_backlog_is_held_back_in_bounded_statements_and_delivere
     assert_eq!(count(&client, &db, "dead").await, 0, "nothing dead");
 }
 
+/// The held rows of `destination` by the instant they are due at, oldest first.
+async fn held_instants(
+    client: &tokio_postgres::Client,
+    db: &relayer_test_support::TestDb,
+    destination: &str,
+) -> Vec<(std::time::SystemTime, i64)> {
+    let sql = format!(
+        "SELECT visible_at, count(*) FROM {} WHERE destination = $1 AND visible_at > now() \
+         GROUP BY visible_at ORDER BY visible_at",
+        db.namespace().table("outbox")
+    );
+    client.query(&sql, &[&destination]).await.unwrap().iter().map(|row| (row.get(0), row.get(1))).collect()
+}
+
+/// DSP-6d: a trip holds the backlog's oldest `HOLD_BACK_HEAD` rows to the cool-down's end
+/// and parks the rest `PARKED_COOL_DOWNS` cool-downs out; a probe that fails again re-holds
+/// the head only — the parked tail is neither read nor moved — and the probe that
+/// succeeds closes the breaker and makes the parked tail due at once, so the whole
+/// backlog is delivered long before the park would have ended, nothing lost or dead.
+#[tokio::test]
+async fn a_failed_probe_re_holds_only_the_head_and_a_closing_breaker_releases_the_parked_tail_dsp_6() {
+    let head = usize::try_from(relayer_postgres::HOLD_BACK_HEAD).unwrap();
+    let backlog = head + 3_000;
+    let cool_down = Duration::from_secs(2);
+    let db = database().await;
+    let transport = Arc::new(FaultyTransport::new("test").with_batch_limit(500));
+    transport.failing_destinations.lock().unwrap().insert("broken".to_owned());
+    let breaker =
+        options().batch_size(500).breaker_threshold(NonZeroU32::new(1).unwrap()).breaker_cool_down(cool_down);
+    let dispatcher = dispatcher(&db, breaker, transport.clone(), 1).await;
+    let client = db.connect().await;
+    let writer = writer(&dispatcher);
+    writer.enqueue(&client, &(0..backlog).map(broken).collect::<Vec<_>>()).await.unwrap();
+
+    let report = run_once(&dispatcher).await.unwrap();
+    assert_eq!(usize::try_from(report.held_back).unwrap(), backlog, "{report:?}");
+    let held = held_instants(&client, &db, "broken").await;
+    assert_eq!(held.len(), 2, "a head and a parked tail: {held:?}");
+    let ((head_at, head_rows), (parked_at, parked_rows)) = (held[0], held[1]);
+    assert_eq!(
+        (usize::try_from(head_rows).unwrap(), usize::try_from(parked_rows).unwrap()),
+        (head, backlog - head)
+    );
+    let parked_for = parked_at.duration_since(head_at).unwrap();
+    assert_eq!(parked_for, cool_down * (relayer_postgres::PARKED_COOL_DOWNS - 1), "parked past the head");
+
+    // The head comes due; the probe fails again: only the head is held again.
+    let report = within(async {
+        loop {
+            let report = run_once(&dispatcher).await.unwrap();
+            if report.held_back > 0 {
+                break report;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert_eq!(report.failed, 500, "the probe batch failed: {report:?}");
+    // The head's rows the probe's pass did not hold under its own claim (a prefetched batch
+    // it defers instead), and nothing more.
+    let reheld = usize::try_from(report.held_back).unwrap();
+    assert!(reheld > 0 && reheld <= head, "the head, not the backlog: {report:?}");
+    let held = held_instants(&client, &db, "broken").await;
+    assert_eq!(
+        held.last().copied(),
+        Some((parked_at, parked_rows)),
+        "the parked tail was not moved: {held:?}"
+    );
+
+    // The destination answers: the next probe closes the breaker and frees the parked tail.
+    transport.failing_destinations.lock().unwrap().clear();
+    within(async {
+        loop {
+            if run_once(&dispatcher).await.unwrap().sent > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let parked_left: i64 = client
+        .query_one(
+            &format!("SELECT count(*) FROM {} WHERE visible_at = $1", db.namespace().table("outbox")),
+            &[&parked_at],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(parked_left, 0, "the closing breaker released the parked tail");
+    within(async {
+        while count(&client, &db, "outbox").await > 0 {
+            run_once(&dispatcher).await.unwrap();
+        }
+    })
+    .await;
+    let mut bodies: Vec<Vec<u8>> = transport.accepted().into_iter().map(|(_, e)| e.body).collect();
+    bodies.sort();
+    bodies.dedup();
+    assert_eq!(bodies.len(), backlog, "every row delivered");
+    assert_eq!(count(&client, &db, "dead").await, 0, "nothing dead");
+}
+
 /// DSP-6, LAN-1: a lane whose head goes to a tripped destination is not claimed, so the
 /// lane loop neither sends to it nor cycles claims and releases on it; other lanes flow.
 #[tokio::test]

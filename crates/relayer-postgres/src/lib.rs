@@ -64,8 +64,8 @@ pub use migrate::{
 pub use notifications::PgNotifications;
 pub use outbox::{
     Claimed, ClaimedMessage, Completion, CompletionReport, DEFAULT_MAX_BODY_BYTES, EnqueueBatch,
-    EnqueueError, EnqueueParam, Enqueued, HOLD_BACK_BATCH, OutboxStatements, OutboxWriter, UndecodableRow,
-    notify_channel,
+    EnqueueError, EnqueueParam, Enqueued, HOLD_BACK_BATCH, HOLD_BACK_HEAD, OutboxStatements, OutboxWriter,
+    PARKED_COOL_DOWNS, UndecodableRow, notify_channel,
 };
 pub use pool::{
     LOST_STATEMENTS_BEFORE_GIVING_UP, PgClient, PgConnection, PgConnectionManager, PgPool, StatementCache,

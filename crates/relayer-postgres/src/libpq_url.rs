@@ -1,5 +1,6 @@
 //! The TLS settings of a libpq connection string that tokio-postgres does not parse:
-//! `sslrootcert`, and the `sslmode` values `allow`, `verify-ca` and `verify-full`.
+//! `sslrootcert`, `sslcert`, `sslkey`, and the `sslmode` values `allow`, `verify-ca` and
+//! `verify-full`.
 //!
 //! [`TlsUrl::split`] takes them out of a `postgres://` URL or a `key=value` string and
 //! leaves the rest, byte for byte, for tokio-postgres.
@@ -38,11 +39,32 @@ impl LibpqSslMode {
 /// A connection string without its TLS settings, and those settings.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct TlsUrl {
-    /// The connection string for tokio-postgres: everything but `sslmode` and `sslrootcert`.
+    /// The connection string for tokio-postgres: everything but the TLS settings.
     pub(crate) remaining: String,
     pub(crate) mode: Option<LibpqSslMode>,
     pub(crate) root_cert: Option<PathBuf>,
+    /// The client certificate (`sslcert`) and where it was named.
+    pub(crate) cert: Option<NamedFile>,
+    /// The client certificate's private key (`sslkey`) and where it was named.
+    pub(crate) key: Option<NamedFile>,
 }
+
+/// A file and the setting that named it (`sslcert`, `PGSSLKEY` …), for messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NamedFile {
+    pub(crate) path: PathBuf,
+    pub(crate) named_by: &'static str,
+}
+
+impl NamedFile {
+    pub(crate) fn new(path: impl Into<PathBuf>, named_by: &'static str) -> NamedFile {
+        NamedFile { path: path.into(), named_by }
+    }
+}
+
+/// libpq's `sslpassword` (an encrypted client key), which relayer does not decrypt.
+const UNSUPPORTED_PASSWORD: &str = "sslpassword is not supported: relayer reads unencrypted client keys only \
+     (decrypt it, e.g. `openssl pkey -in key.pem -out plain.pem`, and keep it readable by its owner alone)";
 
 impl TlsUrl {
     /// Splits `url`; a bad `sslmode` or an unterminated quote is an error naming it.
@@ -61,13 +83,16 @@ fn split_url(url: &str) -> Result<TlsUrl, String> {
         Some((base, query)) => (base, query),
         None => (url, ""),
     };
-    let mut split = TlsUrl { remaining: String::new(), mode: None, root_cert: None };
+    let mut split = TlsUrl { remaining: String::new(), mode: None, root_cert: None, cert: None, key: None };
     let mut kept: Vec<&str> = Vec::new();
     for pair in query.split('&').filter(|pair| !pair.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match percent_decode(key)?.as_str() {
             "sslmode" => split.mode = Some(LibpqSslMode::parse(&percent_decode(value)?)?),
             "sslrootcert" => split.root_cert = Some(PathBuf::from(percent_decode(value)?)),
+            "sslcert" => split.cert = Some(NamedFile::new(percent_decode(value)?, "sslcert")),
+            "sslkey" => split.key = Some(NamedFile::new(percent_decode(value)?, "sslkey")),
+            "sslpassword" => return Err(UNSUPPORTED_PASSWORD.to_owned()),
             _ => kept.push(pair),
         }
     }
@@ -97,7 +122,7 @@ fn percent_decode(text: &str) -> Result<String, String> {
 /// A `key=value key='quoted value'` string: the TLS pairs are cut out, the rest kept as
 /// written.
 fn split_key_values(text: &str) -> Result<TlsUrl, String> {
-    let mut split = TlsUrl { remaining: String::new(), mode: None, root_cert: None };
+    let mut split = TlsUrl { remaining: String::new(), mode: None, root_cert: None, cert: None, key: None };
     let mut kept = String::with_capacity(text.len());
     let mut rest = text;
     loop {
@@ -109,6 +134,9 @@ fn split_key_values(text: &str) -> Result<TlsUrl, String> {
         match key {
             "sslmode" => split.mode = Some(LibpqSslMode::parse(&value)?),
             "sslrootcert" => split.root_cert = Some(PathBuf::from(value)),
+            "sslcert" => split.cert = Some(NamedFile::new(value, "sslcert")),
+            "sslkey" => split.key = Some(NamedFile::new(value, "sslkey")),
+            "sslpassword" => return Err(UNSUPPORTED_PASSWORD.to_owned()),
             _ => {
                 if !kept.is_empty() {
                     kept.push(' ');
@@ -193,6 +221,22 @@ mod tests {
         assert_eq!(kv.root_cert, Some(PathBuf::from("/my certs/ca.pem")));
         let parsed: tokio_postgres::Config = kv.remaining.parse().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(parsed.get_password(), Some(&b"a ' b"[..]));
+    }
+
+    #[test]
+    fn client_certificate_pairs_are_taken_out_naming_where_they_came_from() {
+        let url = split("postgres://db/app?sslcert=%2Fc%2Fme.crt&application_name=x&sslkey=%2Fc%2Fme.key");
+        assert_eq!(url.remaining, "postgres://db/app?application_name=x");
+        assert_eq!(url.cert, Some(NamedFile::new("/c/me.crt", "sslcert")));
+        assert_eq!(url.key, Some(NamedFile::new("/c/me.key", "sslkey")));
+        let kv = split("host=db sslcert='/my certs/me.crt' sslkey=/k user=me");
+        assert_eq!(kv.remaining, "host=db user=me");
+        assert_eq!(kv.cert, Some(NamedFile::new("/my certs/me.crt", "sslcert")));
+        assert_eq!(kv.key, Some(NamedFile::new("/k", "sslkey")));
+        for text in ["host=db sslpassword=x", "postgres://db/app?sslpassword=x"] {
+            let error = TlsUrl::split(text).unwrap_err();
+            assert!(error.starts_with("sslpassword is not supported"), "{error}");
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! TLS through rustls (feature `tls-rustls`): [`rustls_tls`] builds a connector from CA
 //! files and the system's roots, [`connector_from_url`] reads a libpq-style URL
-//! (`sslmode`, `sslrootcert`, libpq's default `~/.postgresql/root.crt`) into a
-//! [`Connector`].
+//! (`sslmode`, `sslrootcert`, `sslcert`, `sslkey`, libpq's default files under
+//! `~/.postgresql`) into a [`Connector`].
 //!
 //! rustls runs on the `ring` provider (no cmake or assembler needed to build it).
 
@@ -14,14 +14,14 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{CertificateError, RootCertStore, SignatureScheme};
 use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::connector::Connector;
 use crate::libpq_env::LibpqEnv;
-use crate::libpq_url::{LibpqSslMode, TlsUrl};
+use crate::libpq_url::{LibpqSslMode, NamedFile, TlsUrl};
 use crate::tls::Tls;
 
 /// How a TLS connection checks the server's certificate.
@@ -52,6 +52,17 @@ pub fn rustls_tls(
     ca_files: &[&Path],
     system_roots: bool,
 ) -> Result<Tls, TlsSetupError> {
+    rustls_tls_presenting(check, ca_files, system_roots, None)
+}
+
+/// [`rustls_tls`], presenting `client` (a certificate chain and its key) when the server
+/// asks for one (libpq's `sslcert` / `sslkey`).
+fn rustls_tls_presenting(
+    check: CertificateCheck,
+    ca_files: &[&Path],
+    system_roots: bool,
+    client: Option<ClientIdentity>,
+) -> Result<Tls, TlsSetupError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     for file in ca_files {
@@ -76,6 +87,24 @@ pub fn rustls_tls(
     let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsSetupError(format!("rustls refused its default protocol versions: {e}")))?;
+    let presents = client.as_ref().map(|client| client.cert.clone());
+    let with_client = |builder: rustls::ConfigBuilder<
+        rustls::ClientConfig,
+        rustls::client::WantsClientCert,
+    >| match client {
+        None => Ok(builder.with_no_client_auth()),
+        Some(ClientIdentity { chain, key, cert, key_file }) => {
+            builder.with_client_auth_cert(chain, key).map_err(|e| {
+                TlsSetupError(format!(
+                    "the client certificate {} ({}) and its key {} ({}) cannot be used together: {e}",
+                    cert.path.display(),
+                    cert.named_by,
+                    key_file.path.display(),
+                    key_file.named_by
+                ))
+            })
+        }
+    };
     let config = match check {
         CertificateCheck::VerifyFull => {
             if roots.is_empty() {
@@ -84,7 +113,7 @@ pub fn rustls_tls(
                         .to_owned(),
                 ));
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            with_client(builder.with_root_certificates(roots))?
         }
         CertificateCheck::VerifyCa | CertificateCheck::Unverified => {
             let chain = match check {
@@ -95,13 +124,18 @@ pub fn rustls_tls(
                 ),
                 _ => None,
             };
-            builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(LaxVerifier { chain, provider }))
-                .with_no_client_auth()
+            with_client(
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(LaxVerifier { chain, provider })),
+            )?
         }
     };
-    Ok(Tls::described(MakeRustlsConnect::new(config), checks(check, ca_files, system_roots)))
+    let mut described = checks(check, ca_files, system_roots);
+    if let Some(cert) = presents {
+        described.push_str(&format!("; client certificate {}", cert.path.display()));
+    }
+    Ok(Tls::described(MakeRustlsConnect::new(config), described))
 }
 
 /// What a connector of [`rustls_tls`] checks, in words: `chain and host name verified
@@ -138,34 +172,151 @@ fn checks(check: CertificateCheck, ca_files: &[&Path], system_roots: bool) -> St
 /// file, `verify-ca` is refused and `verify-full` trusts the system's roots.
 /// `sslmode=allow` is refused (tokio-postgres cannot try plain first).
 ///
+/// A client certificate (`sslcert`, else `PGSSLCERT`, else libpq's default
+/// `~/.postgresql/postgresql.crt` when it exists) is presented when the server asks for one,
+/// with its key (`sslkey`, else `PGSSLKEY`, else `~/.postgresql/postgresql.key`): a server
+/// that authenticates clients by certificate (`hostssl … cert`, `clientcert=verify-full`)
+/// lets relayer in. A named file that is missing or unreadable, a certificate without a
+/// usable key, or (on Unix) a key that its group or others may read — libpq's rule —
+/// is refused, naming the setting and the path. Encrypted keys (`sslpassword`) are not
+/// supported.
+///
 /// As in libpq, the environment fills in what the string leaves out: `PGSSLMODE` for
-/// `sslmode` and `PGSSLROOTCERT` for `sslrootcert` (a value in the string wins).
+/// `sslmode`, `PGSSLROOTCERT` for `sslrootcert`, `PGSSLCERT` for `sslcert` and `PGSSLKEY`
+/// for `sslkey` (a value in the string wins).
 pub fn connector_from_url(url: &str, ca_file: Option<&Path>) -> Result<Connector, TlsSetupError> {
-    connector_from_url_with_default_root(url, ca_file, default_root_cert().as_deref(), &LibpqEnv::read())
+    connector_from_url_with_defaults(url, ca_file, &LibpqDefaults::of_this_user(), &LibpqEnv::read())
 }
 
-/// libpq's default CA file, `~/.postgresql/root.crt` (`%APPDATA%\postgresql\root.crt` on
-/// Windows), if it exists.
-fn default_root_cert() -> Option<PathBuf> {
-    #[cfg(windows)]
-    let file = std::env::var_os("APPDATA").map(|dir| PathBuf::from(dir).join("postgresql").join("root.crt"));
-    #[cfg(not(windows))]
-    let file = std::env::var_os("HOME").map(|dir| PathBuf::from(dir).join(".postgresql").join("root.crt"));
-    file.filter(|file| file.is_file())
+/// libpq's default files: `~/.postgresql/root.crt`, `postgresql.crt` and `postgresql.key`
+/// (under `%APPDATA%\postgresql` on Windows).
+#[derive(Debug, Default)]
+struct LibpqDefaults {
+    /// The CA file, if it exists.
+    root_cert: Option<PathBuf>,
+    /// The client certificate, if it exists.
+    cert: Option<PathBuf>,
+    /// Where the client key would be (`None`: no home directory).
+    key: Option<PathBuf>,
 }
 
-/// [`connector_from_url`] with `default_root` as libpq's default CA file (`None`: there is
-/// none).
-fn connector_from_url_with_default_root(
+impl LibpqDefaults {
+    fn of_this_user() -> LibpqDefaults {
+        #[cfg(windows)]
+        let dir = std::env::var_os("APPDATA").map(|dir| PathBuf::from(dir).join("postgresql"));
+        #[cfg(not(windows))]
+        let dir = std::env::var_os("HOME").map(|dir| PathBuf::from(dir).join(".postgresql"));
+        LibpqDefaults::in_dir(dir.as_deref())
+    }
+
+    fn in_dir(dir: Option<&Path>) -> LibpqDefaults {
+        let Some(dir) = dir else { return LibpqDefaults::default() };
+        let existing = |name: &str| Some(dir.join(name)).filter(|file| file.is_file());
+        LibpqDefaults {
+            root_cert: existing("root.crt"),
+            cert: existing("postgresql.crt"),
+            key: Some(dir.join("postgresql.key")),
+        }
+    }
+}
+
+/// The default client files' names in messages.
+const DEFAULT_CERT: &str = "libpq's default client certificate";
+const DEFAULT_KEY: &str = "libpq's default client key";
+
+/// A client certificate chain and its key, read from their files.
+struct ClientIdentity {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    cert: NamedFile,
+    key_file: NamedFile,
+}
+
+/// The client certificate to present, if any: the named one, else libpq's default when it
+/// exists; its key the named one, else libpq's default. Errors name the setting and path.
+fn client_identity(
+    cert: Option<NamedFile>,
+    key: Option<NamedFile>,
+    defaults: &LibpqDefaults,
+) -> Result<Option<ClientIdentity>, TlsSetupError> {
+    let cert = cert.or_else(|| defaults.cert.as_ref().map(|path| NamedFile::new(path, DEFAULT_CERT)));
+    let Some(cert) = cert else {
+        return match key {
+            Some(key) => Err(TlsSetupError(format!(
+                "{} names a client key ({}) but no client certificate is given: set sslcert or PGSSLCERT too",
+                key.named_by,
+                key.path.display()
+            ))),
+            None => Ok(None),
+        };
+    };
+    let named = |file: &NamedFile| format!("{} ({})", file.path.display(), file.named_by);
+    let chain = CertificateDer::pem_file_iter(&cert.path)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| TlsSetupError(format!("cannot read the client certificate {}: {e}", named(&cert))))?;
+    if chain.is_empty() {
+        return Err(TlsSetupError(format!(
+            "the client certificate {} holds no PEM certificate",
+            named(&cert)
+        )));
+    }
+    let key_file = key
+        .or_else(|| defaults.key.as_ref().map(|path| NamedFile::new(path, DEFAULT_KEY)))
+        .ok_or_else(|| {
+            TlsSetupError(format!(
+                "the client certificate {} has no key: set sslkey or PGSSLKEY",
+                named(&cert)
+            ))
+        })?;
+    check_key_permissions(&key_file).map_err(TlsSetupError)?;
+    let key = PrivateKeyDer::from_pem_file(&key_file.path).map_err(|e| {
+        TlsSetupError(format!(
+            "cannot read the client key {} (an unencrypted PEM private key is needed): {e}",
+            named(&key_file)
+        ))
+    })?;
+    Ok(Some(ClientIdentity { chain, key, cert, key_file }))
+}
+
+/// libpq's rule for a client key: readable by its owner alone (0600 or less), or by root
+/// and its group when root owns it (0640 or less). A key others could read is refused.
+fn check_key_permissions(key: &NamedFile) -> Result<(), String> {
+    let metadata = std::fs::metadata(&key.path)
+        .map_err(|e| format!("cannot read the client key {} ({}): {e}", key.path.display(), key.named_by))?;
+    if !metadata.is_file() {
+        return Err(format!("the client key {} ({}) is not a file", key.path.display(), key.named_by));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let mode = metadata.mode() & 0o777;
+        let allowed = if metadata.uid() == 0 { 0o640 } else { 0o600 };
+        if mode & !allowed != 0 {
+            return Err(format!(
+                "the client key {} ({}) has group or world access (mode {mode:04o}): it must be u=rw (0600) or \
+                 less, or u=rw,g=r (0640) or less when root owns it — `chmod 600 {}`",
+                key.path.display(),
+                key.named_by,
+                key.path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// [`connector_from_url`] with `defaults` as libpq's default files and `env` as the
+/// environment.
+fn connector_from_url_with_defaults(
     url: &str,
     ca_file: Option<&Path>,
-    default_root: Option<&Path>,
+    defaults: &LibpqDefaults,
     env: &LibpqEnv,
 ) -> Result<Connector, TlsSetupError> {
     let mut split =
         TlsUrl::split(url).map_err(|e| TlsSetupError(format!("not a valid connection string: {e}")))?;
     env.fill(&mut split).map_err(TlsSetupError)?;
-    let TlsUrl { remaining, mode, root_cert } = split;
+    let TlsUrl { remaining, mode, root_cert, cert, key } = split;
+    let default_root = defaults.root_cert.as_deref();
     let mut config: tokio_postgres::Config =
         remaining.parse().map_err(|e| TlsSetupError(format!("not a valid connection string: {e}")))?;
     let plan = plan(mode.unwrap_or(LibpqSslMode::Prefer), root_cert.as_deref(), ca_file, default_root)?;
@@ -173,7 +324,8 @@ fn connector_from_url_with_default_root(
         config.ssl_mode(SslMode::Disable);
         return Ok(Connector::new(config));
     };
-    let tls = rustls_tls(check, &plan.ca_files, plan.system_roots)?;
+    let client = client_identity(cert, key, defaults)?;
+    let tls = rustls_tls_presenting(check, &plan.ca_files, plan.system_roots, client)?;
     config.ssl_mode(plan.ssl_mode);
     if plan.ssl_mode == SslMode::Prefer {
         return Ok(Connector::preferring(config, tls));
@@ -413,6 +565,74 @@ mod tests {
         assert!(refused.contains("sslrootcert") && refused.contains("~/.postgresql/root.crt"), "{refused}");
         let full = bare(LibpqSslMode::VerifyFull).unwrap();
         assert_eq!((full.check, full.system_roots), (Some(CertificateCheck::VerifyFull), true));
+    }
+
+    /// The subject of the client certificate a session of `connector` presented, as the
+    /// server recorded it, or the connection's error.
+    async fn presented(connector: Result<Connector, TlsSetupError>) -> Result<Option<String>, String> {
+        let client = connector
+            .map_err(|e| e.to_string())?
+            .connect()
+            .await
+            .map_err(|e| relayer_core::error_chain(&e))?;
+        let row = client
+            .query_one("SELECT client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[])
+            .await
+            .map_err(|e| relayer_core::error_chain(&e))?;
+        Ok(row.get(0))
+    }
+
+    /// Item 8 of issue 21: `PGSSLCERT` / `PGSSLKEY` fill in a client certificate the string
+    /// leaves out, and libpq's default `~/.postgresql/postgresql.crt` / `postgresql.key` do
+    /// when neither names one; the server (`hostssl … cert`) lets the session in by it. A
+    /// variable naming a missing file is refused naming the variable and the path.
+    #[tokio::test]
+    async fn pgsslcert_pgsslkey_and_the_default_files_present_a_client_certificate_as_libpq_does() {
+        let cluster = relayer_test_support::OwnedCluster::start_with_tls().await;
+        let url = cluster.cert_user_url();
+        let (cert, key) = (cluster.client_cert_file(), cluster.client_key_file());
+        let verified = LibpqEnv {
+            sslmode: Some("verify-full".to_owned()),
+            sslrootcert: Some(cluster.ca_file()),
+            ..LibpqEnv::default()
+        };
+        let none = LibpqDefaults::default();
+        let env = LibpqEnv { sslcert: Some(cert.clone()), sslkey: Some(key.clone()), ..verified.clone() };
+        let dn = presented(connector_from_url_with_defaults(&url, None, &none, &env)).await.unwrap();
+        assert_eq!(dn.as_deref(), Some("/CN=relayer_cert"));
+        let refused =
+            presented(connector_from_url_with_defaults(&url, None, &none, &verified)).await.unwrap_err();
+        assert!(refused.contains("certificate"), "{refused}");
+
+        let missing = LibpqEnv { sslcert: Some(PathBuf::from("/nonexistent/env.crt")), ..env.clone() };
+        let error =
+            connector_from_url_with_defaults(&url, None, &none, &missing).map(drop).unwrap_err().to_string();
+        assert!(error.contains("/nonexistent/env.crt (PGSSLCERT)"), "{error}");
+        let missing = LibpqEnv { sslkey: Some(PathBuf::from("/nonexistent/env.key")), ..env.clone() };
+        let error =
+            connector_from_url_with_defaults(&url, None, &none, &missing).map(drop).unwrap_err().to_string();
+        assert!(error.contains("/nonexistent/env.key (PGSSLKEY)"), "{error}");
+        let orphan = LibpqEnv { sslkey: Some(key.clone()), ..verified.clone() };
+        let error =
+            connector_from_url_with_defaults(&url, None, &none, &orphan).map(drop).unwrap_err().to_string();
+        assert!(error.contains("PGSSLKEY names a client key"), "{error}");
+
+        // libpq's default files, when nothing names a certificate.
+        let home = std::env::temp_dir().join(format!("relayer-libpq-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::copy(&cert, home.join("postgresql.crt")).unwrap();
+        std::fs::copy(&key, home.join("postgresql.key")).unwrap();
+        let defaults = LibpqDefaults::in_dir(Some(&home));
+        let dn = presented(connector_from_url_with_defaults(&url, None, &defaults, &verified)).await;
+        // Without its key the default certificate is refused, naming where the key was looked for.
+        std::fs::remove_file(home.join("postgresql.key")).unwrap();
+        let error = connector_from_url_with_defaults(&url, None, &defaults, &verified)
+            .map(drop)
+            .unwrap_err()
+            .to_string();
+        std::fs::remove_dir_all(&home).unwrap();
+        assert_eq!(dn.unwrap().as_deref(), Some("/CN=relayer_cert"));
+        assert!(error.contains("postgresql.key (libpq's default client key)"), "{error}");
     }
 
     /// What a connector says it checks, as messages show it.

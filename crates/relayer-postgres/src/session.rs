@@ -302,6 +302,16 @@ impl HoldBackDestination for PgSession {
     ) -> Result<u64, StorageError> {
         self.statements.outbox.hold_back(&*self.connection, transport, destination, cool_down).await
     }
+
+    async fn release_held(
+        &self,
+        transport: &str,
+        destination: &str,
+        cool_down: Duration,
+    ) -> Result<u64, StorageError> {
+        let horizon = cool_down.saturating_mul(crate::outbox::PARKED_COOL_DOWNS);
+        self.statements.outbox.release_held(&*self.connection, transport, destination, horizon).await
+    }
 }
 
 #[async_trait]

@@ -640,3 +640,74 @@ async fn written_headers_read_back_identical_and_are_stored_as_a_jsonb_object_of
         .unwrap();
     assert!(row.get::<_, bool>(0) && row.get::<_, bool>(1) && row.get::<_, bool>(2));
 }
+
+/// DSP-6d: a breaker that closes makes the destination's unclaimed waiting rows due at
+/// once — never before their `deliver_at` (a row held past it goes to it), never a row under
+/// a live claim, never a row merely scheduled, never another destination's.
+#[tokio::test]
+async fn a_release_frees_held_rows_but_never_before_deliver_at_nor_a_claimed_or_scheduled_row_dsp_6() {
+    let (db, client) = setup().await;
+    let outbox = db.namespace().table("outbox");
+    let down = |n: usize| NewMessage::new("queue", "down", format!("d{n}").into_bytes());
+    let rows = writer(&db)
+        .enqueue(
+            &client,
+            &[
+                down(0),
+                down(1).delivery(Delivery::After(Duration::from_secs(120))),
+                down(2),
+                down(3).delivery(Delivery::After(Duration::from_secs(30))),
+                NewMessage::new("queue", "other", b"o".to_vec()),
+            ],
+        )
+        .await
+        .unwrap();
+    let seqs: Vec<i64> = rows.iter().map(|row| row.seq).collect();
+    let statements = OutboxStatements::new(db.namespace());
+    // d0 held, d1 only scheduled (2 min, past the cool-down), d2 then taken by a live
+    // claim, d3 held past its deliver_at (30 s), `other` waiting (another destination).
+    let held = statements.hold_back(&client, "queue", "down", Duration::from_secs(60)).await.unwrap();
+    assert_eq!(held, 3, "d0, d2 and d3: due within the cool-down");
+    client
+        .execute(
+            &format!(
+                "UPDATE {outbox} SET claim_token = gen_random_uuid(), visible_at = now() + interval '5 minutes' \
+                 WHERE seq = $1"
+            ),
+            &[&seqs[2]],
+        )
+        .await
+        .unwrap();
+    client
+        .execute(
+            &format!("UPDATE {outbox} SET visible_at = now() + interval '90 seconds' WHERE seq = ANY($1)"),
+            &[&vec![seqs[3], seqs[4]]],
+        )
+        .await
+        .unwrap();
+    let before: Vec<(i64, std::time::SystemTime)> = client
+        .query(&format!("SELECT seq, visible_at FROM {outbox} ORDER BY seq"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+
+    let released = statements.release_held(&client, "queue", "down", Duration::from_secs(600)).await.unwrap();
+    assert_eq!(released, 2, "d0 and d3");
+    let after = client
+        .query(
+            &format!(
+                "SELECT seq, visible_at, visible_at <= now(), visible_at = deliver_at FROM {outbox} ORDER BY seq"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let due: Vec<bool> = after.iter().map(|row| row.get(2)).collect();
+    assert_eq!(due, [true, false, false, false, false], "only d0 is due at once");
+    assert_eq!(after[3].get::<_, Option<bool>>(3), Some(true), "d3 waits for its deliver_at, no longer");
+    for i in [1, 2, 4] {
+        assert_eq!(after[i].get::<_, std::time::SystemTime>(1), before[i].1, "row {i} untouched");
+    }
+}

@@ -245,6 +245,14 @@ where
         // large the backlog, holding it back can neither outlast the lease nor roll back the
         // page's completions. A failure costs only later claims' time: logged, not fatal.
         let cool_down = self.send.breakers().cool_down();
+        // A breaker that closed frees what its hold parked (DSP-6d), before any new hold.
+        for (transport, destination) in sent.iter().flat_map(|tally| &tally.recovered) {
+            if let Err(error) = session.release_held(transport, destination, cool_down).await {
+                tracing::warn!(target: TARGET, namespace = %self.namespace, transport, destination,
+                    error = %relayer_core::error_chain(&error),
+                    "could not release a recovered destination's held rows; they come back when their hold ends");
+            }
+        }
         for (transport, destination) in sent.iter().flat_map(|tally| &tally.tripped) {
             match session.hold_back(transport, destination, cool_down).await {
                 Ok(held) => report.held_back += held,

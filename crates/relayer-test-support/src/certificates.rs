@@ -1,11 +1,14 @@
 //! Certificates for a TLS cluster, made at test time with the `openssl` command: a CA, a
-//! server certificate it signs for the host name `localhost` only, and a second CA that
-//! signed nothing (to be refused with). Nothing is kept between runs.
+//! server certificate it signs for the host name `localhost` only, a client certificate it
+//! signs for the role [`CERT_USER`], and a second CA that signed nothing (to be refused
+//! with). Nothing is kept between runs.
 //!
 //! The cluster lets the role [`TLS_USER`] in over TLS only (`hostnossl … reject`), so a
-//! session of that role proves its connection is encrypted; the fixtures' `postgres` role
-//! connects either way.
+//! session of that role proves its connection is encrypted; it lets [`CERT_USER`] in only
+//! with the client certificate (`hostssl … cert`), so a session of that role proves the
+//! certificate was presented; the fixtures' `postgres` role connects either way.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -20,6 +23,15 @@ pub(crate) const OTHER_CA_CERT: &str = "other-ca.pem";
 
 /// The superuser that may connect over TLS only.
 pub(crate) const TLS_USER: &str = "relayer_tls";
+
+/// The client certificate of [`CERT_USER`] (signed by [`CA_CERT`]).
+pub(crate) const CLIENT_CERT: &str = "client.pem";
+/// The client certificate's private key (mode 0600).
+pub(crate) const CLIENT_KEY: &str = "client.key";
+
+/// The superuser that may connect only over TLS with the client certificate
+/// [`CLIENT_CERT`] (whose common name it is).
+pub(crate) const CERT_USER: &str = "relayer_cert";
 
 /// The host name on the server's certificate.
 pub(crate) const HOST_NAME: &str = "localhost";
@@ -82,23 +94,62 @@ pub(crate) fn make(dir: &Path, owner: Option<(u32, u32)>) -> Result<(), String> 
             "server.ext",
         ],
     )?;
+    openssl(
+        dir,
+        &["req"],
+        &ec,
+        &["-keyout", CLIENT_KEY, "-out", "client.csr", "-subj", &format!("/CN={CERT_USER}")],
+    )?;
+    let client_extensions = dir.join("client.ext");
+    std::fs::write(
+        &client_extensions,
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
+    )
+    .map_err(|e| format!("cannot write {}: {e}", client_extensions.display()))?;
+    openssl(
+        dir,
+        &["x509", "-req"],
+        &[],
+        &[
+            "-in",
+            "client.csr",
+            "-CA",
+            CA_CERT,
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            CLIENT_CERT,
+            "-days",
+            "2",
+            "-extfile",
+            "client.ext",
+        ],
+    )?;
+    let client_key = dir.join(CLIENT_KEY);
+    std::fs::set_permissions(&client_key, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("cannot restrict {}: {e}", client_key.display()))?;
     let key = dir.join(SERVER_KEY);
     if let Some((uid, gid)) = owner {
         std::os::unix::fs::chown(&key, Some(uid), Some(gid))
             .map_err(|e| format!("cannot chown {}: {e}", key.display()))?;
     }
-    use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("cannot restrict {}: {e}", key.display()))
 }
 
-/// Puts the TLS-only rule for [`TLS_USER`] before initdb's `trust` lines of `data`'s
-/// `pg_hba.conf` (the first matching line decides).
+/// Puts the TLS-only rule for [`TLS_USER`] and the certificate-only rule for
+/// [`CERT_USER`] before initdb's `trust` lines of `data`'s `pg_hba.conf` (the first
+/// matching line decides).
 pub(crate) fn require_tls_for_tls_user(data: &Path) -> Result<(), String> {
     let path = data.join("pg_hba.conf");
     let existing =
         std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let rules = format!("hostnossl all {TLS_USER} 0.0.0.0/0 reject\nhostnossl all {TLS_USER} ::/0 reject\n");
+    let rules = format!(
+        "hostnossl all {TLS_USER} 0.0.0.0/0 reject\nhostnossl all {TLS_USER} ::/0 reject\n\
+         hostssl all {CERT_USER} 0.0.0.0/0 cert\nhostssl all {CERT_USER} ::/0 cert\n\
+         host all {CERT_USER} 0.0.0.0/0 reject\nhost all {CERT_USER} ::/0 reject\n"
+    );
     std::fs::write(&path, rules + &existing).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 

@@ -144,9 +144,10 @@ impl Cluster {
         if self.tls {
             let tls = self.tls_dir();
             options.push_str(&format!(
-                " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={} -c ssl_ca_file={}",
                 tls.join(crate::certificates::SERVER_CERT).display(),
-                tls.join(crate::certificates::SERVER_KEY).display()
+                tls.join(crate::certificates::SERVER_KEY).display(),
+                tls.join(crate::certificates::CA_CERT).display()
             ));
         }
         options

@@ -49,6 +49,8 @@ pub enum StoreCall {
     Holds,
     /// `HoldBackDestination::hold_back`.
     HoldBack,
+    /// `HoldBackDestination::release_held`.
+    ReleaseHeld,
     /// `WorkLanes::any_lane_row`.
     AnyLaneRow,
     /// `WorkLanes::claim_lanes`.
@@ -87,7 +89,7 @@ pub enum StoreCall {
 
 impl StoreCall {
     /// Every kind of call, in declaration order.
-    pub const ALL: [StoreCall; 33] = [
+    pub const ALL: [StoreCall; 34] = [
         StoreCall::Open,
         StoreCall::Begin,
         StoreCall::Commit,
@@ -104,6 +106,7 @@ impl StoreCall {
         StoreCall::Release,
         StoreCall::Holds,
         StoreCall::HoldBack,
+        StoreCall::ReleaseHeld,
         StoreCall::AnyLaneRow,
         StoreCall::ClaimLanes,
         StoreCall::LaneHead,
@@ -142,6 +145,7 @@ impl StoreCall {
             StoreCall::Release => "release",
             StoreCall::Holds => "holds",
             StoreCall::HoldBack => "hold_back",
+            StoreCall::ReleaseHeld => "release_held",
             StoreCall::AnyLaneRow => "any_lane_row",
             StoreCall::ClaimLanes => "claim_lanes",
             StoreCall::LaneHead => "lane_head",

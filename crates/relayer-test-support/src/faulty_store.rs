@@ -358,6 +358,18 @@ impl<T: Session + HoldBackDestination> HoldBackDestination for FaultySession<T> 
         })
         .await
     }
+
+    async fn release_held(
+        &self,
+        transport: &str,
+        destination: &str,
+        cool_down: Duration,
+    ) -> Result<u64, Self::Error> {
+        self.run(StoreCall::ReleaseHeld, |inner| async move {
+            inner.release_held(transport, destination, cool_down).await
+        })
+        .await
+    }
 }
 
 #[async_trait]

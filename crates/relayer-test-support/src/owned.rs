@@ -66,7 +66,11 @@ impl OwnedCluster {
     pub async fn start_with_tls() -> OwnedCluster {
         let cluster = Self::start_with(true).await;
         let client = cluster.admin().await;
-        let create = format!("CREATE ROLE {} LOGIN SUPERUSER", crate::certificates::TLS_USER);
+        let create = format!(
+            "CREATE ROLE {} LOGIN SUPERUSER; CREATE ROLE {} LOGIN SUPERUSER",
+            crate::certificates::TLS_USER,
+            crate::certificates::CERT_USER
+        );
         if let Err(e) = client.batch_execute(&create).await {
             panic!(
                 "relayer-test-support: cannot create the TLS role on {}: {}",
@@ -103,6 +107,31 @@ impl OwnedCluster {
             crate::certificates::TLS_USER,
             config.get_dbname().unwrap_or("postgres"),
         )
+    }
+
+    /// Connection settings of the role that may connect only with the client certificate
+    /// of [`client_cert_file`](Self::client_cert_file), as a key=value string to the host
+    /// name the server's certificate names, without any TLS setting.
+    ///
+    /// # Panics
+    ///
+    /// On a cluster not started with [`start_with_tls`](Self::start_with_tls).
+    pub fn cert_user_url(&self) -> String {
+        self.tls_url().replace(
+            &format!("user={}", crate::certificates::TLS_USER),
+            &format!("user={}", crate::certificates::CERT_USER),
+        )
+    }
+
+    /// The client certificate (PEM, signed by the CA of [`ca_file`](Self::ca_file)) whose
+    /// common name is the role of [`cert_user_url`](Self::cert_user_url).
+    pub fn client_cert_file(&self) -> std::path::PathBuf {
+        self.tls_cluster().tls_dir().join(crate::certificates::CLIENT_CERT)
+    }
+
+    /// The client certificate's private key (PEM, mode 0600).
+    pub fn client_key_file(&self) -> std::path::PathBuf {
+        self.tls_cluster().tls_dir().join(crate::certificates::CLIENT_KEY)
     }
 
     /// The PEM file of the CA that signed the server's certificate.

@@ -92,11 +92,6 @@ pub(crate) fn validate(builder: RelayerBuilder, instance_id: String) -> Result<S
 
     #[cfg(feature = "dead-letters")]
     if let Some((policies, led)) = &dead_letters {
-        // Only a lease must outlive the wait between passes (LDR-2); the advisory lock
-        // (the default) uses none.
-        if matches!(led.election(), crate::LeaderElection::Lease) {
-            led.options().check_lease_leadership().map_err(StartError::Options)?;
-        }
         #[cfg(feature = "consumer")]
         let subscriptions = crate::consumers::queues(&consumers);
         #[cfg(not(feature = "consumer"))]

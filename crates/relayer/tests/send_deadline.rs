@@ -30,14 +30,18 @@ async fn a_send_timeout_that_does_not_fit_the_sweeper_lease_is_refused_at_start_
     );
 }
 
-/// LDR-2, OPT-5: a dead-letter pass led by a lease that does not outlive its interval is
-/// refused at start, naming both options; the same options under the advisory lock (the
-/// default, no lease) are valid, an interval of hours included.
+/// LDR-2 (issue 21, item 5): dead letters enabled with the default options (interval
+/// 15m, lease_duration 30s) start under lease election, and the lease their first pass
+/// takes lasts past the next pass (`interval + lease_duration`), so it never lapses
+/// between passes; an interval of hours starts too, under the lease and under the
+/// advisory lock (the default).
 #[tokio::test]
-async fn a_dead_letter_lease_not_longer_than_its_interval_is_refused_at_start_under_a_lease_ldr_2() {
+async fn dead_letters_with_the_default_options_start_under_lease_election_and_their_lease_covers_the_interval_ldr_2()
+ {
     use relayer::{
         DeadLetterOptions, DeadLetterPolicies, DeadLetterPolicy, DeadLetterRule, LeaderElection, Led,
     };
+    use relayer_test_support::eventually;
 
     let db = TestDb::new().await;
     let mut client = db.connect().await;
@@ -50,25 +54,32 @@ async fn a_dead_letter_lease_not_longer_than_its_interval_is_refused_at_start_un
         )])
         .unwrap()
     };
-    let hours = DeadLetterOptions::builder().interval(Duration::from_secs(2 * 3_600)).build().unwrap();
-    let error = Relayer::builder(db.config(), db.namespace().clone())
-        .queue_transport()
-        .dead_letters(policies(), Led::new(hours.clone(), LeaderElection::Lease))
-        .start()
-        .await
-        .unwrap_err();
-    assert!(matches!(error, StartError::Options(_)), "{error:?}");
-    assert_eq!(
-        error.to_string(),
-        "relayer setup: dead_letter.lease_duration: 30s must be greater than dead_letter.interval (2h) when the \
-         dead-letter pass is led by a lease (it would lapse between passes); raise lease_duration, lower \
-         interval, or lead it by the advisory lock (the default)"
-    );
     let host = Relayer::builder(db.config(), db.namespace().clone())
         .queue_transport()
-        .dead_letters(policies(), hours)
+        .dead_letters(policies(), Led::new(DeadLetterOptions::default(), LeaderElection::Lease))
         .start()
         .await
         .unwrap();
+    let leases = db.namespace().table("leases");
+    let lasts = format!(
+        "SELECT extract(epoch FROM expires_at - renewed_at)::float8 FROM {leases} WHERE job = 'dead_letters'"
+    );
+    eventually("the first dead-letter pass takes its lease", || async {
+        !client.query(&lasts, &[]).await.unwrap().is_empty()
+    })
+    .await;
+    let lasts: f64 = client.query_one(&lasts, &[]).await.unwrap().get(0);
+    assert!((lasts - 930.0).abs() < 1.0, "interval 15m + lease_duration 30s, not 30s: {lasts}");
     host.shutdown().await;
+
+    let hours = DeadLetterOptions::builder().interval(Duration::from_secs(2 * 3_600)).build().unwrap();
+    for election in [LeaderElection::Lease, LeaderElection::AdvisoryLock] {
+        let host = Relayer::builder(db.config(), db.namespace().clone())
+            .queue_transport()
+            .dead_letters(policies(), Led::new(hours.clone(), election))
+            .start()
+            .await
+            .unwrap();
+        host.shutdown().await;
+    }
 }

@@ -172,6 +172,89 @@ async fn libpq_sslmodes_check_what_libpq_checks() {
     assert!(refused.contains("no encryption"), "{refused}");
 }
 
+/// The client certificate of a `connector_from_url` session: the server's record of it
+/// (`pg_stat_ssl.client_dn`), or the connection's error.
+async fn client_dn(url: &str) -> Result<Option<String>, String> {
+    let connector = connector_from_url(url, None).map_err(|e| e.to_string())?;
+    let client = connector.connect().await.map_err(|e| relayer::error_chain(&e))?;
+    let row = client
+        .query_one("SELECT client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[])
+        .await
+        .map_err(|e| relayer::error_chain(&e))?;
+    Ok(row.get(0))
+}
+
+/// Item 8 of issue 21, as libpq does: `sslcert` / `sslkey` present a client certificate
+/// over rustls. The cluster lets its role `relayer_cert` in only with that certificate
+/// (`hostssl … cert`): with it the session is authenticated by it (the server records its
+/// subject), without it the server refuses the connection. A missing certificate or key,
+/// and a key others may read, are refused before connecting, naming the setting and path.
+#[tokio::test]
+async fn a_client_certificate_named_by_sslcert_and_sslkey_authenticates_and_none_is_refused() {
+    // connector_from_url reads ~/.postgresql as libpq does: not the runner's.
+    if !in_empty_home("a_client_certificate_named_by_sslcert_and_sslkey_authenticates_and_none_is_refused") {
+        return;
+    }
+    let (cluster, _db, _client) = tls_cluster().await;
+    let verified = format!(
+        "{} sslmode=verify-full sslrootcert='{}'",
+        cluster.cert_user_url(),
+        cluster.ca_file().display()
+    );
+    let (cert, key) = (cluster.client_cert_file(), cluster.client_key_file());
+    let presenting = format!("{verified} sslcert='{}' sslkey='{}'", cert.display(), key.display());
+    assert_eq!(client_dn(&presenting).await.unwrap().as_deref(), Some("/CN=relayer_cert"));
+    let security = connector_from_url(&presenting, None).unwrap().security();
+    assert!(security.ends_with(&format!("; client certificate {}", cert.display())), "{security}");
+    // The same as a URL, percent-encoded.
+    let config = cluster.tls_config();
+    let (port, dbname) = (config.get_ports()[0], config.get_dbname().unwrap());
+    let url = format!(
+        "postgres://relayer_cert@localhost:{port}/{dbname}?hostaddr=127.0.0.1&sslmode=verify-full&sslrootcert={}\
+         &sslcert={}&sslkey={}",
+        encode(&cluster.ca_file()),
+        encode(&cert),
+        encode(&key)
+    );
+    assert_eq!(client_dn(&url).await.unwrap().as_deref(), Some("/CN=relayer_cert"));
+
+    let refused = client_dn(&verified).await.unwrap_err();
+    assert!(refused.contains("certificate"), "the server asks for a certificate: {refused}");
+
+    let missing = format!("{verified} sslcert=/nonexistent/me.crt sslkey='{}'", key.display());
+    let error = client_dn(&missing).await.unwrap_err();
+    assert!(error.contains("/nonexistent/me.crt (sslcert)"), "{error}");
+    let missing = format!("{verified} sslcert='{}' sslkey=/nonexistent/me.key", cert.display());
+    let error = client_dn(&missing).await.unwrap_err();
+    assert!(error.contains("/nonexistent/me.key (sslkey)"), "{error}");
+
+    let readable = std::env::temp_dir().join(format!("relayer-readable-{}.key", uuid::Uuid::new_v4()));
+    std::fs::copy(&key, &readable).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let error =
+        client_dn(&format!("{verified} sslcert='{}' sslkey='{}'", cert.display(), readable.display()))
+            .await
+            .unwrap_err();
+    std::fs::remove_file(&readable).unwrap();
+    assert!(error.contains("(sslkey) has group or world access (mode 0644)"), "{error}");
+}
+
+/// A path percent-encoded for a URL's query.
+fn encode(path: &std::path::Path) -> String {
+    path.display()
+        .to_string()
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
 /// Each connector names how it secures its connections, as logs and errors show it: what
 /// is verified, against which CA, or that nothing is.
 #[tokio::test]

@@ -15,8 +15,7 @@ use crate::backoff::PassBackoff;
 worker_options! {
     /// Options of the dead-letter policy worker (§11).
     DeadLetterOptions built by DeadLetterOptionsBuilder in section "dead_letter" {
-        /// Time between passes (DLP-1). Default 15m; positive (under lease leadership also
-        /// shorter than `lease_duration`, see [`DeadLetterOptions::check_lease_leadership`]).
+        /// Time between passes (DLP-1). Default 15m; positive, at most 49d.
         #[serde(with = "crate::duration::human")]
         interval: Duration = 15 * MINUTE;
         /// Most dead letters one statement moves or deletes. Default 100; 1..=10000.
@@ -25,10 +24,12 @@ worker_options! {
         /// failed passes wait `interval`. Default 60s; positive, at most 49d.
         #[serde(with = "crate::duration::human")]
         max_backoff: Duration = 60 * SECOND;
-        /// How long the pass's lease lasts without renewal, when it is led by a lease rather
-        /// than the default advisory lock (LDR-2, LDR-5). Default 30s, so a crashed leader's
-        /// lease passes on soon; 1s..=1h. Unused under the advisory lock; under a lease it
-        /// must be longer than `interval`, which the host checks once leadership is known.
+        /// When the pass is led by a lease rather than the default advisory lock (LDR-2,
+        /// LDR-5): how long the lease outlasts the wait for the next pass. A pass takes or
+        /// renews it for `interval + lease_duration` ([`DeadLetterOptions::lease_hold`]),
+        /// so it never lapses between passes, and a crashed leader's work passes on
+        /// `lease_duration` after its next pass was due. It also bounds the pass's
+        /// statements (RES-5). Default 30s; 1s..=1h. Unused under the advisory lock.
         #[serde(with = "crate::duration::human")]
         lease_duration: Duration = 30 * SECOND;
     }
@@ -45,21 +46,11 @@ impl DeadLetterOptionsBuilder {
 }
 
 impl DeadLetterOptions {
-    /// Checks these options fit lease leadership (LDR-2): `lease_duration` longer than
-    /// `interval`, or the lease lapses between passes and another instance takes over every
-    /// pass. Checked only where a lease is chosen: the default advisory lock uses no lease,
-    /// so any interval fits it.
-    pub fn check_lease_leadership(&self) -> Result<(), OptionsError> {
-        if self.lease_duration() > self.interval() {
-            return Ok(());
-        }
-        let problem = format!(
-            "must be greater than dead_letter.interval ({}) when the dead-letter pass is led by a lease \
-             (it would lapse between passes); raise lease_duration, lower interval, or lead it by the \
-             advisory lock (the default)",
-            self.interval().render()
-        );
-        Err(OptionsError::new(Field::new(Self::SECTION, "lease_duration"), self.lease_duration(), problem))
+    /// How long a lease taken or renewed by a pass lasts, under lease leadership (LDR-2):
+    /// `interval + lease_duration`, so it covers the wait between passes with
+    /// `lease_duration` to spare, whatever the two are (saturating).
+    pub fn lease_hold(&self) -> Duration {
+        self.interval().saturating_add(self.lease_duration())
     }
 
     /// The pass schedule: `interval`, backing off to `max(max_backoff, interval)` (RES-2).

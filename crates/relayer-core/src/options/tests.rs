@@ -123,28 +123,20 @@ fn errors_name_the_field_and_the_value_opt_3() {
     assert_eq!((error.field(), error.value()), ("sweeper.batch_size", "0"));
 }
 
-/// LDR-2 for the dead-letter pass (issue 21): a lease that does not outlive the wait
-/// between passes lapses between them: under lease leadership it is refused, naming both;
-/// the options alone (advisory lock, the default) accept any interval.
+/// LDR-2 for the dead-letter pass (issue 21): under lease leadership a pass holds its
+/// lease for `interval + lease_duration`, so any valid options — the defaults (15m, 30s)
+/// and an interval of hours included — keep it from lapsing between passes, with
+/// `lease_duration` to spare for the pass itself.
 #[test]
-fn a_dead_letter_lease_not_longer_than_its_interval_is_refused_under_lease_leadership_ldr_2() {
-    let options = DeadLetterOptions::builder().interval(secs(900)).lease_duration(secs(30)).build().unwrap();
-    let error = options.check_lease_leadership().unwrap_err();
-    assert_eq!(
-        error.to_string(),
-        "dead_letter.lease_duration: 30s must be greater than dead_letter.interval (15m) when the dead-letter \
-         pass is led by a lease (it would lapse between passes); raise lease_duration, lower interval, or lead \
-         it by the advisory lock (the default)"
-    );
-    let equal = DeadLetterOptions::builder().interval(secs(60)).lease_duration(secs(60)).build().unwrap();
-    let error = equal.check_lease_leadership().unwrap_err();
-    assert_eq!((error.field(), error.value()), ("dead_letter.lease_duration", "1m"));
-    let longer = DeadLetterOptions::builder().interval(secs(60)).lease_duration(secs(61)).build().unwrap();
-    longer.check_lease_leadership().unwrap();
-    // The advisory lock (the default) uses no lease: an interval of hours is valid, and the
-    // default lease stays short so a crashed lease leader's work passes on soon.
-    DeadLetterOptions::builder().interval(secs(4 * 3600)).build().unwrap();
-    assert_eq!(DeadLetterOptions::default().lease_duration(), secs(30));
+fn a_dead_letter_lease_always_outlasts_the_wait_between_passes_ldr_2() {
+    let defaults = DeadLetterOptions::default();
+    assert_eq!((defaults.interval(), defaults.lease_duration()), (secs(900), secs(30)));
+    assert_eq!(defaults.lease_hold(), secs(930));
+    let hours =
+        DeadLetterOptions::builder().interval(secs(4 * 3600)).lease_duration(secs(5)).build().unwrap();
+    assert_eq!(hours.lease_hold(), secs(4 * 3600 + 5));
+    let longest = DeadLetterOptions::builder().interval(49 * DAY).lease_duration(secs(3600)).build().unwrap();
+    assert!(longest.lease_hold() > longest.interval());
 }
 
 /// OPT-3: options under which a dispatcher could hold more bodies than

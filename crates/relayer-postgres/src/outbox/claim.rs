@@ -12,9 +12,22 @@ use super::statements::OutboxStatements;
 use crate::error::StorageError;
 use crate::exec::Executor;
 
-/// The most rows one hold-back statement moves (DSP-6): a hold of a larger backlog takes
-/// several statements, so none holds the locks of, or writes, the whole backlog at once.
+/// The most rows one hold-back (or release) statement moves (DSP-6): a hold of a larger
+/// backlog takes several statements, so none holds the locks of, or writes, the whole
+/// backlog at once.
 pub const HOLD_BACK_BATCH: u32 = 5_000;
+
+/// The rows of a hold that wait for the cool-down's end, the oldest (DSP-6d): enough for
+/// the breaker's probe and a first claim after it. The rest of the backlog parks
+/// [`PARKED_COOL_DOWNS`] cool-downs out, so a failed probe re-holds only these and the
+/// rows written since, not the backlog.
+pub const HOLD_BACK_HEAD: u32 = 1_000;
+
+/// How many cool-downs a hold parks the rows past its head (DSP-6d): a breaker that closes
+/// in the holding process makes them due at once; otherwise they come back by themselves
+/// then — a destination down that long costs one move of its backlog per this many
+/// cool-downs, not per cool-down.
+pub const PARKED_COOL_DOWNS: u32 = 10;
 
 impl OutboxStatements {
     /// Claims up to `limit` due, unordered rows no one holds, oldest due first, for
@@ -52,10 +65,13 @@ impl OutboxStatements {
     /// Holds back the unordered rows of a destination whose circuit breaker just tripped
     /// that would be due within `cool_down` (DSP-6): none is due again before its breaker
     /// lets a probe through, so claims in the meantime never read them. Attempts are not
-    /// counted. The rows move in statements of at most [`HOLD_BACK_BATCH`] rows each, oldest
-    /// first, every one to the same instant; outside a transaction each commits on its own,
-    /// so no statement holds more than a batch of row locks however large the backlog.
-    /// Returns how many rows were held back.
+    /// counted. The oldest [`HOLD_BACK_HEAD`] rows wait for the cool-down's end, the probe's
+    /// moment; the rest park [`PARKED_COOL_DOWNS`] cool-downs out (DSP-6d), so a probe that
+    /// fails again re-holds the head and the rows written since, never a parked tail
+    /// (rows already held beyond the cool-down are not read). The rows move in statements
+    /// of at most [`HOLD_BACK_BATCH`] rows each, oldest first; outside a transaction each
+    /// commits on its own, so no statement holds more than a batch of row locks however
+    /// large the backlog. Returns how many rows were held back.
     pub async fn hold_back(
         &self,
         client: &impl Executor,
@@ -64,10 +80,18 @@ impl OutboxStatements {
         cool_down: Duration,
     ) -> Result<u64, StorageError> {
         let cool_down_us = database_micros(cool_down);
-        let batch = i64::from(HOLD_BACK_BATCH);
-        let (mut until, mut after): (Option<SystemTime>, (Option<SystemTime>, i64)) = (None, (None, 0));
+        let park_after = cool_down.saturating_mul(PARKED_COOL_DOWNS - 1);
+        // The head first (to the cool-down's end), then the tail (parked), each in batches.
+        let (mut until, mut to): (Option<SystemTime>, Option<SystemTime>) = (None, None);
+        let mut after: (Option<SystemTime>, i64) = (None, 0);
+        let mut head_left = i64::from(HOLD_BACK_HEAD);
         let mut total = 0;
         loop {
+            let batch = if head_left > 0 {
+                head_left.min(i64::from(HOLD_BACK_BATCH))
+            } else {
+                i64::from(HOLD_BACK_BATCH)
+            };
             let rows = crate::exec::rows(
                 client,
                 &self.hold_back,
@@ -79,6 +103,7 @@ impl OutboxStatements {
                     (&batch, Type::INT8),
                     (&after.0, Type::TIMESTAMPTZ),
                     (&after.1, Type::INT8),
+                    (&to, Type::TIMESTAMPTZ),
                 ],
                 "holding back a tripped destination's rows",
             )
@@ -87,9 +112,59 @@ impl OutboxStatements {
             let held: i64 = row.get(0);
             total += u64::try_from(held).unwrap_or(0);
             until = row.get(1);
+            let full = held >= batch;
+            if head_left > 0 {
+                head_left -= held;
+                if head_left <= 0 {
+                    to = until.and_then(|until| until.checked_add(park_after));
+                }
+            }
             match (row.get::<_, Option<SystemTime>>(2), row.get::<_, Option<i64>>(3)) {
                 // A full batch: more may follow, after its last row.
-                (Some(visible_at), Some(seq)) if held >= batch => after = (Some(visible_at), seq),
+                (Some(visible_at), Some(seq)) if full => after = (Some(visible_at), seq),
+                _ => break,
+            }
+        }
+        Ok(total)
+    }
+
+    /// Makes the destination's unordered rows that wait, unclaimed, at most `horizon` from
+    /// now due at once (never before their `deliver_at`): what a breaker that closes does
+    /// to the tail its hold parked (DSP-6d), and to rows waiting out a retry delay, since
+    /// the destination just accepted a send. In statements of at most [`HOLD_BACK_BATCH`]
+    /// rows, oldest first. Returns how many rows were released.
+    pub async fn release_held(
+        &self,
+        client: &impl Executor,
+        transport: &str,
+        destination: &str,
+        horizon: Duration,
+    ) -> Result<u64, StorageError> {
+        let horizon_us = database_micros(horizon);
+        let batch = i64::from(HOLD_BACK_BATCH);
+        let mut after: (Option<SystemTime>, i64) = (None, 0);
+        let mut total = 0;
+        loop {
+            let rows = crate::exec::rows(
+                client,
+                &self.release_held,
+                &[
+                    (&transport, Type::TEXT),
+                    (&destination, Type::TEXT),
+                    (&horizon_us, Type::INT8),
+                    (&batch, Type::INT8),
+                    (&after.0, Type::TIMESTAMPTZ),
+                    (&after.1, Type::INT8),
+                ],
+                "releasing a recovered destination's held rows",
+            )
+            .await?;
+            let Some(row) = rows.first() else { break };
+            let released: i64 = row.get(0);
+            let picked: i64 = row.get(1);
+            total += u64::try_from(released).unwrap_or(0);
+            match (row.get::<_, Option<SystemTime>>(2), row.get::<_, Option<i64>>(3)) {
+                (Some(visible_at), Some(seq)) if picked >= batch => after = (Some(visible_at), seq),
                 _ => break,
             }
         }

@@ -36,7 +36,7 @@ pub(crate) use self::batch::insert_and_read_back;
 pub use self::batch::{EnqueueBatch, EnqueueParam};
 pub use self::channel::notify_channel;
 pub(crate) use self::channel::{channel, lane_lock_prefix};
-pub use self::claim::HOLD_BACK_BATCH;
+pub use self::claim::{HOLD_BACK_BATCH, HOLD_BACK_HEAD, PARKED_COOL_DOWNS};
 pub(crate) use self::columns::WrittenColumns;
 pub use self::statements::OutboxStatements;
 pub use self::writer::{DEFAULT_MAX_BODY_BYTES, EnqueueError, Enqueued, OutboxWriter};

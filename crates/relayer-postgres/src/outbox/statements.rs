@@ -11,6 +11,7 @@ pub struct OutboxStatements {
     pub(super) claim_due: String,
     pub(super) claim_seqs: String,
     pub(super) hold_back: String,
+    pub(super) release_held: String,
     pub(super) complete: String,
     pub(super) delete_accepted: String,
     pub(super) complete_locked: String,
@@ -47,31 +48,56 @@ impl OutboxStatements {
             ),
             // Index: outbox_due_idx ((transport, visible_at)), per breaker trip (DSP-6), in
             // statements of at most $5 rows: the tripped destination's rows due before its
-            // cool-down ends (retries just released included), oldest first — the ones claims
-            // meet first — move to its end ($4, fixed by the first statement of a hold on
-            // the database clock), past every row other destinations have due, so later
-            // claims never step over them (a filter in the claim would heap-fetch every one
-            // of them in every claim). Each statement resumes after the last row the previous
-            // one picked ($6, $7: a keyset on (visible_at, seq)), so a hold of any backlog
-            // reads each row once and no statement — nor the sweeper's pass transaction — is
-            // O(backlog). Rows another claim holds are skipped, not waited for, and rows under
-            // a live claim are left to it: their owner defers them (a pass's prefetched batch,
-            // DSP-1b) or sends them, and never sees its claim moved.
+            // cool-down ends ($4, fixed by the first statement of a hold on the database
+            // clock; retries just released included), oldest first — the ones claims meet
+            // first — move to $8 (NULL: $4), past every row other destinations have due, so
+            // later claims never step over them (a filter in the claim would heap-fetch every
+            // one of them in every claim). A hold's first statement moves its head to the
+            // cool-down's end, the rest park further out (DSP-6d). Each statement resumes
+            // after the last row the previous one picked ($6, $7: a keyset on (visible_at,
+            // seq)), so a hold of any backlog reads each row once and no statement is
+            // O(backlog); rows already held beyond $4 (a parked tail) are never read again.
+            // Rows another claim holds are skipped, not waited for, and rows under a live
+            // claim are left to it: their owner defers them (a pass's prefetched batch,
+            // DSP-1b) or sends them, and never sees its claim moved. The update reaches the
+            // rows it locked by ctid (stable while locked): no primary-key descent per row.
             hold_back: format!(
                 "WITH target AS ( \
                    SELECT coalesce($4::timestamptz, now() + $3::int8 * interval '1 microsecond') AS until), \
                  picked AS MATERIALIZED ( \
-                   SELECT seq, visible_at FROM {outbox} \
+                   SELECT ctid, seq, visible_at FROM {outbox} \
                    WHERE lane IS NULL AND transport = $1 AND visible_at < (SELECT until FROM target) \
                      AND visible_at >= coalesce($6::timestamptz, '-infinity') \
                      AND ($6::timestamptz IS NULL OR visible_at > $6 OR seq > $7::int8) \
                      AND destination = $2 AND (claim_token IS NULL OR visible_at <= now()) \
                    ORDER BY visible_at, seq LIMIT $5::int8 FOR UPDATE SKIP LOCKED), \
                  held AS ( \
-                   UPDATE {outbox} SET visible_at = (SELECT until FROM target) \
-                   WHERE seq = ANY(ARRAY(SELECT seq FROM picked)) RETURNING 1), \
+                   UPDATE {outbox} SET visible_at = coalesce($8::timestamptz, (SELECT until FROM target)) \
+                   WHERE ctid = ANY(ARRAY(SELECT ctid FROM picked)) RETURNING 1), \
                  last AS (SELECT visible_at, seq FROM picked ORDER BY visible_at DESC, seq DESC LIMIT 1) \
                  SELECT (SELECT count(*) FROM held), (SELECT until FROM target), \
+                        (SELECT visible_at FROM last), (SELECT seq FROM last)"
+            ),
+            // Index: outbox_due_idx ((transport, visible_at)), when a breaker closes (DSP-6d):
+            // the destination's rows waiting in (now, now + $3] with no claim — a parked
+            // tail, and rows waiting out a retry delay — are due again at once (never
+            // before deliver_at), oldest first, in statements of at most $4 rows resuming
+            // after the last one ($5, $6). Rows another statement holds are skipped.
+            release_held: format!(
+                "WITH picked AS MATERIALIZED ( \
+                   SELECT ctid, seq, visible_at FROM {outbox} \
+                   WHERE lane IS NULL AND transport = $1 AND visible_at > now() \
+                     AND visible_at <= now() + $3::int8 * interval '1 microsecond' \
+                     AND visible_at >= coalesce($5::timestamptz, '-infinity') \
+                     AND ($5::timestamptz IS NULL OR visible_at > $5 OR seq > $6::int8) \
+                     AND destination = $2 AND claim_token IS NULL \
+                     AND (deliver_at IS NULL OR deliver_at < visible_at) \
+                   ORDER BY visible_at, seq LIMIT $4::int8 FOR UPDATE SKIP LOCKED), \
+                 released AS ( \
+                   UPDATE {outbox} SET visible_at = greatest(now(), coalesce(deliver_at, now())) \
+                   WHERE ctid = ANY(ARRAY(SELECT ctid FROM picked)) RETURNING 1), \
+                 last AS (SELECT visible_at, seq FROM picked ORDER BY visible_at DESC, seq DESC LIMIT 1) \
+                 SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM picked), \
                         (SELECT visible_at FROM last), (SELECT seq FROM last)"
             ),
             // Index: outbox_pkey (seq = ANY($3)). Commit-triggered dispatch of known rows, of

@@ -15,8 +15,8 @@ pub(crate) fn build(context: &WorkerContext<'_>, hosted: &mut HostedWorkers) {
         return;
     };
     let options = led.options();
-    let leadership =
-        context.electorate.leadership(led.election().clone(), LEASE_JOB, options.lease_duration());
+    // A lease covers the wait between passes (LDR-2): taken for interval + lease_duration.
+    let leadership = context.electorate.leadership(led.election().clone(), LEASE_JOB, options.lease_hold());
     let store = PgSource::new(context.connected.maintenance.clone(), &setup.namespace);
     let worker =
         DeadLetterWorker::new(store, setup.namespace.clone(), policies.clone(), options.clone(), leadership);
