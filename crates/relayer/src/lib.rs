@@ -69,7 +69,7 @@
 //! | `consumer` | [`consumer`] and [`RelayerBuilder::consumer`] |
 //! | `advisory-lock` | [`advisory_lock`] and [`LeaderElection::AdvisoryLock`] |
 //! | `dead-letters` | [`dead_letters`] and [`RelayerBuilder::dead_letters`] (brings `advisory-lock`) |
-//! | `tls-rustls` | TLS through rustls for every connection: `postgres::rustls_tls`, `postgres::connector_from_url` (libpq's `sslmode`, `sslrootcert`); any other tokio-postgres TLS connector works without it, through [`RelayerBuilder::tls`] |
+//! | `tls-rustls` | TLS through rustls for every connection: `postgres::rustls_tls`, `postgres::connector_from_url` (libpq's `sslmode`, `sslrootcert`, `sslcert`, `sslkey`); any other tokio-postgres TLS connector works without it, through [`RelayerBuilder::tls`] |
 //! | `metrics` | worker counters, pass durations and gauges through the `metrics` facade (OBS-2; see the `metrics` module docs in the source for every name) |
 //! | `nats` | [`nats`]: the NATS JetStream transport |
 //! | `rabbitmq` | [`rabbitmq`]: the RabbitMQ transport |

@@ -91,7 +91,7 @@ pub(crate) fn validate(builder: RelayerBuilder, instance_id: String) -> Result<S
     crate::consumers::check(&consumers)?;
 
     #[cfg(feature = "dead-letters")]
-    if let Some((policies, led)) = &dead_letters {
+    if let Some((policies, _)) = &dead_letters {
         #[cfg(feature = "consumer")]
         let subscriptions = crate::consumers::queues(&consumers);
         #[cfg(not(feature = "consumer"))]
