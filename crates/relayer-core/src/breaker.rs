@@ -378,6 +378,24 @@ mod tests {
         assert!(map.record_failure(&1, at(31)), "a failed probe opens it again");
     }
 
+    /// DSP-6d: a success says it closed a breaker only when that breaker was tripped (open
+    /// or half-open): the moment to release the rows its hold parked.
+    #[test]
+    fn record_success_reports_closing_a_tripped_breaker_only_dsp_6() {
+        let mut map = breakers(2, 10);
+        assert!(!map.record_success(&1), "never failed");
+        map.record_failure(&1, at(0));
+        assert!(!map.record_success(&1), "failing, not tripped");
+        map.record_failure(&1, at(0));
+        map.record_failure(&1, at(0));
+        assert!(map.record_success(&1), "open: a send in flight when it tripped");
+        map.record_failure(&1, at(40));
+        map.record_failure(&1, at(40));
+        assert!(map.allows(&1, at(50)), "the probe");
+        assert!(map.record_success(&1), "half-open: the probe succeeded");
+        assert!(map.is_empty());
+    }
+
     #[test]
     fn tripped_lists_open_breakers_and_probes_in_flight_without_probing_dsp_6() {
         let mut map = breakers(1, 10);

@@ -79,7 +79,7 @@ proptest! {
         for (destination, step, succeeded) in events {
             now += step;
             let at = Timestamp::from_micros(now * 1_000_000);
-            if succeeded { breakers.record_success(&destination) } else { breakers.record_failure(&destination, at); }
+            if succeeded { breakers.record_success(&destination); } else { breakers.record_failure(&destination, at); }
             prop_assert!(breakers.len() <= capacity);
             prop_assert!(breakers.tripped(at).len() <= capacity);
         }
