@@ -391,7 +391,7 @@ mod tests {
         assert!(map.record_success(&1), "open: a send in flight when it tripped");
         map.record_failure(&1, at(40));
         map.record_failure(&1, at(40));
-        assert!(map.allows(&1, at(50)), "the probe");
+        assert!(map.allows(&1, at(70)), "the probe, a cool-down (30 s) later");
         assert!(map.record_success(&1), "half-open: the probe succeeded");
         assert!(map.is_empty());
     }
