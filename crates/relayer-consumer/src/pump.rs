@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use relayer_core::receive_cursor::ReceiveCursor;
 use relayer_core::session::{Session, StoreSource};
 use relayer_core::store::{
     DeadLetter, ExtendVisibility, InboxEntry, ReceiveQueue, RecordInbox, Requeue, SettleQueue, VerifySchema,
@@ -64,6 +65,10 @@ pub(crate) struct Pump<S: StoreSource> {
     pub(crate) more_waiting: std::sync::atomic::AtomicBool,
     pub(crate) in_flight: InFlight,
     pub(crate) pending: Mutex<Vec<Settlement>>,
+    /// Where the next receive starts (only the receive loop uses it).
+    pub(crate) cursor: Mutex<ReceiveCursor>,
+    /// Whether a timer will wake the settle loop for a kept settlement (`retry_later`).
+    pub(crate) settle_timer: Arc<std::sync::atomic::AtomicBool>,
     pub(crate) receive_wake: Arc<Notify>,
     pub(crate) settle_wake: Arc<Notify>,
     pub(crate) handlers: TaskTracker,
@@ -89,6 +94,10 @@ where
 {
     pub(crate) fn pending(&self) -> MutexGuard<'_, Vec<Settlement>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn cursor(&self) -> MutexGuard<'_, ReceiveCursor> {
+        self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Starts handling one buffered message on its own task, in `slot`: a decoded one by
@@ -157,7 +166,17 @@ where
         // The semaphore is never closed.
         let Ok(room) = room else { return };
         drop(slot);
-        self.settle(Settlement { receipt, kind, room });
+        // Given up a visibility timeout after its renewal ends: until then the row is still
+        // surely this reader's, and a write would still settle it.
+        let give_up = until + self.subscription.options().visibility_timeout();
+        self.settle(Settlement {
+            receipt,
+            kind,
+            room,
+            until: give_up,
+            failures: 0,
+            next_try: Instant::now(),
+        });
     }
 
     /// Runs one handler call under its deadline, with panics caught, and tells the

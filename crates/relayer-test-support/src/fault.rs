@@ -81,13 +81,15 @@ pub enum StoreCall {
     DeadLetter,
     /// `ExtendVisibility::extend`.
     Extend,
+    /// `ExtendVisibility::release_received`.
+    ReleaseReceived,
     /// `RecordInbox::record`.
     Record,
 }
 
 impl StoreCall {
     /// Every kind of call, in declaration order.
-    pub const ALL: [StoreCall; 33] = [
+    pub const ALL: [StoreCall; 34] = [
         StoreCall::Open,
         StoreCall::Begin,
         StoreCall::Commit,
@@ -120,6 +122,7 @@ impl StoreCall {
         StoreCall::Requeue,
         StoreCall::DeadLetter,
         StoreCall::Extend,
+        StoreCall::ReleaseReceived,
         StoreCall::Record,
     ];
 
@@ -158,6 +161,7 @@ impl StoreCall {
             StoreCall::Requeue => "requeue",
             StoreCall::DeadLetter => "dead_letter",
             StoreCall::Extend => "extend",
+            StoreCall::ReleaseReceived => "release_received",
             StoreCall::Record => "record",
         }
     }
