@@ -254,7 +254,7 @@ fn waker(queue: String, wake: Arc<Notify>) -> impl Fn(Heard<'_>) + Send + Sync +
 }
 
 /// The latest a trailing read waits after the first notification of a burst.
-const TRAILING_CAP: Duration = Duration::from_millis(4 * DEFAULT_NOTIFY_INTERVAL.as_millis() as u64);
+const TRAILING_CAP: Duration = DEFAULT_NOTIFY_INTERVAL.saturating_mul(4);
 
 /// A burst of notifications and the read that follows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

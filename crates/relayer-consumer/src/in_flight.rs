@@ -78,10 +78,10 @@ impl InFlight {
         let all_held = held >= receipts.len() as u64;
         let mut entries = self.entries();
         for receipt in receipts {
-            if let Some(entry) = entries.get_mut(&receipt.seq).filter(|e| e.receipt == *receipt) {
-                if all_held || entry.invisible_until > answered {
-                    entry.invisible_until = entry.invisible_until.max(sent + visibility);
-                }
+            let renewed =
+                |e: &&mut Entry| e.receipt == *receipt && (all_held || e.invisible_until > answered);
+            if let Some(entry) = entries.get_mut(&receipt.seq).filter(renewed) {
+                entry.invisible_until = entry.invisible_until.max(sent + visibility);
             }
         }
     }

@@ -143,12 +143,13 @@ where
 
     /// A settlement unwritten past its `until`: forgotten, its place freed.
     fn give_up(&self, settlement: Settlement, report: &mut SettleReport) {
+        let Settlement { receipt, failures, room, .. } = settlement;
         report.given_up += 1;
         self.stats.add(Counter::Abandoned, 1);
-        tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = settlement.receipt.seq,
-            failures = settlement.failures,
+        tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = receipt.seq, failures,
             "a settlement could not be written in time; given up, the message reappears after its visibility");
-        self.in_flight.forget(settlement.receipt);
+        self.in_flight.forget(receipt);
+        drop(room);
     }
 
     /// Wakes the settle loop when the earliest kept settlement is due again or must be

@@ -177,7 +177,7 @@ mod tests {
         let mut t = 0;
         let mut n = 0;
         while t <= end_ms {
-            let now = start + Duration::from_millis(t as u64);
+            let now = start + Duration::from_millis(t.cast_unsigned());
             let from = cursor.plan(now);
             let reach = receive(&mut rows, from, t * 1_000, asked[n % asked.len()]);
             cursor.record(from, reach, now);
