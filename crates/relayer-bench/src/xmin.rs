@@ -544,6 +544,8 @@ async fn pass_in(
         samples.push(sample);
         if second.is_multiple_of(REPORT_EVERY) {
             print_interval(second, &samples[samples.len() - REPORT_EVERY..]);
+            // The pump's own counters: full scans, conflicts, lapsed or given-up settlements.
+            println!("           consumer {}", stats.snapshot());
         }
         if second == plan.clean {
             explain_claim(&monitor, scratch, "end of the clean phase").await?;

@@ -67,8 +67,8 @@ pub(crate) struct Pump<S: StoreSource> {
     pub(crate) pending: Mutex<Vec<Settlement>>,
     /// Where the next receive starts (only the receive loop uses it).
     pub(crate) cursor: Mutex<ReceiveCursor>,
-    /// Whether a timer will wake the settle loop for a kept settlement (`retry_later`).
-    pub(crate) settle_timer: Arc<std::sync::atomic::AtomicBool>,
+    /// When a timer will wake the settle loop for a kept settlement (`retry_later`).
+    pub(crate) settle_timer: Arc<Mutex<Option<Instant>>>,
     pub(crate) receive_wake: Arc<Notify>,
     pub(crate) settle_wake: Arc<Notify>,
     pub(crate) handlers: TaskTracker,

@@ -79,7 +79,7 @@ where
     /// Writes the queued settlements that are due, each kind (ack, requeue, dead-letter)
     /// in its own statement, so one kind the database keeps refusing does not hold back the
     /// others. A kind whose write fails goes back to the queue, not tried again before its
-    /// own backoff (`poll_interval` doubling to `max_backoff` per failure) unless `all`
+    /// own backoff ([`retry_pause`]: 50 ms doubling to a second) unless `all`
     /// (the last pass at shutdown); a settlement still unwritten past its `until` is given
     /// up, its place freed (its message, no longer renewed, reappears; a late write would
     /// change nothing, fenced by the receipt). Fails with the first failed write.
@@ -123,11 +123,10 @@ where
             match self.write(&session, &group).await {
                 Ok(written) => self.settled(group, &written, &mut report),
                 Err(error) => {
-                    let backoff = self.subscription.options().pass_backoff();
                     let retried = Instant::now();
                     self.pending().extend(group.into_iter().map(|mut settlement| {
                         settlement.failures = settlement.failures.saturating_add(1);
-                        settlement.next_try = retried + backoff.wait_after(settlement.failures);
+                        settlement.next_try = retried + retry_pause(settlement.failures);
                         settlement
                     }));
                     failed.get_or_insert(error);
@@ -154,17 +153,25 @@ where
 
     /// Wakes the settle loop when the earliest kept settlement is due again or must be
     /// given up, so its retry and its place do not wait for the next settlement or the
-    /// loop's own backoff. One timer at a time.
+    /// loop's own backoff. A timer is armed only when none is due at or before `at`.
     fn retry_later(&self) {
         let at = self.pending().iter().map(|s| s.next_try.min(s.until)).min();
         let Some(at) = at else { return };
-        if self.settle_timer.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            return;
+        {
+            let mut armed = self.settle_timer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if armed.is_some_and(|armed| armed <= at) {
+                return;
+            }
+            *armed = Some(at);
         }
         let (wake, armed) = (Arc::clone(&self.settle_wake), Arc::clone(&self.settle_timer));
         tokio::spawn(async move {
             tokio::time::sleep_until(at).await;
-            armed.store(false, std::sync::atomic::Ordering::Release);
+            let mut armed = armed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if *armed == Some(at) {
+                *armed = None;
+            }
+            drop(armed);
             wake.notify_one();
         });
     }
@@ -227,4 +234,14 @@ where
             drop(room);
         }
     }
+}
+
+/// The pause before a failed settlement is written again: 50 ms doubling to at most a
+/// second. Short, because a kept settlement holds its place among the pending ones and,
+/// once they are all taken, the pump's handler slots: a long backoff would stall the pump
+/// on a transient failure; a second between tries of a statement the database keeps
+/// refusing costs it nothing.
+fn retry_pause(failures: u32) -> std::time::Duration {
+    let doublings = failures.saturating_sub(1).min(5);
+    std::time::Duration::from_millis(50 << doublings).min(std::time::Duration::from_secs(1))
 }
