@@ -85,9 +85,7 @@ where
             in_flight: InFlight::default(),
             pending: std::sync::Mutex::default(),
             settle_timer: Arc::default(),
-            cursor: std::sync::Mutex::new(relayer_core::receive_cursor::ReceiveCursor::new(
-                options.poll_interval(),
-            )),
+            cursor: std::sync::Mutex::new(crate::pump::Receiving::new(options.poll_interval())),
             receive_wake: Arc::new(Notify::new()),
             settle_wake: Arc::new(Notify::new()),
             handlers: TaskTracker::new(),

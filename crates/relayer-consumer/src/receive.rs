@@ -4,7 +4,8 @@
 //! statement and buffers them. It starts where the last one got to (the pump's
 //! [`ReceiveCursor`](relayer_core::receive_cursor::ReceiveCursor)), so it does not walk the
 //! dead row versions behind it again — while a held snapshot keeps them, tens of thousands
-//! a minute — with a full scan once per poll interval as the safety net; the dispatcher hands each to a handler as a slot frees, so a
+//! a minute — with a full scan once per poll interval as the safety net (less often when
+//! full scans are slow: see `Receiving`); the dispatcher hands each to a handler as a slot frees, so a
 //! handler that returns finds its next message without waiting for a receive round trip. A
 //! pass that got every message it asked for wakes its loop at once: more may be waiting,
 //! and a pump that keeps up under load never waits for a notification. A pass with no
@@ -62,7 +63,7 @@ where
             return Ok(PassOutcome::Led(ReceiveReport::default()));
         }
         let sent = tokio::time::Instant::now();
-        let from = pump.cursor().plan(sent.into_std());
+        let from = pump.cursor().plan(sent);
         let page = {
             let session = pump
                 .source
@@ -76,7 +77,7 @@ where
             .await
             .map_err(|e| WorkerError::store("receiving from the queue", e))?
         };
-        pump.cursor().record(from, page.reach, sent.into_std());
+        pump.cursor().record(from, page.reach, sent, tokio::time::Instant::now());
         if from.is_none() {
             pump.stats.add(Counter::FullScans, 1);
         }
