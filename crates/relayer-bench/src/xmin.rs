@@ -544,6 +544,8 @@ async fn pass_in(
         samples.push(sample);
         if second.is_multiple_of(REPORT_EVERY) {
             print_interval(second, &samples[samples.len() - REPORT_EVERY..]);
+            // The pump's own counters: full scans, conflicts, lapsed or given-up settlements.
+            println!("           consumer {}", stats.snapshot());
         }
         if second == plan.clean {
             explain_claim(&monitor, scratch, "end of the clean phase").await?;
@@ -655,23 +657,28 @@ fn print_interval(second: usize, window: &[Sample]) {
 
 /// `EXPLAIN (ANALYZE, BUFFERS)` of the receive's claim scan (its inner `SELECT … FOR UPDATE
 /// SKIP LOCKED` of 100, as relayer's receive issues it) in a transaction rolled back: the
-/// rows it locks are skipped by the consumer for a moment, nothing changes.
+/// rows it locks are skipped by the consumer for a moment, nothing changes. Twice: as a full
+/// scan (from the oldest `visible_at`, once per poll interval) and as a receive from the
+/// cursor makes it in a steady state (from `ReceiveCursor::LAG` before the clock).
 async fn explain_claim(monitor: &tokio_postgres::Client, scratch: &Scratch, when: &str) -> BenchResult<()> {
     let queue = scratch.namespace.table("queue");
-    monitor.batch_execute("BEGIN").await?;
-    let plan = monitor
-        .query(
-            &format!(
-                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) SELECT seq FROM {queue} \
-                 WHERE queue = $1 AND visible_at <= now() ORDER BY visible_at, seq LIMIT 100 FOR UPDATE SKIP LOCKED"
-            ),
-            &[&QUEUE],
-        )
-        .await;
-    monitor.batch_execute("ROLLBACK").await?;
-    println!("  claim scan at the {when}:");
-    for row in plan? {
-        println!("    | {}", row.get::<_, String>(0));
+    for (scan, from) in [("full scan", "'-infinity'"), ("from the cursor", "now() - interval '1 second'")] {
+        monitor.batch_execute("BEGIN").await?;
+        let plan = monitor
+            .query(
+                &format!(
+                    "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) SELECT seq FROM {queue} \
+                     WHERE queue = $1 AND visible_at <= now() AND visible_at >= {from} \
+                     ORDER BY visible_at, seq LIMIT 100 FOR UPDATE SKIP LOCKED"
+                ),
+                &[&QUEUE],
+            )
+            .await;
+        monitor.batch_execute("ROLLBACK").await?;
+        println!("  claim scan at the {when}, {scan}:");
+        for row in plan? {
+            println!("    | {}", row.get::<_, String>(0));
+        }
     }
     Ok(())
 }

@@ -5,9 +5,10 @@ use relayer_core::session::StoreSource;
 use relayer_core::store::{ExtendVisibility, ReceiveQueue, RecordInbox, SettleQueue, VerifySchema};
 use relayer_core::{Heard, Namespace, Notifications, PassBackoff, StoreError};
 use relayer_worker::{Leadership, PassLoop, WorkerError, WorkerKind};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, broadcast, mpsc};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -83,6 +84,8 @@ where
             more_waiting: std::sync::atomic::AtomicBool::new(false),
             in_flight: InFlight::default(),
             pending: std::sync::Mutex::default(),
+            settle_timer: Arc::default(),
+            cursor: std::sync::Mutex::new(crate::pump::Receiving::new(options.poll_interval())),
             receive_wake: Arc::new(Notify::new()),
             settle_wake: Arc::new(Notify::new()),
             handlers: TaskTracker::new(),
@@ -170,6 +173,10 @@ where
             Leadership::EveryInstance,
         )
         .wake_on(Arc::clone(&pump.receive_wake))
+        // A wake-up (a notification, a drained buffer) ends a failure backoff too: a receive
+        // that timed out on a slow database is tried again when messages are announced,
+        // not only after the backoff an outage earns.
+        .wake_during_backoff()
         .spawn(shutdown.child_token());
 
         shutdown.cancelled().await;
@@ -188,7 +195,7 @@ where
             pump.handlers.wait().await;
         }
         settle.shutdown().await;
-        if let Err(error) = pump.settle_pending().await {
+        if let Err(error) = pump.settle_pending(true).await {
             let left = pump.pending().len() as u64;
             pump.stats.add(Counter::Abandoned, left);
             tracing::warn!(target: TARGET, %queue, left, error = %relayer_core::error_chain(&error),
@@ -205,24 +212,65 @@ where
 }
 
 /// Wakes the receive loop on (re)connect and on every notification for `queue`, and once
-/// more [`DEFAULT_NOTIFY_INTERVAL`] later: writers notify a queue at most once per such
-/// interval, so what committed after a notification is read then (QUE-4).
+/// more [`DEFAULT_NOTIFY_INTERVAL`] after the latest notification of a burst: writers
+/// notify a queue at most once per such interval, so what committed after a notification
+/// is read then (QUE-4). Each notification pushes that trailing read back, up to
+/// [`TRAILING_CAP`] after the burst's first, so a steady stream of notifications cannot
+/// postpone it forever.
 fn waker(queue: String, wake: Arc<Notify>) -> impl Fn(Heard<'_>) + Send + Sync + 'static {
-    let trailing = Arc::new(AtomicBool::new(false));
+    let trailing: Arc<Mutex<Option<TrailingRead>>> = Arc::default();
     move |heard| match heard {
         Heard::Connected => wake.notify_one(),
         Heard::Notification(payload) if payload == queue => {
             wake.notify_one();
-            if !trailing.swap(true, Ordering::AcqRel) {
-                let (wake, trailing) = (Arc::clone(&wake), Arc::clone(&trailing));
-                tokio::spawn(async move {
-                    tokio::time::sleep(DEFAULT_NOTIFY_INTERVAL).await;
-                    trailing.store(false, Ordering::Release);
-                    wake.notify_one();
-                });
+            let now = Instant::now();
+            let mut window = trailing.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(window) = window.as_mut() {
+                window.heard(now);
+                return;
             }
+            *window = Some(TrailingRead::new(now));
+            let (wake, trailing) = (Arc::clone(&wake), Arc::clone(&trailing));
+            tokio::spawn(async move {
+                loop {
+                    let Some(at) = trailing.lock().unwrap_or_else(PoisonError::into_inner).map(|w| w.read_at)
+                    else {
+                        return;
+                    };
+                    tokio::time::sleep_until(at).await;
+                    let mut window = trailing.lock().unwrap_or_else(PoisonError::into_inner);
+                    if window.is_some_and(|w| w.read_at <= Instant::now()) {
+                        *window = None;
+                        wake.notify_one();
+                        return;
+                    }
+                }
+            });
         }
         Heard::Notification(_) => {}
+    }
+}
+
+/// The latest a trailing read waits after the first notification of a burst.
+const TRAILING_CAP: Duration = DEFAULT_NOTIFY_INTERVAL.saturating_mul(4);
+
+/// A burst of notifications and the read that follows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TrailingRead {
+    first: Instant,
+    read_at: Instant,
+}
+
+impl TrailingRead {
+    fn new(now: Instant) -> Self {
+        TrailingRead { first: now, read_at: now + DEFAULT_NOTIFY_INTERVAL }
+    }
+
+    /// Another notification at `now`: the read follows it by an interval, at most
+    /// [`TRAILING_CAP`] after the first; never earlier than already planned.
+    fn heard(&mut self, now: Instant) {
+        let pushed = (now + DEFAULT_NOTIFY_INTERVAL).min(self.first + TRAILING_CAP);
+        self.read_at = self.read_at.max(pushed);
     }
 }
 
@@ -265,6 +313,69 @@ where
         tokio::select! {
             () = shutdown.cancelled() => return Ok(false),
             () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// QUE-4: the trailing read follows the latest notification of a burst, not the first.
+    #[tokio::test(start_paused = true)]
+    async fn the_trailing_read_follows_the_latest_notification_que_4() {
+        let wake = Arc::new(Notify::new());
+        let heard = waker("orders".to_owned(), Arc::clone(&wake));
+        let start = Instant::now();
+        heard(Heard::Notification("orders"));
+        wake.notified().await; // the notification's own wake-up
+        tokio::time::advance(Duration::from_millis(30)).await;
+        heard(Heard::Notification("orders"));
+        wake.notified().await;
+        // The first notification's interval ends at 50 ms: no read then.
+        let early = tokio::time::timeout(Duration::from_millis(45), wake.notified()).await;
+        assert!(early.is_err(), "a trailing read {:?} after the start", start.elapsed());
+        wake.notified().await;
+        assert_eq!(start.elapsed(), Duration::from_millis(30) + DEFAULT_NOTIFY_INTERVAL);
+    }
+
+    /// QUE-4: a notification every 7 ms cannot postpone the trailing read past
+    /// [`TRAILING_CAP`] after the first.
+    #[tokio::test(start_paused = true)]
+    async fn a_steady_stream_of_notifications_cannot_postpone_the_trailing_read_forever_que_4() {
+        let wake = Arc::new(Notify::new());
+        let heard = waker("orders".to_owned(), Arc::clone(&wake));
+        let start = Instant::now();
+        let trailing = loop {
+            heard(Heard::Notification("orders"));
+            wake.notified().await;
+            if tokio::time::timeout(Duration::from_millis(7), wake.notified()).await.is_ok() {
+                break start.elapsed();
+            }
+        };
+        assert_eq!(trailing, TRAILING_CAP);
+    }
+
+    proptest::proptest! {
+        /// However notifications fall, the read comes an interval after the latest one
+        /// or at the cap, never before either, and never moves earlier.
+        #[test]
+        fn the_trailing_read_is_an_interval_after_the_latest_notification_or_at_the_cap(
+            gaps in proptest::collection::vec(0u64..120, 1..30),
+        ) {
+            let first = Instant::now();
+            let mut read = TrailingRead::new(first);
+            let mut now = first;
+            for gap in gaps {
+                let before = read.read_at;
+                now += Duration::from_millis(gap);
+                read.heard(now);
+                proptest::prop_assert!(read.read_at >= before);
+                proptest::prop_assert!(read.read_at <= (first + TRAILING_CAP).max(before));
+                proptest::prop_assert!(
+                    read.read_at >= (now + DEFAULT_NOTIFY_INTERVAL).min(first + TRAILING_CAP)
+                );
+            }
         }
     }
 }

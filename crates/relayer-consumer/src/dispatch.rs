@@ -7,15 +7,16 @@
 //! the other half is handled.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use relayer_core::Received;
 use relayer_core::session::StoreSource;
 use relayer_core::store::ExtendVisibility;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::pump::{ConsumeSession, Pump};
+use crate::stats::Counter;
 
 const TARGET: &str = "relayer::consumer";
 
@@ -52,14 +53,23 @@ where
             if buffer.len() <= low_water && self.more_waiting.load(std::sync::atomic::Ordering::Acquire) {
                 self.receive_wake.notify_one();
             }
+            // Its visibility may have lapsed while it waited, and another reader may hold it:
+            // then it is dropped, not handled a second time (QUE-5).
+            if !self.in_flight.startable(received.receipt, Instant::now()) {
+                self.stats.add(Counter::Abandoned, 1);
+                tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = received.receipt.seq,
+                    "a message received ahead waited for a slot past its visibility; left to the queue \
+                     rather than risk handling it twice");
+                continue;
+            }
             self.start(received, slot);
         }
         buffer
     }
 
-    /// Makes what the buffer still holds at shutdown visible again at once, unhandled and
-    /// its handled count unchanged (a heartbeat with no visibility), so another pump need
-    /// not wait out the visibility timeout. If that fails, they reappear after it.
+    /// Gives what the buffer still holds at shutdown back to the queue: visible again at
+    /// once, its receipt cleared, unhandled and its handled count unchanged, so another
+    /// pump need not wait out the visibility timeout. If that fails, they reappear after it.
     pub(crate) async fn release(&self, mut buffer: mpsc::Receiver<Received>) {
         buffer.close();
         let mut receipts = Vec::new();
@@ -73,7 +83,7 @@ where
         let queue = self.subscription.queue();
         let released = match self.source.open().await {
             Ok(session) => {
-                session.extend(&receipts, Duration::ZERO).await.map_err(|e| relayer_core::error_chain(&e))
+                session.release_received(&receipts).await.map_err(|e| relayer_core::error_chain(&e))
             }
             Err(error) => Err(relayer_core::error_chain(&error)),
         };

@@ -60,10 +60,12 @@ where
             .map_err(|e| WorkerError::store("opening a session for the heartbeat", e))?;
         let visibility = pump.subscription.options().visibility_timeout();
         let queue = pump.subscription.queue();
+        let sent = Instant::now();
         let renewed =
             retrying_conflicts(&pump.stats, queue, "a heartbeat", || session.extend(&receipts, visibility))
                 .await
                 .map_err(|e| WorkerError::store("extending the visibility of messages in flight", e))?;
+        pump.in_flight.renewed(&receipts, renewed, sent, Instant::now(), visibility);
         Ok(PassOutcome::Led(HeartbeatReport { held: receipts.len(), renewed }))
     }
 }

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use relayer_core::receive_cursor::ReceiveCursor;
 use relayer_core::session::{Session, StoreSource};
 use relayer_core::store::{
     DeadLetter, ExtendVisibility, InboxEntry, ReceiveQueue, RecordInbox, Requeue, SettleQueue, VerifySchema,
@@ -42,6 +43,52 @@ impl<T> ConsumeSession for T where
 {
 }
 
+/// The receive loop's position, and how its full scans are paced.
+#[derive(Debug)]
+pub(crate) struct Receiving {
+    pub(crate) cursor: ReceiveCursor,
+    /// When the last full scan was sent and how long it took: the next one waits at least
+    /// [`FULL_SCAN_SHARE`] times that long after it ended, so full scans, which walk every
+    /// dead version a held snapshot keeps, take at most a twentieth of the receive loop's
+    /// time however long the hold (they get slower as it goes on).
+    pub(crate) last_full_scan: Option<(Instant, Duration)>,
+}
+
+/// See [`Receiving::last_full_scan`].
+pub(crate) const FULL_SCAN_SHARE: u32 = 20;
+
+impl Receiving {
+    pub(crate) fn new(poll_interval: Duration) -> Self {
+        Receiving { cursor: ReceiveCursor::new(poll_interval), last_full_scan: None }
+    }
+
+    /// The next receive's `from` at `now` (`None`: a full scan).
+    pub(crate) fn plan(&self, now: Instant) -> Option<i64> {
+        let planned = self.cursor.plan(now.into_std());
+        match (planned, self.last_full_scan) {
+            (None, Some((sent, took))) if now < sent + took + took * FULL_SCAN_SHARE => {
+                // Not yet: from the position the last full scan left (planned as of then).
+                self.cursor.plan(sent.into_std()).or(planned)
+            }
+            _ => planned,
+        }
+    }
+
+    /// Records a receive planned with `from`, sent at `sent` and answered at `answered`.
+    pub(crate) fn record(
+        &mut self,
+        from: Option<i64>,
+        reach: relayer_core::receive_cursor::ScanReach,
+        sent: Instant,
+        answered: Instant,
+    ) {
+        self.cursor.record(from, reach, sent.into_std());
+        if from.is_none() {
+            self.last_full_scan = Some((sent, answered - sent));
+        }
+    }
+}
+
 /// Everything the receive, settle and heartbeat loops and the handler tasks of one
 /// subscription share.
 pub(crate) struct Pump<S: StoreSource> {
@@ -64,6 +111,10 @@ pub(crate) struct Pump<S: StoreSource> {
     pub(crate) more_waiting: std::sync::atomic::AtomicBool,
     pub(crate) in_flight: InFlight,
     pub(crate) pending: Mutex<Vec<Settlement>>,
+    /// Where the next receive starts (only the receive loop uses it).
+    pub(crate) cursor: Mutex<Receiving>,
+    /// When a timer will wake the settle loop for a kept settlement (`retry_later`).
+    pub(crate) settle_timer: Arc<Mutex<Option<Instant>>>,
     pub(crate) receive_wake: Arc<Notify>,
     pub(crate) settle_wake: Arc<Notify>,
     pub(crate) handlers: TaskTracker,
@@ -89,6 +140,10 @@ where
 {
     pub(crate) fn pending(&self) -> MutexGuard<'_, Vec<Settlement>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn cursor(&self) -> MutexGuard<'_, Receiving> {
+        self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Starts handling one buffered message on its own task, in `slot`: a decoded one by
@@ -157,7 +212,17 @@ where
         // The semaphore is never closed.
         let Ok(room) = room else { return };
         drop(slot);
-        self.settle(Settlement { receipt, kind, room });
+        // Given up a visibility timeout after its renewal ends: until then the row is still
+        // surely this reader's, and a write would still settle it.
+        let give_up = until + self.subscription.options().visibility_timeout();
+        self.settle(Settlement {
+            receipt,
+            kind,
+            room,
+            until: give_up,
+            failures: 0,
+            next_try: Instant::now(),
+        });
     }
 
     /// Runs one handler call under its deadline, with panics caught, and tells the

@@ -9,8 +9,9 @@
 //! `concurrency` messages per settle round trip); the settlement holds a place among the
 //! `max_pending_settlements` instead. A write that loses a conflict (a deadlock, a lock
 //! not available) is retried at once after a short pause; one that still fails is kept and
-//! retried with the loop's backoff — or sooner, when a new settlement wakes the loop — while
-//! the heartbeat keeps the messages invisible.
+//! retried after its own backoff, while the heartbeat keeps the messages invisible, and
+//! the other kinds go on being written meanwhile. One still unwritten after a few
+//! visibility timeouts is given up, freeing its place: its message reappears.
 
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use relayer_core::Receipt;
 use relayer_core::session::StoreSource;
 use relayer_core::store::{DeadLetter, Requeue, SettleQueue};
 use relayer_worker::{Pass, PassOutcome, WorkerError};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::pump::{ConsumeSession, Pump};
@@ -26,16 +28,19 @@ use crate::retry::retrying_conflicts;
 use crate::settlement::{Settlement, SettlementKind};
 use crate::stats::Counter;
 
+const TARGET: &str = "relayer::consumer";
+
 /// What one settle pass wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct SettleReport {
     settled: usize,
     lapsed: usize,
+    given_up: usize,
 }
 
 impl std::fmt::Display for SettleReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "settled={} lapsed={}", self.settled, self.lapsed)
+        write!(f, "settled={} lapsed={} given_up={}", self.settled, self.lapsed, self.given_up)
     }
 }
 
@@ -56,7 +61,7 @@ where
         &self,
         _shutdown: &CancellationToken,
     ) -> Result<PassOutcome<SettleReport>, WorkerError> {
-        self.pump.settle_pending().await.map(PassOutcome::Led)
+        self.pump.settle_pending(false).await.map(PassOutcome::Led)
     }
 }
 
@@ -71,47 +76,104 @@ where
         self.settle_wake.notify_one();
     }
 
-    /// Writes every queued settlement: acks, then requeues, then dead-letters. A group whose
-    /// statement fails goes back to the queue with the ones not yet tried.
-    pub(crate) async fn settle_pending(&self) -> Result<SettleReport, WorkerError> {
+    /// Writes the queued settlements that are due, each kind (ack, requeue, dead-letter)
+    /// in its own statement, so one kind the database keeps refusing does not hold back the
+    /// others. A kind whose write fails goes back to the queue, not tried again before its
+    /// own backoff ([`retry_pause`]: 50 ms doubling to a second) unless `all`
+    /// (the last pass at shutdown); a settlement still unwritten past its `until` is given
+    /// up, its place freed (its message, no longer renewed, reappears; a late write would
+    /// change nothing, fenced by the receipt). Fails with the first failed write.
+    pub(crate) async fn settle_pending(&self, all: bool) -> Result<SettleReport, WorkerError> {
+        let now = Instant::now();
         let batch = std::mem::take(&mut *self.pending());
-        if batch.is_empty() {
-            return Ok(SettleReport::default());
-        }
-        let (mut acks, mut requeues, mut dead) = (Vec::new(), Vec::new(), Vec::new());
-        for settlement in batch {
-            match settlement.kind {
-                SettlementKind::Ack => acks.push(settlement),
-                SettlementKind::Requeue(_) => requeues.push(settlement),
-                SettlementKind::DeadLetter(_) => dead.push(settlement),
-            }
-        }
         let mut report = SettleReport::default();
-        let mut groups = [acks, requeues, dead].into_iter();
-        let result = async {
-            let session =
-                self.source.open().await.map_err(|e| WorkerError::store("opening a session to settle", e))?;
-            for group in groups.by_ref() {
-                if group.is_empty() {
-                    continue;
-                }
-                let written = match self.write(&session, &group).await {
-                    Ok(written) => written,
-                    Err(error) => {
-                        self.pending().extend(group);
-                        return Err(error);
-                    }
+        let (mut groups, mut later) = ([Vec::new(), Vec::new(), Vec::new()], Vec::new());
+        for settlement in batch {
+            if settlement.until <= now {
+                self.give_up(settlement, &mut report);
+            } else if !all && settlement.next_try > now {
+                later.push(settlement);
+            } else {
+                let group = match settlement.kind {
+                    SettlementKind::Ack => 0,
+                    SettlementKind::Requeue(_) => 1,
+                    SettlementKind::DeadLetter(_) => 2,
                 };
-                self.settled(group, &written, &mut report);
+                groups[group].push(settlement);
             }
-            Ok(())
         }
-        .await;
-        if let Err(error) = result {
-            self.pending().extend(groups.flatten());
-            return Err(error);
+        self.pending().extend(later);
+        if groups.iter().all(Vec::is_empty) {
+            self.retry_later();
+            return Ok(report);
         }
-        Ok(report)
+        let session = match self.source.open().await {
+            Ok(session) => session,
+            Err(error) => {
+                self.pending().extend(groups.into_iter().flatten());
+                self.retry_later();
+                return Err(WorkerError::store("opening a session to settle", error));
+            }
+        };
+        let mut failed = None;
+        for group in groups {
+            if group.is_empty() {
+                continue;
+            }
+            match self.write(&session, &group).await {
+                Ok(written) => self.settled(group, &written, &mut report),
+                Err(error) => {
+                    let retried = Instant::now();
+                    self.pending().extend(group.into_iter().map(|mut settlement| {
+                        settlement.failures = settlement.failures.saturating_add(1);
+                        settlement.next_try = retried + retry_pause(settlement.failures);
+                        settlement
+                    }));
+                    failed.get_or_insert(error);
+                }
+            }
+        }
+        self.retry_later();
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(report),
+        }
+    }
+
+    /// A settlement unwritten past its `until`: forgotten, its place freed.
+    fn give_up(&self, settlement: Settlement, report: &mut SettleReport) {
+        let Settlement { receipt, failures, room, .. } = settlement;
+        report.given_up += 1;
+        self.stats.add(Counter::Abandoned, 1);
+        tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = receipt.seq, failures,
+            "a settlement could not be written in time; given up, the message reappears after its visibility");
+        self.in_flight.forget(receipt);
+        drop(room);
+    }
+
+    /// Wakes the settle loop when the earliest kept settlement is due again or must be
+    /// given up, so its retry and its place do not wait for the next settlement or the
+    /// loop's own backoff. A timer is armed only when none is due at or before `at`.
+    fn retry_later(&self) {
+        let at = self.pending().iter().map(|s| s.next_try.min(s.until)).min();
+        let Some(at) = at else { return };
+        {
+            let mut armed = self.settle_timer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if armed.is_some_and(|armed| armed <= at) {
+                return;
+            }
+            *armed = Some(at);
+        }
+        let (wake, armed) = (Arc::clone(&self.settle_wake), Arc::clone(&self.settle_timer));
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            let mut armed = armed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if *armed == Some(at) {
+                *armed = None;
+            }
+            drop(armed);
+            wake.notify_one();
+        });
     }
 
     async fn write(&self, session: &S::Session, group: &[Settlement]) -> Result<Vec<i64>, WorkerError> {
@@ -153,7 +215,7 @@ where
 
     /// Counts a written group, forgets its messages and frees their places.
     fn settled(&self, group: Vec<Settlement>, written: &[i64], report: &mut SettleReport) {
-        for Settlement { receipt, kind, room } in group {
+        for Settlement { receipt, kind, room, .. } in group {
             if written.contains(&receipt.seq) {
                 report.settled += 1;
                 let counter = match kind {
@@ -165,11 +227,21 @@ where
             } else {
                 report.lapsed += 1;
                 self.stats.add(Counter::Lapsed, 1);
-                tracing::warn!(target: "relayer::consumer", queue = %self.subscription.queue(), seq = receipt.seq,
+                tracing::warn!(target: TARGET, queue = %self.subscription.queue(), seq = receipt.seq,
                     "the message's visibility lapsed and another reader received it: this settlement changed nothing");
             }
             self.in_flight.forget(receipt);
             drop(room);
         }
     }
+}
+
+/// The pause before a failed settlement is written again: 50 ms doubling to at most a
+/// second. Short, because a kept settlement holds its place among the pending ones and,
+/// once they are all taken, the pump's handler slots: a long backoff would stall the pump
+/// on a transient failure; a second between tries of a statement the database keeps
+/// refusing costs it nothing.
+fn retry_pause(failures: u32) -> std::time::Duration {
+    let doublings = failures.saturating_sub(1).min(5);
+    std::time::Duration::from_millis(50 << doublings).min(std::time::Duration::from_secs(1))
 }

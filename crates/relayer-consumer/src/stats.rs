@@ -17,6 +17,7 @@ pub struct ConsumerStats {
     lapsed: AtomicU64,
     abandoned: AtomicU64,
     conflicts: AtomicU64,
+    full_scans: AtomicU64,
 }
 
 /// The counters of a pump at one moment.
@@ -48,6 +49,11 @@ pub struct StatsSnapshot {
     /// transaction — a deadlock, a serialization failure, a lock not available — and were
     /// retried after a short pause instead of the backoff an outage earns.
     pub conflicts: u64,
+    /// Receives that read the queue from its oldest `visible_at` rather than from where
+    /// the last one got to: the first, then at least one per poll interval (the safety net
+    /// for rows committed long after their `visible_at`; see
+    /// [`relayer_core::receive_cursor`]).
+    pub full_scans: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -63,6 +69,7 @@ pub(crate) enum Counter {
     Lapsed,
     Abandoned,
     Conflicts,
+    FullScans,
 }
 
 impl ConsumerStats {
@@ -79,6 +86,7 @@ impl ConsumerStats {
             Counter::Lapsed => &self.lapsed,
             Counter::Abandoned => &self.abandoned,
             Counter::Conflicts => &self.conflicts,
+            Counter::FullScans => &self.full_scans,
         };
         cell.fetch_add(n, Ordering::Relaxed);
     }
@@ -98,6 +106,7 @@ impl ConsumerStats {
             lapsed: read(&self.lapsed),
             abandoned: read(&self.abandoned),
             conflicts: read(&self.conflicts),
+            full_scans: read(&self.full_scans),
         }
     }
 }
@@ -107,7 +116,7 @@ impl fmt::Display for StatsSnapshot {
         write!(
             f,
             "received={} acked={} requeued={} dead_lettered={} undecodable={} duplicates={} panicked={} \
-             overran={} lapsed={} abandoned={} conflicts={}",
+             overran={} lapsed={} abandoned={} conflicts={} full_scans={}",
             self.received,
             self.acked,
             self.requeued,
@@ -118,7 +127,8 @@ impl fmt::Display for StatsSnapshot {
             self.overran,
             self.lapsed,
             self.abandoned,
-            self.conflicts
+            self.conflicts,
+            self.full_scans
         )
     }
 }

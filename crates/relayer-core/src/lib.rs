@@ -27,6 +27,7 @@ pub mod poison;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod queue_message;
+pub mod receive_cursor;
 pub mod redact;
 pub mod retention;
 pub mod retry;

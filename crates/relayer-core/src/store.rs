@@ -81,7 +81,7 @@ pub use extend_visibility::ExtendVisibility;
 pub use hold_back::HoldBackDestination;
 pub use lanes::{AdministerLanes, HeadFailure, LaneClaim, LaneClaimRequest, LaneHead, WorkLanes};
 pub use move_dead_letters::MoveDeadLetters;
-pub use receive_queue::ReceiveQueue;
+pub use receive_queue::{ReceiveQueue, ReceivedPage};
 pub use record_inbox::{InboxEntry, RecordInbox};
 pub use settle_queue::{DeadLetter, Requeue, SettleQueue};
 

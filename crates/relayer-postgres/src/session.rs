@@ -18,8 +18,8 @@ use relayer_core::store::{
     AdministerLanes, CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport,
     DeadLetter, DeleteExpired, ExtendVisibility, HeadFailure, HoldBackDestination, HoldLease, InboxEntry,
     LaneClaim, LaneClaimRequest, LaneHead, Lease, LockOutbox, LockedPage, MoveDeadLetters, PageRequest,
-    ReceiveQueue, RecordInbox, Requeue, ScanRecovery, SettleQueue, Store, UnderLease, VerifySchema,
-    WorkLanes,
+    ReceiveQueue, ReceivedPage, RecordInbox, Requeue, ScanRecovery, SettleQueue, Store, UnderLease,
+    VerifySchema, WorkLanes,
 };
 use relayer_core::{DeadLetterType, MessageId, Namespace, Receipt, Received, RetentionTable, Uuid};
 
@@ -414,6 +414,16 @@ impl ReceiveQueue for PgSession {
     ) -> Result<Vec<Received>, StorageError> {
         self.statements.consume.receive(&*self.connection, queue, limit, visibility).await
     }
+
+    async fn receive_from(
+        &self,
+        queue: &str,
+        limit: u32,
+        visibility: Duration,
+        from: Option<i64>,
+    ) -> Result<ReceivedPage, StorageError> {
+        self.statements.consume.receive_from(&*self.connection, queue, limit, visibility, from).await
+    }
 }
 
 #[async_trait]
@@ -435,6 +445,10 @@ impl SettleQueue for PgSession {
 impl ExtendVisibility for PgSession {
     async fn extend(&self, receipts: &[Receipt], visibility: Duration) -> Result<u64, StorageError> {
         self.statements.consume.extend(&*self.connection, receipts, visibility).await
+    }
+
+    async fn release_received(&self, receipts: &[Receipt]) -> Result<u64, StorageError> {
+        self.statements.consume.release(&*self.connection, receipts).await
     }
 }
 

@@ -1,6 +1,8 @@
 //! The consumer's statements about received rows — heartbeat, ack, requeue, dead-letter —
 //! lock those rows in one order (seq), so when they overlap they wait for each other and
-//! never deadlock (QUE-5).
+//! never deadlock (QUE-5). The statements bind their receipts in the order given (nothing
+//! sorts them in Rust), so only the SQL's own `ORDER BY q.seq FOR UPDATE` keeps the order:
+//! without it this test deadlocks.
 
 #![allow(clippy::unwrap_used)]
 

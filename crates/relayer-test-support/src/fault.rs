@@ -83,6 +83,8 @@ pub enum StoreCall {
     DeadLetter,
     /// `ExtendVisibility::extend`.
     Extend,
+    /// `ExtendVisibility::release_received`.
+    ReleaseReceived,
     /// `RecordInbox::record`.
     Record,
 }
@@ -123,6 +125,7 @@ impl StoreCall {
         StoreCall::Requeue,
         StoreCall::DeadLetter,
         StoreCall::Extend,
+        StoreCall::ReleaseReceived,
         StoreCall::Record,
     ];
 
@@ -162,6 +165,7 @@ impl StoreCall {
             StoreCall::Requeue => "requeue",
             StoreCall::DeadLetter => "dead_letter",
             StoreCall::Extend => "extend",
+            StoreCall::ReleaseReceived => "release_received",
             StoreCall::Record => "record",
         }
     }

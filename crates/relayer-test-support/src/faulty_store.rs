@@ -40,8 +40,8 @@ use relayer_core::store::{
     AdministerLanes, CheckLease, ClaimOutbox, Claimed, CompleteOutbox, Completion, CompletionReport,
     DeadLetter, DeleteExpired, ExtendVisibility, HeadFailure, HoldBackDestination, HoldLease, InboxEntry,
     LaneClaim, LaneClaimRequest, LaneHead, Lease, LockOutbox, LockedPage, MoveDeadLetters, PageRequest,
-    ReceiveQueue, RecordInbox, Requeue, ScanRecovery, SettleQueue, Store, UnderLease, VerifySchema,
-    WorkLanes,
+    ReceiveQueue, ReceivedPage, RecordInbox, Requeue, ScanRecovery, SettleQueue, Store, UnderLease,
+    VerifySchema, WorkLanes,
 };
 use relayer_core::{DeadLetterType, MessageId, Receipt, Received, RetentionTable, Uuid};
 
@@ -478,6 +478,19 @@ impl<T: Session + ReceiveQueue> ReceiveQueue for FaultySession<T> {
         self.run(StoreCall::Receive, |inner| async move { inner.receive(queue, limit, visibility).await })
             .await
     }
+
+    async fn receive_from(
+        &self,
+        queue: &str,
+        limit: u32,
+        visibility: Duration,
+        from: Option<i64>,
+    ) -> Result<ReceivedPage, Self::Error> {
+        self.run(StoreCall::Receive, |inner| async move {
+            inner.receive_from(queue, limit, visibility, from).await
+        })
+        .await
+    }
 }
 
 #[async_trait]
@@ -499,6 +512,11 @@ impl<T: Session + SettleQueue> SettleQueue for FaultySession<T> {
 impl<T: Session + ExtendVisibility> ExtendVisibility for FaultySession<T> {
     async fn extend(&self, receipts: &[Receipt], visibility: Duration) -> Result<u64, Self::Error> {
         self.run(StoreCall::Extend, |inner| async move { inner.extend(receipts, visibility).await }).await
+    }
+
+    async fn release_received(&self, receipts: &[Receipt]) -> Result<u64, Self::Error> {
+        self.run(StoreCall::ReleaseReceived, |inner| async move { inner.release_received(receipts).await })
+            .await
     }
 }
 

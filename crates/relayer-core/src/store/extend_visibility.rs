@@ -1,4 +1,4 @@
-//! The consumer's heartbeat (QUE-5).
+//! The consumer's heartbeat, and giving unstarted messages back (QUE-5).
 
 use std::time::Duration;
 
@@ -13,4 +13,10 @@ pub trait ExtendVisibility: Store {
     /// Keeps the messages of `receipts` invisible for `visibility` more, counted from the
     /// statement's clock; returns how many receipts still held.
     async fn extend(&self, receipts: &[Receipt], visibility: Duration) -> Result<u64, Self::Error>;
+
+    /// Gives received messages back unhandled: visible again at once, their receipt
+    /// cleared (so nothing sent under it matches them any more), their handled count
+    /// unchanged; returns how many receipts still held. A pump calls it at shutdown for the
+    /// messages it received ahead and never started.
+    async fn release_received(&self, receipts: &[Receipt]) -> Result<u64, Self::Error>;
 }

@@ -6,6 +6,16 @@ use async_trait::async_trait;
 
 use super::Store;
 use crate::queue_message::Received;
+use crate::receive_cursor::ScanReach;
+
+/// What one receive from a position took, and how far it reached.
+#[derive(Clone, Debug)]
+pub struct ReceivedPage {
+    /// The messages taken, oldest `visible_at` first.
+    pub received: Vec<Received>,
+    /// How far the receive reached, for the pump's [`ReceiveCursor`](crate::receive_cursor::ReceiveCursor).
+    pub reach: ScanReach,
+}
 
 /// Receiving from relayer's queue: the consumer's receive loop.
 #[async_trait]
@@ -20,4 +30,16 @@ pub trait ReceiveQueue: Store {
         limit: u32,
         visibility: Duration,
     ) -> Result<Vec<Received>, Self::Error>;
+
+    /// [`receive`](Self::receive) from a position: only rows whose `visible_at` is at or
+    /// after `from` (µs since the Unix epoch, database clock; `None`: from the oldest),
+    /// so the versions that earlier receives and acks left behind it are not walked again
+    /// (see [`receive_cursor`](crate::receive_cursor)). Also reports how far it reached.
+    async fn receive_from(
+        &self,
+        queue: &str,
+        limit: u32,
+        visibility: Duration,
+        from: Option<i64>,
+    ) -> Result<ReceivedPage, Self::Error>;
 }

@@ -22,6 +22,8 @@ use crate::exec::Executor;
 use crate::row_codec::malformed;
 
 pub use relayer_core::queue_message::{QueueMessage, Receipt, Received, Undecodable};
+use relayer_core::receive_cursor::ScanReach;
+use relayer_core::store::ReceivedPage;
 pub use relayer_core::store::{DeadLetter, Requeue};
 
 /// The consumer statements rendered for one namespace.
@@ -33,6 +35,7 @@ pub struct ConsumeStatements {
     requeue: String,
     dead_letter: String,
     extend: String,
+    release: String,
 }
 
 impl ConsumeStatements {
@@ -40,16 +43,32 @@ impl ConsumeStatements {
     pub fn new(namespace: &Namespace) -> Self {
         let queue = namespace.table("queue");
         ConsumeStatements {
-            // Index: queue_receive_idx (queue, visible_at, seq) for the locked page, then the
+            // Index: queue_receive_idx (queue, visible_at, seq) for the locked page, from `$5`
+            // (µs since the epoch; NULL: from the oldest), so a receive from a position does
+            // not walk the dead versions behind it (relayer_core::receive_cursor); then the
             // pkey. The `seq = ANY(ARRAY(… LIMIT n …))` shape stays bounded under a generic
-            // plan (DRV-1b, docs/performance.md ("Raw limits")).
+            // plan (DRV-1b, docs/performance.md ("Raw limits")). Always one row more than
+            // the messages, or one row of NULLs when there are none: the statement's clock
+            // and the highest old `visible_at` taken, for the cursor.
             receive: format!(
-                "UPDATE {queue} AS q SET visible_at = now() + $3::int8 * interval '1 microsecond', receipt = $4 \
-                 WHERE q.seq = ANY(ARRAY( \
-                   SELECT seq FROM {queue} WHERE queue = $1 AND visible_at <= now() \
-                   ORDER BY visible_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED)) \
-                 RETURNING q.seq, q.message_id, q.queue, q.body, q.headers, q.trace_context, q.created_at, \
-                           q.handled_count"
+                "WITH picked AS MATERIALIZED ( \
+                   SELECT seq, visible_at FROM {queue} \
+                   WHERE queue = $1 AND visible_at <= now() \
+                     AND visible_at >= coalesce(timestamptz 'epoch' + $5::int8 * interval '1 microsecond', \
+                                                '-infinity') \
+                   ORDER BY visible_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                 moved AS ( \
+                   UPDATE {queue} AS q \
+                   SET visible_at = now() + $3::int8 * interval '1 microsecond', receipt = $4 \
+                   WHERE q.seq = ANY(ARRAY(SELECT seq FROM picked)) \
+                   RETURNING q.seq, q.message_id, q.queue, q.body, q.headers, q.trace_context, q.created_at, \
+                             q.handled_count) \
+                 SELECT m.seq, m.message_id, m.queue, m.body, m.headers, m.trace_context, m.created_at, \
+                        m.handled_count, \
+                        (extract(epoch FROM now()) * 1000000)::int8, \
+                        (SELECT (extract(epoch FROM max(visible_at)) * 1000000)::int8 FROM picked) \
+                 FROM (SELECT 1) AS one LEFT JOIN moved AS m ON true \
+                 ORDER BY m.seq"
             ),
             // Every statement about received rows locks them first, in seq order (the
             // `locked` CTE: ORDER BY is applied before FOR UPDATE), so a heartbeat, an ack,
@@ -98,6 +117,15 @@ impl ConsumeStatements {
                  UPDATE {queue} AS q SET visible_at = clock_timestamp() + $3::int8 * interval '1 microsecond' \
                  FROM locked WHERE q.seq = locked.seq"
             ),
+            // Giving unstarted messages back at shutdown: visible at once, receipt cleared.
+            release: format!(
+                "WITH locked AS (SELECT q.seq FROM {queue} AS q \
+                   JOIN unnest($1::int8[], $2::uuid[]) AS a(seq, receipt) \
+                     ON q.seq = a.seq AND q.receipt = a.receipt \
+                   ORDER BY q.seq FOR UPDATE OF q) \
+                 UPDATE {queue} AS q SET visible_at = clock_timestamp(), receipt = NULL \
+                 FROM locked WHERE q.seq = locked.seq"
+            ),
             table: queue,
         }
     }
@@ -107,9 +135,10 @@ impl ConsumeStatements {
         &self.table
     }
 
-    /// Receives up to `limit` visible messages of `queue`, invisible to others for
-    /// `visibility`, under one new receipt token. Rows that cannot be decoded are received
-    /// too, each with the reason, so the caller can move them aside (§15).
+    /// Receives up to `limit` visible messages of `queue`, oldest `visible_at` first,
+    /// invisible to others for `visibility`, under one new receipt token. Rows that cannot
+    /// be decoded are received too, each with the reason, so the caller can move them
+    /// aside (§15).
     pub async fn receive(
         &self,
         client: &impl Executor,
@@ -117,15 +146,44 @@ impl ConsumeStatements {
         limit: u32,
         visibility: Duration,
     ) -> Result<Vec<Received>, StorageError> {
+        Ok(self.receive_from(client, queue, limit, visibility, None).await?.received)
+    }
+
+    /// [`receive`](Self::receive) of the rows whose `visible_at` is at or after `from` (µs
+    /// since the Unix epoch; `None`: all), reporting how far it reached
+    /// ([`relayer_core::receive_cursor`]).
+    pub async fn receive_from(
+        &self,
+        client: &impl Executor,
+        queue: &str,
+        limit: u32,
+        visibility: Duration,
+        from: Option<i64>,
+    ) -> Result<ReceivedPage, StorageError> {
         let token = Uuid::new_v4();
+        let asked = limit;
         let limit = i64::from(limit);
         let visibility = database_micros(visibility);
-        let params: [(&(dyn ToSql + Sync), Type); 4] =
-            [(&queue, Type::TEXT), (&limit, Type::INT8), (&visibility, Type::INT8), (&token, Type::UUID)];
+        let params: [(&(dyn ToSql + Sync), Type); 5] = [
+            (&queue, Type::TEXT),
+            (&limit, Type::INT8),
+            (&visibility, Type::INT8),
+            (&token, Type::UUID),
+            (&from, Type::INT8),
+        ];
         let rows =
             crate::exec::rows(client, &self.receive, &params, format!("receiving from queue {queue:?}"))
                 .await?;
-        Ok(rows.iter().map(|row| self.decode(row, token)).collect())
+        // The statement always returns a row; its clock is never NULL.
+        let (clock_us, last_visible_at_us) =
+            rows.first().map_or((0, None), |row| (row.get::<_, i64>(8), row.get::<_, Option<i64>>(9)));
+        let received: Vec<Received> = rows
+            .iter()
+            .filter(|row| row.get::<_, Option<i64>>(0).is_some())
+            .map(|row| self.decode(row, token))
+            .collect();
+        let reach = ScanReach { asked, received: received.len(), clock_us, last_visible_at_us };
+        Ok(ReceivedPage { received, reach })
     }
 
     fn decode(&self, row: &Row, token: Uuid) -> Received {
@@ -159,7 +217,6 @@ impl ConsumeStatements {
         client: &impl Executor,
         requeues: &[Requeue],
     ) -> Result<Vec<i64>, StorageError> {
-        let requeues = in_seq_order(requeues, |r| r.receipt.seq);
         let (seqs, tokens) = split(requeues.iter().map(|r| r.receipt));
         let delays: Vec<i64> = requeues.iter().map(|r| database_micros(r.delay)).collect();
         let params: [(&(dyn ToSql + Sync), Type); 3] =
@@ -176,7 +233,6 @@ impl ConsumeStatements {
         client: &impl Executor,
         dead_letters: &[DeadLetter],
     ) -> Result<Vec<i64>, StorageError> {
-        let dead_letters = in_seq_order(dead_letters, |d| d.receipt.seq);
         let (seqs, tokens) = split(dead_letters.iter().map(|d| d.receipt));
         let targets: Vec<&str> = dead_letters.iter().map(|d| d.queue.as_str()).collect();
         let reasons: Vec<&str> = dead_letters.iter().map(|d| d.reason.as_str()).collect();
@@ -216,21 +272,26 @@ impl ConsumeStatements {
             )
         })
     }
+
+    /// Gives received messages back unhandled: visible at once, receipt cleared, handled
+    /// count unchanged; returns how many receipts still held.
+    pub async fn release(&self, client: &impl Executor, receipts: &[Receipt]) -> Result<u64, StorageError> {
+        let (seqs, tokens) = split(receipts.iter().copied());
+        let params: [(&(dyn ToSql + Sync), Type); 2] =
+            [(&seqs, Type::INT8_ARRAY), (&tokens, Type::UUID_ARRAY)];
+        client.affected(&self.release, &params).await.map_err(|e| {
+            StorageError::database(format!("releasing {}", crate::error::messages(seqs.len())), e)
+        })
+    }
 }
 
-/// Seqs and tokens as two arrays, bound in seq order (the statements lock in that order
-/// anyway; binding it too keeps their plans' lookups in it).
+/// Seqs and tokens as two arrays, in the order given, so every array bound beside them
+/// (delays, targets …) lines up with them element for element. Not sorted here: the
+/// statements lock their rows in seq order themselves (`ORDER BY q.seq FOR UPDATE`),
+/// whatever order they are bound in — which `tests/queue_locks.rs` checks by binding in
+/// several orders.
 fn split(receipts: impl Iterator<Item = Receipt>) -> (Vec<i64>, Vec<Uuid>) {
-    let mut pairs: Vec<(i64, Uuid)> = receipts.map(|r| (r.seq, r.token)).collect();
-    pairs.sort_unstable_by_key(|&(seq, _)| seq);
-    pairs.into_iter().unzip()
-}
-
-/// `items` sorted by `seq`, borrowed.
-fn in_seq_order<T>(items: &[T], seq: impl Fn(&T) -> i64) -> Vec<&T> {
-    let mut sorted: Vec<&T> = items.iter().collect();
-    sorted.sort_by_key(|item| seq(item));
-    sorted
+    receipts.map(|r| (r.seq, r.token)).unzip()
 }
 
 fn settled(
