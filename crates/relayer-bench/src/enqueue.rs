@@ -2,7 +2,8 @@
 //! limit of a prepared single-row `INSERT` into an equivalent table, in the same run.
 //!
 //! For each **writer** — a direct enqueue of one message ([`QueueWriter`]), an outbox write
-//! of one and of ten messages ([`OutboxWriter`]), an inbox record ([`Inbox`]) — and each
+//! of one and of ten messages ([`OutboxWriter`]), and of one by a writer without NOTIFY
+//! (`outbox1q`: what the NOTIFY in every transaction costs), an inbox record ([`Inbox`]) — and each
 //! **client kind** a user writes on:
 //!
 //! - `client`: a tokio-postgres `Client`, each call its own (autocommitted) transaction;
@@ -51,11 +52,15 @@ enum Writer {
     Outbox1,
     /// [`OutboxWriter::enqueue`] of ten messages in one call.
     Outbox10,
+    /// [`OutboxWriter::enqueue`] of one message by a writer
+    /// [`without_notify`](OutboxWriter::without_notify): what the NOTIFY costs.
+    Outbox1Quiet,
     /// [`Inbox::record`] of one new message id.
     Inbox,
 }
 
-const ALL_WRITERS: [Writer; 4] = [Writer::Direct1, Writer::Outbox1, Writer::Outbox10, Writer::Inbox];
+const ALL_WRITERS: [Writer; 5] =
+    [Writer::Direct1, Writer::Outbox1, Writer::Outbox10, Writer::Outbox1Quiet, Writer::Inbox];
 
 impl Writer {
     fn name(self) -> &'static str {
@@ -63,6 +68,7 @@ impl Writer {
             Writer::Direct1 => "direct1",
             Writer::Outbox1 => "outbox1",
             Writer::Outbox10 => "outbox10",
+            Writer::Outbox1Quiet => "outbox1q",
             Writer::Inbox => "inbox",
         }
     }
@@ -102,9 +108,11 @@ impl Kind {
 struct Writers {
     queue: QueueWriter,
     outbox: OutboxWriter,
+    quiet_outbox: OutboxWriter,
     inbox: Inbox,
     sqlx_queue: SqlxQueueWriter,
     sqlx_outbox: SqlxWriter,
+    sqlx_quiet_outbox: SqlxWriter,
     sqlx_inbox: SqlxInbox,
 }
 
@@ -149,9 +157,11 @@ async fn run_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
     let writers = Arc::new(Writers {
         queue: QueueWriter::new(namespace, "queue"),
         outbox: OutboxWriter::new(namespace, ["queue"]),
+        quiet_outbox: OutboxWriter::new(namespace, ["queue"]).without_notify(),
         inbox: Inbox::new(namespace),
         sqlx_queue: SqlxQueueWriter::new(namespace, "queue"),
         sqlx_outbox: SqlxWriter::new(namespace, ["queue"]),
+        sqlx_quiet_outbox: SqlxWriter::from(OutboxWriter::new(namespace, ["queue"]).without_notify()),
         sqlx_inbox: SqlxInbox::new(namespace),
     });
     println!(
@@ -336,6 +346,9 @@ async fn write(conn: &mut Conn, writers: &Writers, writer: Writer, kind: Kind, n
                 Writer::Outbox1 | Writer::Outbox10 => {
                     writers.sqlx_outbox.enqueue(&mut *tx, &outbox_messages(n, writer.messages())).await?;
                 }
+                Writer::Outbox1Quiet => {
+                    writers.sqlx_quiet_outbox.enqueue(&mut *tx, &outbox_messages(n, 1)).await?;
+                }
                 Writer::Inbox => {
                     writers.sqlx_inbox.record(&mut *tx, "bench", MessageId::new()).await?;
                 }
@@ -352,6 +365,9 @@ async fn relayer_write(client: &impl Executor, writers: &Writers, writer: Writer
         }
         Writer::Outbox1 | Writer::Outbox10 => {
             writers.outbox.enqueue(client, &outbox_messages(n, writer.messages())).await?;
+        }
+        Writer::Outbox1Quiet => {
+            writers.quiet_outbox.enqueue(client, &outbox_messages(n, 1)).await?;
         }
         Writer::Inbox => {
             writers.inbox.record(client, "bench", MessageId::new()).await?;
@@ -422,7 +438,7 @@ async fn raw_write(
             let (id, body) = (uuid::Uuid::now_v7(), body(n));
             client.query(&statements.queue, &[&id, &"bench", &body, &headers]).await?;
         }
-        Writer::Outbox1 | Writer::Outbox10 => {
+        Writer::Outbox1 | Writer::Outbox10 | Writer::Outbox1Quiet => {
             let count = writer.messages();
             let rows: Vec<(uuid::Uuid, Vec<u8>)> = (n..n + count).map(|i| (uuid::Uuid::now_v7(), body(i))).collect();
             let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(count * 5);
