@@ -35,7 +35,9 @@ use std::time::{Duration, Instant};
 
 use bb8_postgres::PostgresConnectionManager;
 use relayer_core::{MessageId, NewMessage};
-use relayer_postgres::{Executor, Inbox, OutboxWriter, PgClient, Prepared, QueueWriter, StatementCache, StatementMode};
+use relayer_postgres::{
+    Executor, Inbox, OutboxWriter, PgClient, Prepared, QueueWriter, StatementCache, StatementMode,
+};
 use relayer_sqlx::{SqlxInbox, SqlxQueueWriter, SqlxWriter};
 use sqlx::Connection as _;
 use tokio_postgres::types::{ToSql, Type};
@@ -172,7 +174,8 @@ async fn run_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
 
     println!("  where the time goes (one connection, back to back, rolled back: no commit):");
     for writer in ALL_WRITERS {
-        let (unnamed, prepared) = plan_cost(scratch, &writers, writer, if quick { 300 } else { 1500 }).await?;
+        let (unnamed, prepared) =
+            plan_cost(scratch, &writers, writer, if quick { 300 } else { 1500 }).await?;
         println!(
             "    {:<9} unnamed {unnamed:>7.1} µs/call   prepared {prepared:>7.1} µs/call   parse+plan {:>6.1} µs",
             writer.name(),
@@ -237,7 +240,9 @@ async fn cell(
         relayer_conns.push(match kind {
             Kind::Client | Kind::Transaction => Conn::Plain(connect(&scratch.config).await?),
             Kind::Bb8 => Conn::Pool(pool.clone().ok_or("no pool")?),
-            Kind::Sqlx => Conn::Sqlx(sqlx::PgConnection::connect_with(&sqlx_options(&scratch.config)?).await?),
+            Kind::Sqlx => {
+                Conn::Sqlx(sqlx::PgConnection::connect_with(&sqlx_options(&scratch.config)?).await?)
+            }
             Kind::Kept => Conn::Kept(PgClient::new(connect(&scratch.config).await?)),
         });
     }
@@ -358,7 +363,12 @@ async fn write(conn: &mut Conn, writers: &Writers, writer: Writer, kind: Kind, n
     }
 }
 
-async fn relayer_write(client: &impl Executor, writers: &Writers, writer: Writer, n: usize) -> BenchResult<()> {
+async fn relayer_write(
+    client: &impl Executor,
+    writers: &Writers,
+    writer: Writer,
+    n: usize,
+) -> BenchResult<()> {
     match writer {
         Writer::Direct1 => {
             writers.queue.enqueue(client, &direct_messages(n, 1)).await?;
@@ -392,9 +402,8 @@ async fn raw_statements(scratch: &Scratch, client: &tokio_postgres::Client) -> B
         let p = i * 5;
         format!("(${}, ${}, ${}, ${}, ${}, now())", p + 1, p + 2, p + 3, p + 4, p + 5)
     };
-    let outbox_types: Vec<Type> = (0..10)
-        .flat_map(|_| [Type::UUID, Type::TEXT, Type::TEXT, Type::BYTEA, Type::JSONB])
-        .collect();
+    let outbox_types: Vec<Type> =
+        (0..10).flat_map(|_| [Type::UUID, Type::TEXT, Type::TEXT, Type::BYTEA, Type::JSONB]).collect();
     let outbox_insert = |rows: usize| {
         format!(
             "INSERT INTO {schema}.\"raw_outbox\" (message_id, transport, destination, body, headers, visible_at) \
@@ -440,7 +449,8 @@ async fn raw_write(
         }
         Writer::Outbox1 | Writer::Outbox10 | Writer::Outbox1Quiet => {
             let count = writer.messages();
-            let rows: Vec<(uuid::Uuid, Vec<u8>)> = (n..n + count).map(|i| (uuid::Uuid::now_v7(), body(i))).collect();
+            let rows: Vec<(uuid::Uuid, Vec<u8>)> =
+                (n..n + count).map(|i| (uuid::Uuid::now_v7(), body(i))).collect();
             let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(count * 5);
             for (id, body) in &rows {
                 params.extend([id as &(dyn ToSql + Sync), &"queue", &"bench.created", body, &headers]);
@@ -458,7 +468,12 @@ async fn raw_write(
 /// Microseconds per call of `writer`'s statement sent unnamed and prepared, back to back on
 /// one connection inside a transaction rolled back at the end: the medians of three
 /// alternations of `calls` calls each.
-async fn plan_cost(scratch: &Scratch, writers: &Writers, writer: Writer, calls: usize) -> BenchResult<(f64, f64)> {
+async fn plan_cost(
+    scratch: &Scratch,
+    writers: &Writers,
+    writer: Writer,
+    calls: usize,
+) -> BenchResult<(f64, f64)> {
     let mut client = connect(&scratch.config).await?;
     let statements = StatementCache::new(StatementMode::Prepared);
     let (mut unnamed, mut prepared) = (Vec::new(), Vec::new());

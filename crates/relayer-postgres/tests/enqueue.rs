@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime};
 
 use relayer_core::{Delivery, MessageId, NewMessage, PassBackoff, Timestamp};
 use relayer_postgres::{
-    Executor, Heard, Inbox, InboxEntry, OutboxWriter, PgClient, Prepared, QueueWriter, StatementCache, StatementMode,
-    connect_pool, listen, migrate,
+    Executor, Heard, Inbox, InboxEntry, OutboxWriter, PgClient, Prepared, QueueWriter, StatementCache,
+    StatementMode, connect_pool, listen, migrate,
 };
 use relayer_test_support::{PoolMode, TestDb, pgbouncer};
 use tokio_util::sync::CancellationToken;
@@ -34,7 +34,8 @@ fn every_kind(destination: &str) -> Vec<NewMessage> {
             .header("kind", "now")
             .trace_context("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
         NewMessage::new("queue", destination, b"at".to_vec()).delivery(Delivery::At(far)),
-        NewMessage::new("queue", destination, vec![0, 159, 255]).delivery(Delivery::After(Duration::from_secs(60))),
+        NewMessage::new("queue", destination, vec![0, 159, 255])
+            .delivery(Delivery::After(Duration::from_secs(60))),
     ]
 }
 
@@ -108,7 +109,10 @@ async fn a_message_written_alone_lands_as_in_a_batch_on_every_client_out_2_que_4
     write_each_way(&Prepared::new(&tx, &statements), &queue, &outbox, "kept").await;
     record_twice(&Prepared::new(&tx, &statements), &inbox, "kept").await;
     tx.commit().await.unwrap();
-    assert_eq!(statements.len(), 5, "one-row and multi-row, queue and outbox, and the inbox record");
+    // The queue's one-row insert with its NOTIFY (the first write to a queue is due) and
+    // without (scheduled messages wake nobody), its notifying multi-row insert, the
+    // outbox's one-row and multi-row inserts, and the inbox record: each prepared once.
+    assert_eq!(statements.len(), 6);
 
     let mut kept = PgClient::new(db.connect().await);
     let (connection, statements) = kept.split();
@@ -120,7 +124,7 @@ async fn a_message_written_alone_lands_as_in_a_batch_on_every_client_out_2_que_4
     let connection = pool.get().await.unwrap();
     write_each_way(&*connection, &queue, &outbox, "pool").await;
     record_twice(&*connection, &inbox, "pool").await;
-    assert_eq!(connection.statements().len(), 5);
+    assert_eq!(connection.statements().len(), 6);
     drop(connection);
 
     let bb8 = db.pool(1).await;

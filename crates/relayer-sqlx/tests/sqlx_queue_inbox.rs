@@ -100,7 +100,10 @@ async fn both_drivers_enqueue_the_same_queue_rows_drv_1_que_4() {
 async fn sqlx_prepares_each_one_message_statement_once_per_connection_drv_1() {
     let (db, client, pool) = migrated(2).await;
     // Scheduled messages never notify: each write runs the same (silent) statement.
-    let later = || NewMessage::new("queue", "orders", b"later".to_vec()).delivery(Delivery::After(Duration::from_secs(60)));
+    let later = || {
+        NewMessage::new("queue", "orders", b"later".to_vec())
+            .delivery(Delivery::After(Duration::from_secs(60)))
+    };
     let queue = SqlxQueueWriter::new(db.namespace(), "queue");
     let outbox = relayer_sqlx::SqlxWriter::new(db.namespace(), ["queue"]);
     let inbox = SqlxInbox::new(db.namespace());
@@ -112,8 +115,13 @@ async fn sqlx_prepares_each_one_message_statement_once_per_connection_drv_1() {
         inbox.record(&mut *tx, "billing", MessageId::new()).await.unwrap();
         tx.commit().await.unwrap();
     }
-    let ours = format!("SELECT statement FROM pg_prepared_statements WHERE statement LIKE '%{}%' ORDER BY 1", db.schema());
-    let prepared: Vec<String> = sqlx::query_scalar(&ours).fetch_all(&mut *connection).await.unwrap();
+    let ours = format!(
+        "SELECT statement FROM pg_prepared_statements WHERE statement LIKE '%{}%' ORDER BY 1",
+        db.schema()
+    );
+    // This query itself unnamed, so it does not count itself.
+    let prepared: Vec<String> =
+        sqlx::query_scalar(&ours).persistent(false).fetch_all(&mut *connection).await.unwrap();
     let one = [later()];
     let mut expected = vec![
         queue.queue_writer().batch(&one).unwrap().statement().to_owned(),
@@ -127,7 +135,8 @@ async fn sqlx_prepares_each_one_message_statement_once_per_connection_drv_1() {
     let unnamed = SqlxQueueWriter::new(db.namespace(), "queue").with_statement_mode(StatementMode::Unnamed);
     let mut other = pool.acquire().await.unwrap();
     unnamed.enqueue(&mut *other, &[later()]).await.unwrap();
-    let prepared: Vec<String> = sqlx::query_scalar(&ours).fetch_all(&mut *other).await.unwrap();
+    let prepared: Vec<String> =
+        sqlx::query_scalar(&ours).persistent(false).fetch_all(&mut *other).await.unwrap();
     assert!(prepared.is_empty(), "{prepared:?}");
     let count: i64 = client
         .query_one(&format!("SELECT count(*) FROM {}", db.namespace().table("queue")), &[])

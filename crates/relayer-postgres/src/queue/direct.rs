@@ -123,7 +123,9 @@ impl QueueWriter {
                                   WHERE EXISTS (SELECT FROM inserted)) \
                      SELECT inserted.seq, inserted.message_id FROM inserted, notified ORDER BY inserted.seq"
                 ),
-                silent: format!("WITH inserted AS ({rows}) SELECT seq, message_id FROM inserted ORDER BY seq"),
+                silent: format!(
+                    "WITH inserted AS ({rows}) SELECT seq, message_id FROM inserted ORDER BY seq"
+                ),
             },
             channel: super::queue_channel(namespace),
             transport: queue_transport.into(),
@@ -239,7 +241,8 @@ impl QueueWriter {
     fn encode<'a>(&'a self, messages: &'a [NewMessage], wake: Vec<&'a str>) -> QueueBatch<'a> {
         // One message notifies its own queue or none; a part of a split batch may carry the
         // whole batch's queues to wake, which only the multi-row statement can name.
-        let single = matches!(messages, [message] if wake.iter().all(|queue| *queue == message.destination()));
+        let single =
+            matches!(messages, [message] if wake.iter().all(|queue| *queue == message.destination()));
         let inserts = if single { &self.one } else { &self.rows };
         let statement = if wake.is_empty() { &inserts.silent } else { &inserts.notifying };
         QueueBatch { statement, single, columns: WrittenColumns::of(messages), wake, channel: &self.channel }
@@ -348,7 +351,7 @@ impl<'a> QueueBatch<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
+    use crate::outbox::placeholders;
 
     /// QUE-4: every statement shape binds exactly the parameters it names — one message
     /// (silent, notifying), several (silent, notifying), and one message of a split batch
@@ -357,7 +360,10 @@ mod tests {
     fn each_direct_statement_shape_binds_what_it_names_que_4() {
         let writer = QueueWriter::new(&Namespace::default(), "queue");
         let one = [NewMessage::new("queue", "orders", b"a".to_vec())];
-        let two = [NewMessage::new("queue", "orders", b"a".to_vec()), NewMessage::new("queue", "bills", b"b".to_vec())];
+        let two = [
+            NewMessage::new("queue", "orders", b"a".to_vec()),
+            NewMessage::new("queue", "bills", b"b".to_vec()),
+        ];
         let shapes = [
             (writer.encode(&one, vec![]), true, false),
             (writer.encode(&one, vec!["orders"]), true, true),
@@ -376,13 +382,17 @@ mod tests {
     /// nobody (the pump's polling finds it when due), so its statement has no NOTIFY.
     #[test]
     fn a_first_write_notifies_and_a_scheduled_one_never_que_4() {
-        let writer = QueueWriter::new(&Namespace::default(), "queue").with_notify_interval(Duration::from_secs(3_600));
-        let later = [NewMessage::new("queue", "orders", b"a".to_vec()).delivery(Delivery::After(Duration::from_secs(60)))];
+        let writer =
+            QueueWriter::new(&Namespace::default(), "queue").with_notify_interval(Duration::from_secs(3_600));
+        let later = [NewMessage::new("queue", "orders", b"a".to_vec())
+            .delivery(Delivery::After(Duration::from_secs(60)))];
         assert!(!writer.batch(&later).unwrap().statement().contains("pg_notify"));
         let now = [NewMessage::new("queue", "orders", b"b".to_vec())];
         let batch = writer.batch(&now).unwrap();
         assert!(batch.statement().contains("pg_notify"));
-        assert!(matches!(batch.params().last(), Some(EnqueueParam::Text(channel)) if *channel == writer.channel()));
+        assert!(
+            matches!(batch.params().last(), Some(EnqueueParam::Text(channel)) if *channel == writer.channel())
+        );
     }
 
     /// OUT-3: no body limit lets through a body one PostgreSQL insert cannot carry.
