@@ -195,6 +195,26 @@ impl OutboxWriter {
     /// visible, and dispatchers listening on the namespace's channel wake, iff the caller's
     /// transaction commits.
     ///
+    /// One message runs a one-row `INSERT … VALUES`, cheap to plan even sent unnamed (a
+    /// plain client or transaction plans every statement it sends); a batch runs one
+    /// multi-row statement. To skip the planning as well, run the writer through
+    /// [`Prepared`](crate::Prepared) over a [`StatementCache`](crate::StatementCache) that
+    /// lives with your connection ([`PgClient::split`](crate::PgClient::split)):
+    ///
+    /// ```no_run
+    /// # async fn example(client: tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use relayer_core::{Namespace, NewMessage};
+    /// use relayer_postgres::{PgClient, Prepared, OutboxWriter};
+    ///
+    /// let writer = OutboxWriter::new(&Namespace::default(), ["queue"]);
+    /// let mut client = PgClient::new(client); // keeps the statements prepared on it
+    /// let (connection, statements) = client.split();
+    /// let tx = connection.transaction().await?;
+    /// writer.enqueue(&Prepared::new(&tx, statements), &[NewMessage::new("queue", "orders", b"{}".to_vec())]).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// A batch whose rows add up to more than 256 MiB is written in several statements, in
     /// order, each under PostgreSQL's 1 GiB limits (one round trip each). They commit
     /// together inside a transaction; on an autocommitting client one by one.

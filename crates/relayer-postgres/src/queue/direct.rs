@@ -173,6 +173,26 @@ impl QueueWriter {
     /// Every message is validated first (OUT-3, and no lane); on any refusal nothing is
     /// written. The messages become receivable iff the caller's transaction commits, each
     /// at its delivery time.
+    ///
+    /// One message runs a one-row `INSERT … VALUES`, cheap to plan even sent unnamed (a
+    /// plain client or transaction plans every statement it sends); a batch runs one
+    /// multi-row statement. To skip the planning as well, run the writer through
+    /// [`Prepared`](crate::Prepared) over a [`StatementCache`](crate::StatementCache) that
+    /// lives with your connection ([`PgClient::split`](crate::PgClient::split)):
+    ///
+    /// ```no_run
+    /// # async fn example(client: tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use relayer_core::{Namespace, NewMessage};
+    /// use relayer_postgres::{PgClient, Prepared, QueueWriter};
+    ///
+    /// let writer = QueueWriter::new(&Namespace::default(), "queue");
+    /// let mut client = PgClient::new(client); // keeps the statements prepared on it
+    /// let (connection, statements) = client.split();
+    /// let tx = connection.transaction().await?;
+    /// writer.enqueue(&Prepared::new(&tx, statements), &[NewMessage::new("queue", "orders", b"{}".to_vec())]).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn enqueue(
         &self,
         client: &impl Executor,
