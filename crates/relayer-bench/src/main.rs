@@ -34,6 +34,9 @@
 //! `consumer` measures the queue consumer against the raw read-and-delete loop, direct
 //! enqueue end to end, and the idle inbox cleanup pass; see [`consumer`].
 //!
+//! `enqueue` measures each writer (direct enqueue, outbox, inbox record) on each client kind
+//! a user holds against a prepared single-row insert; see [`enqueue`].
+//!
 //! `brokers` measures outbox → broker throughput against a raw publish loop; see
 //! [`brokers`]. `claims` measures what a claimed row costs PostgreSQL: relayer's
 //! committed claim, a heap-only-update claim and a transaction-held one; see [`claims`].
@@ -48,6 +51,7 @@
 mod brokers;
 mod claims;
 mod consumer;
+mod enqueue;
 mod explain;
 mod maintenance;
 mod raw_queue;
@@ -82,12 +86,13 @@ async fn main() {
         Some("explain") => explain::run(quick).await,
         Some("maintenance") => maintenance::run(quick).await,
         Some("consumer") => consumer::run(quick).await,
+        Some("enqueue") => enqueue::run(quick).await,
         Some("brokers") => brokers::run(quick).await,
         Some("claims") => claims::run(quick).await,
         Some("xmin") => xmin::run(quick).await,
         Some("tripped") => tripped_only(quick).await,
         _ => {
-            Err("usage: relayer-bench dispatch|tripped|explain|maintenance|consumer|brokers|claims|xmin [--quick]"
+            Err("usage: relayer-bench dispatch|tripped|explain|maintenance|consumer|enqueue|brokers|claims|xmin [--quick]"
                 .into())
         }
     };

@@ -31,6 +31,9 @@ where
             EnqueueParam::OptionalTimestamps(values) => {
                 Bound::Timestamps(values.iter().map(|at| at.map(PgTimestamptz)).collect())
             }
+            EnqueueParam::Id(id) => Bound::Uuid(PgUuid(*id.as_uuid())),
+            EnqueueParam::HeaderObject(headers) => Bound::Json(PgJsonb(headers)),
+            EnqueueParam::OptionalTimestamp(at) => Bound::Timestamp(at.map(PgTimestamptz)),
             other => Bound::AsIs(other),
         })
         .collect();
@@ -40,6 +43,12 @@ where
             Bound::Uuids(values) => query.bind(values),
             Bound::Jsons(values) => query.bind(values),
             Bound::Timestamps(values) => query.bind(values),
+            Bound::Uuid(value) => query.bind(*value),
+            Bound::Json(value) => query.bind(*value),
+            Bound::Timestamp(value) => query.bind(*value),
+            Bound::AsIs(EnqueueParam::OptionalText(value)) => query.bind(*value),
+            Bound::AsIs(EnqueueParam::Body(value)) => query.bind(*value),
+            Bound::AsIs(EnqueueParam::OptionalInt8(value)) => query.bind(*value),
             Bound::AsIs(EnqueueParam::Texts(values)) => query.bind(*values),
             Bound::AsIs(EnqueueParam::OptionalTexts(values)) => query.bind(*values),
             Bound::AsIs(EnqueueParam::Bytes(values)) => query.bind(*values),
@@ -69,5 +78,8 @@ enum Bound<'a> {
     Uuids(Vec<PgUuid>),
     Jsons(Vec<PgJsonb<'a, 'a>>),
     Timestamps(Vec<Option<PgTimestamptz>>),
+    Uuid(PgUuid),
+    Json(PgJsonb<'a, 'a>),
+    Timestamp(Option<PgTimestamptz>),
     AsIs(EnqueueParam<'a>),
 }

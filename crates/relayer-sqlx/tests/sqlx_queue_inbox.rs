@@ -77,7 +77,9 @@ async fn both_drivers_enqueue_the_same_queue_rows_drv_1_que_4() {
             .fetch_all(&mut *tx)
             .await
             .unwrap();
-    let expected = writer.batch(&messages).unwrap().statement().replace(tokio_db.schema(), sqlx_db.schema());
+    // A fresh writer renders what the sqlx writer's first write ran: the notifying batch.
+    let fresh = QueueWriter::new(tokio_db.namespace(), "queue");
+    let expected = fresh.batch(&messages).unwrap().statement().replace(tokio_db.schema(), sqlx_db.schema());
     assert_eq!(prepared, vec![expected]);
     tx.commit().await.unwrap();
 
@@ -89,6 +91,59 @@ async fn both_drivers_enqueue_the_same_queue_rows_drv_1_que_4() {
         (queue_rows(&tokio_client, &tokio_db).await, queue_rows(&sqlx_client, &sqlx_db).await);
     assert_eq!(tokio_rows.len(), messages.len());
     assert_eq!(tokio_rows, sqlx_rows);
+}
+
+/// DRV-1, QUE-4, QUE-3: sqlx prepares each writer's one-message statement once per
+/// connection and reuses it (its named-statement cache), byte for byte the tokio-postgres
+/// writer's; in `StatementMode::Unnamed` it prepares none.
+#[tokio::test]
+async fn sqlx_prepares_each_one_message_statement_once_per_connection_drv_1() {
+    let (db, client, pool) = migrated(2).await;
+    // Scheduled messages never notify: each write runs the same (silent) statement.
+    let later = || {
+        NewMessage::new("queue", "orders", b"later".to_vec())
+            .delivery(Delivery::After(Duration::from_secs(60)))
+    };
+    let queue = SqlxQueueWriter::new(db.namespace(), "queue");
+    let outbox = relayer_sqlx::SqlxWriter::new(db.namespace(), ["queue"]);
+    let inbox = SqlxInbox::new(db.namespace());
+    let mut connection = pool.acquire().await.unwrap();
+    for _ in 0..3 {
+        let mut tx = sqlx::Connection::begin(&mut *connection).await.unwrap();
+        queue.enqueue(&mut *tx, &[later()]).await.unwrap();
+        outbox.enqueue(&mut *tx, &[later()]).await.unwrap();
+        inbox.record(&mut *tx, "billing", MessageId::new()).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let ours = format!(
+        "SELECT statement FROM pg_prepared_statements WHERE statement LIKE '%{}%' ORDER BY 1",
+        db.schema()
+    );
+    // This query itself unnamed, so it does not count itself.
+    let prepared: Vec<String> =
+        sqlx::query_scalar(&ours).persistent(false).fetch_all(&mut *connection).await.unwrap();
+    let one = [later()];
+    let mut expected = vec![
+        queue.queue_writer().batch(&one).unwrap().statement().to_owned(),
+        outbox.outbox_writer().batch(&one).unwrap().statement().to_owned(),
+        Inbox::new(db.namespace()).record_statement("billing", MessageId::new()).unwrap().to_owned(),
+    ];
+    expected.sort();
+    assert_eq!(prepared, expected, "each prepared once, and exactly the writers' statements");
+    assert!(expected[..2].iter().all(|sql| !sql.contains("unnest")), "the one-row inserts");
+
+    let unnamed = SqlxQueueWriter::new(db.namespace(), "queue").with_statement_mode(StatementMode::Unnamed);
+    let mut other = pool.acquire().await.unwrap();
+    unnamed.enqueue(&mut *other, &[later()]).await.unwrap();
+    let prepared: Vec<String> =
+        sqlx::query_scalar(&ours).persistent(false).fetch_all(&mut *other).await.unwrap();
+    assert!(prepared.is_empty(), "{prepared:?}");
+    let count: i64 = client
+        .query_one(&format!("SELECT count(*) FROM {}", db.namespace().table("queue")), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 4);
 }
 
 /// OUT-3, QUE-4: a message the direct writer refuses (a lane) is named, and nothing of

@@ -33,6 +33,8 @@ mod writer;
 pub use relayer_core::store::{Claimed, ClaimedMessage, Completion, CompletionReport, UndecodableRow};
 
 pub(crate) use self::batch::insert_and_read_back;
+#[cfg(test)]
+pub(crate) use self::batch::placeholders;
 pub use self::batch::{EnqueueBatch, EnqueueParam};
 pub use self::channel::notify_channel;
 pub(crate) use self::channel::{channel, lane_lock_prefix};

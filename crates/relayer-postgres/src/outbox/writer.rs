@@ -50,6 +50,8 @@ pub struct OutboxWriter {
     unordered: InsertStatements,
     /// The insert for batches with lane rows: it takes the lanes' locks first.
     ordered: InsertStatements,
+    /// The insert for one message without a lane: `INSERT … VALUES`, cheap to plan.
+    single: InsertStatements,
     notify: bool,
     channel: String,
     transports: BTreeSet<String>,
@@ -120,9 +122,31 @@ impl OutboxWriter {
                 silent: format!("{inserted} SELECT seq, message_id FROM inserted ORDER BY seq"),
             }
         };
+        // One message without a lane, the commonest write, as the plain one-row insert it
+        // is: sent unnamed (planned on every call) it costs a fraction of the multi-row
+        // statement's planning (docs/performance.md, "Enqueue"). Same columns, same
+        // scheduling on the database clock, same NOTIFY.
+        let single = {
+            let inserted = format!(
+                "INSERT INTO {outbox} (message_id, transport, destination, body, headers, trace_context, \
+                                       deliver_at, visible_at) \
+                 VALUES ($1::uuid, $2::text, $3::text, $4::bytea, $5::jsonb, $6::text, \
+                         coalesce($7::timestamptz, now() + $8::int8 * interval '1 microsecond'), \
+                         coalesce($7::timestamptz, now() + $8::int8 * interval '1 microsecond', now())) \
+                 RETURNING seq, message_id"
+            );
+            InsertStatements {
+                notifying: format!(
+                    "WITH inserted AS ({inserted}), notified AS (SELECT pg_notify($9::text, '') AS done) \
+                     SELECT inserted.seq, inserted.message_id FROM inserted, notified"
+                ),
+                silent: inserted,
+            }
+        };
         OutboxWriter {
             unordered: insert(false),
             ordered: insert(true),
+            single,
             channel: notify_channel(namespace),
             lane_lock_prefix: lane_lock_prefix(namespace),
             transports: transports.into_iter().map(Into::into).collect(),
@@ -170,6 +194,26 @@ impl OutboxWriter {
     /// Every message is validated first; on any refusal nothing is written. The rows become
     /// visible, and dispatchers listening on the namespace's channel wake, iff the caller's
     /// transaction commits.
+    ///
+    /// One message runs a one-row `INSERT … VALUES`, cheap to plan even sent unnamed (a
+    /// plain client or transaction plans every statement it sends); a batch runs one
+    /// multi-row statement. To skip the planning as well, run the writer through
+    /// [`Prepared`](crate::Prepared) over a [`StatementCache`](crate::StatementCache) that
+    /// lives with your connection ([`PgClient::split`](crate::PgClient::split)):
+    ///
+    /// ```no_run
+    /// # async fn example(client: tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use relayer_core::{Namespace, NewMessage};
+    /// use relayer_postgres::{PgClient, Prepared, OutboxWriter};
+    ///
+    /// let writer = OutboxWriter::new(&Namespace::default(), ["queue"]);
+    /// let mut client = PgClient::new(client); // keeps the statements prepared on it
+    /// let (connection, statements) = client.split();
+    /// let tx = connection.transaction().await?;
+    /// writer.enqueue(&Prepared::new(&tx, statements), &[NewMessage::new("queue", "orders", b"{}".to_vec())]).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// A batch whose rows add up to more than 256 MiB is written in several statements, in
     /// order, each under PostgreSQL's 1 GiB limits (one round trip each). They commit
@@ -239,10 +283,17 @@ impl OutboxWriter {
         Ok(batch)
     }
 
-    /// The statement rendering for `batch`: with the lanes' locks when it has lane keys, with
+    /// The statement rendering for `batch`: the one-row insert for a single message without
+    /// lane keys, else the multi-row one, with the lanes' locks when it has lane keys; with
     /// the NOTIFY unless the writer is silent.
     fn statement_for(&self, batch: &EnqueueBatch<'_>) -> &str {
-        let statements = if batch.lane_keys.is_empty() { &self.unordered } else { &self.ordered };
+        let statements = if batch.is_single() {
+            &self.single
+        } else if batch.lane_keys.is_empty() {
+            &self.unordered
+        } else {
+            &self.ordered
+        };
         if self.notify { &statements.notifying } else { &statements.silent }
     }
 
@@ -272,6 +323,33 @@ impl OutboxWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outbox::placeholders;
+
+    /// OUT-1, OUT-4: every enqueue statement shape binds exactly the parameters it names:
+    /// one message (the one-row insert) or several, with or without lanes, notifying or not.
+    #[test]
+    fn each_outbox_statement_shape_binds_what_it_names_out_1() {
+        let one = [NewMessage::new("queue", "orders", b"a".to_vec())];
+        let laned = [NewMessage::new("queue", "orders", b"a".to_vec()).lane("l")];
+        let two = [
+            NewMessage::new("queue", "orders", b"a".to_vec()),
+            NewMessage::new("queue", "bills", b"b".to_vec()),
+        ];
+        for writer in [
+            OutboxWriter::new(&Namespace::default(), ["queue"]),
+            OutboxWriter::new(&Namespace::default(), ["queue"]).without_notify(),
+        ] {
+            for (messages, single) in [(&one[..], true), (&laned[..], false), (&two[..], false)] {
+                let batch = writer.batch(messages).unwrap();
+                // A silent multi-row statement without lanes leaves its last parameter, the
+                // (empty) lane keys `$10`, bound but unreferenced, as it always has.
+                let unreferenced = usize::from(!single && !writer.notify && batch.lane_keys.is_empty());
+                assert_eq!(placeholders(batch.statement()) + unreferenced, batch.params().len(), "{batch:?}");
+                assert_eq!(batch.statement().contains("unnest"), !single, "{batch:?}");
+                assert_eq!(batch.statement().contains("pg_notify"), writer.notify, "{batch:?}");
+            }
+        }
+    }
 
     /// OUT-3: no body limit lets through a body PostgreSQL cannot store.
     #[test]

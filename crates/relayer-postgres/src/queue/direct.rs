@@ -59,7 +59,10 @@ pub use relayer_core::notifications::{DEFAULT_NOTIFY_INTERVAL, NOTIFY_AFTER_QUIE
 /// ```
 #[derive(Clone, Debug)]
 pub struct QueueWriter {
-    insert: String,
+    /// The insert of one message: `INSERT … VALUES`, cheap to plan.
+    one: Inserts,
+    /// The insert of several messages: one multi-row statement over arrays.
+    rows: Inserts,
     channel: String,
     transport: String,
     max_body_bytes: usize,
@@ -70,28 +73,60 @@ pub struct QueueWriter {
     notified: Arc<Mutex<HashMap<String, (Instant, Instant)>>>,
 }
 
+/// One insert, rendered with and without the NOTIFY: a write notifies only when due, and
+/// then the statement without it is the one that runs (and is planned) almost every time.
+#[derive(Clone, Debug)]
+struct Inserts {
+    notifying: String,
+    silent: String,
+}
+
 impl QueueWriter {
     /// A writer for `namespace`'s queue table accepting messages whose transport is
     /// `queue_transport` (the name the queue transport is registered under, `"queue"` by
     /// default), with bodies up to [`DEFAULT_MAX_BODY_BYTES`].
     pub fn new(namespace: &Namespace, queue_transport: impl Into<String>) -> Self {
         let queue = namespace.table("queue");
+        // Index: none read; each maintains queue_pkey and queue_receive_idx.
+        // One message, the commonest write: the plain one-row insert. Sent unnamed it is
+        // planned on every call, and costs a fraction of the multi-row statement's planning
+        // (docs/performance.md, "Enqueue"). When due, the NOTIFY of its queue ($2) on $8.
+        let one = format!(
+            "INSERT INTO {queue} (message_id, queue, body, headers, trace_context, visible_at) \
+             VALUES ($1::uuid, $2::text, $3::bytea, $4::jsonb, $5::text, \
+                     coalesce($6::timestamptz, now() + $7::int8 * interval '1 microsecond', now())) \
+             RETURNING seq, message_id"
+        );
+        // Several: one multi-row insert over arrays; when due, the NOTIFY of the queues in
+        // $8 on $9, once, after it.
+        let rows = format!(
+            "INSERT INTO {queue} (message_id, queue, body, headers, trace_context, visible_at) \
+             SELECT m.id, m.queue, m.body, m.headers, m.trace_context, \
+                    coalesce(m.deliver_at, now() + m.delay_us * interval '1 microsecond', now()) \
+             FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::jsonb[], $5::text[], \
+                         $6::timestamptz[], $7::int8[]) WITH ORDINALITY \
+                  AS m(id, queue, body, headers, trace_context, deliver_at, delay_us, ord) \
+             ORDER BY m.ord RETURNING seq, message_id"
+        );
         QueueWriter {
-            // One multi-row insert; the NOTIFY of the queues in $8 (often none) runs once,
-            // after it. Index: none read; maintains queue_pkey and queue_receive_idx.
-            insert: format!(
-                "WITH inserted AS ( \
-                   INSERT INTO {queue} (message_id, queue, body, headers, trace_context, visible_at) \
-                   SELECT m.id, m.queue, m.body, m.headers, m.trace_context, \
-                          coalesce(m.deliver_at, now() + m.delay_us * interval '1 microsecond', now()) \
-                   FROM unnest($1::uuid[], $2::text[], $3::bytea[], $4::jsonb[], $5::text[], \
-                               $6::timestamptz[], $7::int8[]) WITH ORDINALITY \
-                        AS m(id, queue, body, headers, trace_context, deliver_at, delay_us, ord) \
-                   ORDER BY m.ord RETURNING seq, message_id), \
-                 notified AS (SELECT count(pg_notify($9, q)) AS n FROM unnest($8::text[]) AS q \
-                              WHERE EXISTS (SELECT FROM inserted)) \
-                 SELECT inserted.seq, inserted.message_id FROM inserted, notified ORDER BY inserted.seq"
-            ),
+            one: Inserts {
+                notifying: format!(
+                    "WITH inserted AS ({one}), notified AS (SELECT pg_notify($8::text, $2::text) AS done) \
+                     SELECT inserted.seq, inserted.message_id FROM inserted, notified"
+                ),
+                silent: one,
+            },
+            rows: Inserts {
+                notifying: format!(
+                    "WITH inserted AS ({rows}), \
+                     notified AS (SELECT count(pg_notify($9::text, q)) AS n FROM unnest($8::text[]) AS q \
+                                  WHERE EXISTS (SELECT FROM inserted)) \
+                     SELECT inserted.seq, inserted.message_id FROM inserted, notified ORDER BY inserted.seq"
+                ),
+                silent: format!(
+                    "WITH inserted AS ({rows}) SELECT seq, message_id FROM inserted ORDER BY seq"
+                ),
+            },
             channel: super::queue_channel(namespace),
             transport: queue_transport.into(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -138,6 +173,26 @@ impl QueueWriter {
     /// Every message is validated first (OUT-3, and no lane); on any refusal nothing is
     /// written. The messages become receivable iff the caller's transaction commits, each
     /// at its delivery time.
+    ///
+    /// One message runs a one-row `INSERT … VALUES`, cheap to plan even sent unnamed (a
+    /// plain client or transaction plans every statement it sends); a batch runs one
+    /// multi-row statement. To skip the planning as well, run the writer through
+    /// [`Prepared`](crate::Prepared) over a [`StatementCache`](crate::StatementCache) that
+    /// lives with your connection ([`PgClient::split`](crate::PgClient::split)):
+    ///
+    /// ```no_run
+    /// # async fn example(client: tokio_postgres::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use relayer_core::{Namespace, NewMessage};
+    /// use relayer_postgres::{PgClient, Prepared, QueueWriter};
+    ///
+    /// let writer = QueueWriter::new(&Namespace::default(), "queue");
+    /// let mut client = PgClient::new(client); // keeps the statements prepared on it
+    /// let (connection, statements) = client.split();
+    /// let tx = connection.transaction().await?;
+    /// writer.enqueue(&Prepared::new(&tx, statements), &[NewMessage::new("queue", "orders", b"{}".to_vec())]).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn enqueue(
         &self,
         client: &impl Executor,
@@ -164,12 +219,7 @@ impl QueueWriter {
         let mut wake = batch.wake.clone();
         let mut written = Vec::with_capacity(messages.len());
         for run in runs {
-            let part = QueueBatch {
-                statement: &self.insert,
-                columns: WrittenColumns::of(&messages[run]),
-                wake: std::mem::take(&mut wake),
-                channel: &self.channel,
-            };
+            let part = self.encode(&messages[run], std::mem::take(&mut wake));
             written.extend(
                 crate::outbox::insert_and_read_back(client, part.statement(), &part.params(), what()).await?,
             );
@@ -201,9 +251,21 @@ impl QueueWriter {
         for (index, message) in messages.iter().enumerate() {
             message.validate_direct(index, self.max_body_bytes, &self.transport)?;
         }
-        let columns = WrittenColumns::of(messages);
         let wake = if messages.is_empty() { Vec::new() } else { self.queues_to_notify(messages) };
-        Ok(QueueBatch { statement: &self.insert, columns, wake, channel: &self.channel })
+        Ok(self.encode(messages, wake))
+    }
+
+    /// `messages` (already validated) encoded for the statement that fits them: the one-row
+    /// insert for one message, the multi-row one for more; with the NOTIFY of `wake` only
+    /// when it names a queue.
+    fn encode<'a>(&'a self, messages: &'a [NewMessage], wake: Vec<&'a str>) -> QueueBatch<'a> {
+        // One message notifies its own queue or none; a part of a split batch may carry the
+        // whole batch's queues to wake, which only the multi-row statement can name.
+        let single =
+            matches!(messages, [message] if wake.iter().all(|queue| *queue == message.destination()));
+        let inserts = if single { &self.one } else { &self.rows };
+        let statement = if wake.is_empty() { &inserts.silent } else { &inserts.notifying };
+        QueueBatch { statement, single, columns: WrittenColumns::of(messages), wake, channel: &self.channel }
     }
 
     /// The queues of immediately deliverable messages not notified within the interval, or
@@ -240,6 +302,8 @@ impl QueueWriter {
 /// order.
 pub struct QueueBatch<'a> {
     statement: &'a str,
+    /// Whether `statement` is the one-message insert.
+    single: bool,
     columns: WrittenColumns<'a>,
     /// The queues this batch notifies.
     wake: Vec<&'a str>,
@@ -268,26 +332,88 @@ impl<'a> QueueBatch<'a> {
         self.statement
     }
 
-    /// The statement's parameters, `$1` first.
+    /// The statement's parameters, `$1` first: one value per column for one message, one
+    /// array per column for more; then, when the batch notifies, what it notifies.
     pub fn params(&self) -> Vec<EnqueueParam<'_>> {
         let c = &self.columns;
-        vec![
-            EnqueueParam::MessageIds(&c.ids),
-            EnqueueParam::Texts(&c.destinations),
-            EnqueueParam::Bytes(&c.bodies),
-            EnqueueParam::Headers(&c.headers),
-            EnqueueParam::OptionalTexts(&c.trace_contexts),
-            EnqueueParam::OptionalTimestamps(&c.deliver_at),
-            EnqueueParam::OptionalInt8s(&c.delays),
-            EnqueueParam::Texts(&self.wake),
-            EnqueueParam::Text(self.channel),
-        ]
+        let mut params = if self.single {
+            vec![
+                EnqueueParam::Id(&c.ids[0]),
+                EnqueueParam::Text(c.destinations[0]),
+                EnqueueParam::Body(c.bodies[0]),
+                EnqueueParam::HeaderObject(&c.headers[0]),
+                EnqueueParam::OptionalText(c.trace_contexts[0]),
+                EnqueueParam::OptionalTimestamp(c.deliver_at[0]),
+                EnqueueParam::OptionalInt8(c.delays[0]),
+            ]
+        } else {
+            vec![
+                EnqueueParam::MessageIds(&c.ids),
+                EnqueueParam::Texts(&c.destinations),
+                EnqueueParam::Bytes(&c.bodies),
+                EnqueueParam::Headers(&c.headers),
+                EnqueueParam::OptionalTexts(&c.trace_contexts),
+                EnqueueParam::OptionalTimestamps(&c.deliver_at),
+                EnqueueParam::OptionalInt8s(&c.delays),
+            ]
+        };
+        if !self.wake.is_empty() {
+            // One message's queue is its own `$2`; a batch's queues to wake are an array.
+            if !self.single {
+                params.push(EnqueueParam::Texts(&self.wake));
+            }
+            params.push(EnqueueParam::Text(self.channel));
+        }
+        params
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outbox::placeholders;
+
+    /// QUE-4: every statement shape binds exactly the parameters it names — one message
+    /// (silent, notifying), several (silent, notifying), and one message of a split batch
+    /// carrying other queues to wake, which only the multi-row statement can notify.
+    #[test]
+    fn each_direct_statement_shape_binds_what_it_names_que_4() {
+        let writer = QueueWriter::new(&Namespace::default(), "queue");
+        let one = [NewMessage::new("queue", "orders", b"a".to_vec())];
+        let two = [
+            NewMessage::new("queue", "orders", b"a".to_vec()),
+            NewMessage::new("queue", "bills", b"b".to_vec()),
+        ];
+        let shapes = [
+            (writer.encode(&one, vec![]), true, false),
+            (writer.encode(&one, vec!["orders"]), true, true),
+            (writer.encode(&two, vec![]), false, false),
+            (writer.encode(&two, vec!["orders", "bills"]), false, true),
+            (writer.encode(&one, vec!["orders", "bills"]), false, true),
+        ];
+        for (batch, single, notifies) in shapes {
+            assert_eq!(placeholders(batch.statement()), batch.params().len(), "{batch:?}");
+            assert_eq!(batch.statement().contains("unnest"), !single, "{batch:?}");
+            assert_eq!(batch.statement().contains("pg_notify"), notifies, "{batch:?}");
+        }
+    }
+
+    /// QUE-4: a writer's first write to a queue notifies it; a scheduled message wakes
+    /// nobody (the pump's polling finds it when due), so its statement has no NOTIFY.
+    #[test]
+    fn a_first_write_notifies_and_a_scheduled_one_never_que_4() {
+        let writer =
+            QueueWriter::new(&Namespace::default(), "queue").with_notify_interval(Duration::from_secs(3_600));
+        let later = [NewMessage::new("queue", "orders", b"a".to_vec())
+            .delivery(Delivery::After(Duration::from_secs(60)))];
+        assert!(!writer.batch(&later).unwrap().statement().contains("pg_notify"));
+        let now = [NewMessage::new("queue", "orders", b"b".to_vec())];
+        let batch = writer.batch(&now).unwrap();
+        assert!(batch.statement().contains("pg_notify"));
+        assert!(
+            matches!(batch.params().last(), Some(EnqueueParam::Text(channel)) if *channel == writer.channel())
+        );
+    }
 
     /// OUT-3: no body limit lets through a body one PostgreSQL insert cannot carry.
     #[test]
