@@ -287,9 +287,14 @@ async fn run_in(
         )
         .await?;
         truncate_queue(scratch).await?;
-        let every =
-            pump_drain(scratch, messages, Some((per_writer, Duration::ZERO)), drain_options()?, Arc::new(Noop))
-                .await?;
+        let every = pump_drain(
+            scratch,
+            messages,
+            Some((per_writer, Duration::ZERO)),
+            drain_options()?,
+            Arc::new(Noop),
+        )
+        .await?;
         println!(
             "  round {round}: end to end: raw {raw_e2e:>8.0} msg/s   relayer {throttled:>8.0} msg/s   ratio {:.2}   \
              (NOTIFY in every transaction: {every:>8.0} msg/s, ratio {:.2})",

@@ -45,15 +45,31 @@ fn parent(pid: u32) -> Option<u32> {
     stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Processes whose command line starts with `prefix` (and, with `parent_pid`, whose parent it is).
-fn processes(prefix: &str, parent_pid: Option<u32>) -> Vec<u32> {
+/// Processes whose command line starts with `prefix` and ends (trailing padding aside) with
+/// `suffix`, children of `parent_pid`. PostgreSQL titles its processes
+/// `postgres: [cluster name: ]walwriter`, padded with spaces.
+fn processes(prefix: &str, suffix: &str, parent_pid: u32) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     entries
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| parent_pid.is_none_or(|p| parent(*pid) == Some(p)))
+        .filter(|pid| parent(*pid) == Some(parent_pid))
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|cmdline| cmdline.starts_with(prefix.as_bytes()))
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let cmdline = String::from_utf8_lossy(&cmdline);
+                let cmdline = cmdline.trim_end_matches(['\0', ' ']);
+                cmdline.starts_with(prefix) && cmdline.ends_with(suffix)
+            })
+        })
+        .collect()
+}
+
+/// Processes named `name` (`/proc/<pid>/comm`).
+fn named(name: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim_end() == name)
         })
         .collect()
 }
@@ -74,9 +90,9 @@ impl ProcessCpu {
         Self::start(&[std::process::id()])
     }
 
-    /// nats-server, found by its command line; `None` when it does not run on this machine.
+    /// nats-server, found by its process name; `None` when it does not run on this machine.
     pub(crate) fn nats_server() -> Option<Self> {
-        let pids = processes("nats-server", None);
+        let pids = named("nats-server");
         (!pids.is_empty()).then(|| Self::start(&pids))
     }
 
@@ -139,15 +155,14 @@ impl PgCpu {
         let own: i32 = client.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
         let own = u32::try_from(own)?;
         let postmaster = parent(own).ok_or("the PostgreSQL server does not run on this machine")?;
-        let background: Vec<(u32, f64, f64)> =
-            ["postgres: walwriter", "postgres: background writer", "postgres: checkpointer"]
-                .iter()
-                .flat_map(|prefix| processes(prefix, Some(postmaster)))
-                .map(|pid| {
-                    let at = process_cpu_seconds(pid).unwrap_or(0.0);
-                    (pid, at, at)
-                })
-                .collect();
+        let background: Vec<(u32, f64, f64)> = [": walwriter", ": background writer", ": checkpointer"]
+            .iter()
+            .flat_map(|suffix| processes("postgres: ", suffix, postmaster))
+            .map(|pid| {
+                let at = process_cpu_seconds(pid).unwrap_or(0.0);
+                (pid, at, at)
+            })
+            .collect();
         let application = config.get_application_name().unwrap_or("relayer-bench").to_owned();
         let samples = Arc::new(Mutex::new(Samples { background, ..Samples::default() }));
         let stop = Arc::new(AtomicBool::new(false));

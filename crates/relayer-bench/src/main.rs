@@ -53,9 +53,9 @@
 mod brokers;
 mod claims;
 mod consumer;
+mod cpu;
 mod explain;
 mod maintenance;
-mod cpu;
 mod peers;
 mod raw_queue;
 mod rounds;
@@ -156,7 +156,9 @@ async fn dispatch_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
                 notified / raw,
                 relayer / floor
             );
-            for (series, value) in spread.iter_mut().zip([relayer / raw, notified / raw, relayer / floor, relayer]) {
+            for (series, value) in
+                spread.iter_mut().zip([relayer / raw, notified / raw, relayer / floor, relayer])
+            {
                 series.push(value);
             }
         }
@@ -196,8 +198,7 @@ async fn dispatch_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
         "RESULT dispatch_ratio={ratio:.2} dispatch_ratio_tx1={:.2} dispatch_ratio_tx10={:.2} p50_ms={p50:.2} p99_ms={p99:.2} \
          claim_buffers={claim_buffers} tripped_claim_buffers={tripped_claim_buffers} \
          unregistered_claim_buffers={unregistered_claim_buffers}",
-        ratios[0],
-        ratios[1]
+        ratios[0], ratios[1]
     );
     Ok(())
 }

@@ -86,7 +86,9 @@ pub(crate) async fn run(quick: bool) -> BenchResult<()> {
         }
     }
     for (batch, [ratio, loop_ratio, moved]) in batches.into_iter().zip(&spreads) {
-        println!("  batch {batch:>5}: run_once ratio {ratio}   loop ratio {loop_ratio}   run_once/move {moved}");
+        println!(
+            "  batch {batch:>5}: run_once ratio {ratio}   loop ratio {loop_ratio}   run_once/move {moved}"
+        );
     }
     let (ratio, loop_ratio) = (spreads[0][0].median(), spreads[0][1].median());
     println!(

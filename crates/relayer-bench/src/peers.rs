@@ -158,7 +158,8 @@ async fn run_in(scratch: &Scratch, pgmq: &Pgmq, sizes: &Sizes, rounds: usize) ->
         pgmq.purge().await?;
         let pgmq_send = measured(scratch, e2e_messages, pgmq.send(sizes.per_writer, 1)).await?;
         truncate_queue(scratch).await?;
-        let relayer_single = measured(scratch, e2e_messages, relayer_send(scratch, sizes.per_writer, 1)).await?;
+        let relayer_single =
+            measured(scratch, e2e_messages, relayer_send(scratch, sizes.per_writer, 1)).await?;
         pgmq.purge().await?;
         let pgmq_batch =
             measured(scratch, batch_messages, pgmq.send(sizes.batches_per_writer, BATCH)).await?;
@@ -195,7 +196,8 @@ async fn run_in(scratch: &Scratch, pgmq: &Pgmq, sizes: &Sizes, rounds: usize) ->
         )
         .await?;
         truncate_queue(scratch).await?;
-        let outbox_e2e = measured(scratch, e2e_messages, outbox_end_to_end(scratch, sizes.per_writer)).await?;
+        let outbox_e2e =
+            measured(scratch, e2e_messages, outbox_end_to_end(scratch, sizes.per_writer)).await?;
         truncate_queue(scratch).await?;
 
         println!("  round {round}:");
@@ -275,8 +277,9 @@ async fn relayer_send(scratch: &Scratch, transactions: usize, per_tx: usize) -> 
 async fn outbox_end_to_end(scratch: &Scratch, per_writer: usize) -> BenchResult<f64> {
     let total = per_writer * WRITERS;
     let queue_pool = connect_pool(scratch.config.clone(), 2).await?;
-    let registry =
-        Arc::new(TransportRegistry::new().with(Arc::new(PgQueueTransport::new(queue_pool, &scratch.namespace)))?);
+    let registry = Arc::new(
+        TransportRegistry::new().with(Arc::new(PgQueueTransport::new(queue_pool, &scratch.namespace)))?,
+    );
     let dispatch_pool = connect_pool(asynchronous_commit(scratch.config.clone()), 3).await?;
     let writer = OutboxWriter::for_registry(&scratch.namespace, &registry);
     let source = PgSource::new(dispatch_pool, &scratch.namespace).with_transports(registry.names());
@@ -326,7 +329,9 @@ async fn outbox_end_to_end(scratch: &Scratch, per_writer: usize) -> BenchResult<
     let deadline = Instant::now() + Duration::from_secs(120);
     while usize::try_from(stats.snapshot().acked)? < total {
         if Instant::now() > deadline {
-            return Err(format!("only {} of {total} messages handled after 120 s", stats.snapshot().acked).into());
+            return Err(
+                format!("only {} of {total} messages handled after 120 s", stats.snapshot().acked).into()
+            );
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -350,7 +355,7 @@ impl Pgmq {
     async fn install(config: &tokio_postgres::Config, queue: &str) -> BenchResult<Self> {
         // Writers, the reader and one spare: connections tagged like every other of this
         // run, so their backends' CPU is counted.
-        let ext = PGMQueueExt::new(sqlx_url(config)?, u32::try_from(WRITERS + 2)?).await?;
+        let ext = PGMQueueExt::new_with_pool(sqlx_pool(config, u32::try_from(WRITERS + 2)?).await?).await;
         // Concurrent benchmark runs would race on the install: one at a time.
         let lock = connect(config).await?;
         lock.batch_execute("SELECT pg_advisory_lock(hashtext('relayer-bench pgmq install'))").await?;
@@ -376,8 +381,7 @@ impl Pgmq {
     /// `count` messages sent in batches of 1,000 (untimed).
     async fn fill(&self, count: usize) -> BenchResult<()> {
         for start in (0..count).step_by(1000) {
-            let messages: Vec<serde_json::Value> =
-                (start..(start + 1000).min(count)).map(message).collect();
+            let messages: Vec<serde_json::Value> = (start..(start + 1000).min(count)).map(message).collect();
             self.ext.send_batch(&self.queue, &messages).await?;
         }
         self.vacuum().await
@@ -433,12 +437,7 @@ impl Pgmq {
             while handled < total {
                 let read: Vec<pgmq::Message<serde_json::Value>> = self
                     .ext
-                    .read_batch_with_cxn(
-                        &self.queue,
-                        30,
-                        i32::try_from(BATCH)?,
-                        &mut *reader,
-                    )
+                    .read_batch_with_cxn(&self.queue, 30, i32::try_from(BATCH)?, &mut *reader)
                     .await?;
                 if read.is_empty() {
                     empty_reads.fetch_add(1, Ordering::Relaxed);
@@ -464,24 +463,23 @@ fn message(n: usize) -> serde_json::Value {
     serde_json::json!({ "order": n, "payload": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" })
 }
 
-
-/// The benchmark database as a URL for sqlx, tagged with this run's `application_name`.
-fn sqlx_url(config: &tokio_postgres::Config) -> BenchResult<String> {
+/// A sqlx pool of `size` on the benchmark database, tagged with this run's
+/// `application_name` (pgmq's own URL constructor drops it, and insists on a password).
+async fn sqlx_pool(config: &tokio_postgres::Config, size: u32) -> BenchResult<sqlx::PgPool> {
     let host = match config.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
         _ => return Err("the peers benchmark needs a TCP host in DATABASE_URL (for pgmq's sqlx pool)".into()),
     };
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    let user = config.get_user().unwrap_or("postgres");
-    let database = config.get_dbname().unwrap_or(user);
-    let password = match config.get_password() {
-        Some(password) => format!(":{}", std::str::from_utf8(password)?),
-        None => String::new(),
-    };
-    Ok(format!(
-        "postgres://{user}{password}@{host}:{port}/{database}?application_name={}",
-        application_name()
-    ))
+    let mut options = sqlx::postgres::PgConnectOptions::new()
+        .host(&host)
+        .port(config.get_ports().first().copied().unwrap_or(5432))
+        .username(config.get_user().unwrap_or("postgres"))
+        .database(config.get_dbname().or(config.get_user()).unwrap_or("postgres"))
+        .application_name(&application_name());
+    if let Some(password) = config.get_password() {
+        options = options.password(std::str::from_utf8(password)?);
+    }
+    Ok(sqlx::postgres::PgPoolOptions::new().max_connections(size).connect_with(options).await?)
 }
 
 fn per_second(count: usize, elapsed: Duration) -> f64 {

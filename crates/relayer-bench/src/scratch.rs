@@ -20,7 +20,7 @@ pub(crate) fn database_config() -> BenchResult<tokio_postgres::Config> {
     let mut config: tokio_postgres::Config = url.parse()?;
     // Unique to this process, so PostgreSQL's CPU can be summed over this run's backends
     // alone on a server other sessions share (see `cpu`).
-    config.application_name(&application_name());
+    config.application_name(application_name());
     Ok(config)
 }
 
