@@ -39,7 +39,7 @@ Commands:
   schema [print|apply] [--schema S --prefix P]
                           prints or applies the database schema (through relayer-cli).
   demo                    makes sure PostgreSQL answers locally, then runs the demo (relayer-cli).
-  bench <name> [--quick]  runs a benchmark in release mode: dispatch, tripped, maintenance, consumer, enqueue, brokers, claims, xmin (relayer-bench), locks.
+  bench <name> [--quick]  runs a benchmark in release mode: dispatch, tripped, maintenance, consumer, enqueue, brokers, claims, peers, xmin (relayer-bench), locks.
   chaos [--kills N] [--restarts N] [--seed S]
                           the crash and restart scenarios (relayer-scenarios, the top-level tests/)
                           at full scale: hosts SIGKILLed N times (default 120), PostgreSQL

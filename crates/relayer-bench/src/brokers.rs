@@ -23,10 +23,16 @@
 //!
 //! A third run per round sends through a transport that accepts at once: the dispatch
 //! path's own ceiling on this database, which bounds the relayer run whatever the broker.
-//! The ratio relayer/raw (the median over the rounds) is what the outbox costs on top of
-//! the broker. The last line is
-//! `RESULT nats_ratio=<x> rabbitmq_ratio=<x>`; a broker that does not answer is reported
-//! as `skipped` there.
+//! The ratio relayer/raw (the median over at least 5 interleaved rounds, printed with its
+//! min–max) is what the outbox costs on top of the broker.
+//!
+//! Each timed run also measures CPU from `/proc` (see [`crate::cpu`]): PostgreSQL's
+//! backends serving this process, nats-server, and this process (the publishing client or
+//! the dispatcher). From them each round computes the **2-core bound** (see [`compare`]),
+//! and `nats_bound_ratio` is relayer ÷ that bound, the median over the rounds.
+//!
+//! The last line is `RESULT nats_ratio=<x> nats_bound_ratio=<x> nats_pg_us_per_msg=<x>
+//! rabbitmq_ratio=<x>`; a broker that does not answer is reported as `skipped` there.
 //!
 //! Knobs: `RELAYER_BENCH_BATCH`, `RELAYER_BENCH_PUBLISHERS`; `RELAYER_BENCH_ONLY=nats` or
 //! `=rabbitmq` runs one broker (the other reports `not_run`); `RELAYER_BENCH_WINDOWS=1`
@@ -53,6 +59,8 @@ use relayer_rabbitmq::lapin::{BasicProperties, Connection, ConnectionProperties}
 use relayer_rabbitmq::{RabbitMqOptions, RabbitMqTransport};
 use tokio_util::sync::CancellationToken;
 
+use crate::cpu::{PgCpu, PgCpuUsed, ProcessCpu};
+use crate::rounds::Spread;
 use crate::scratch::{BenchResult, Scratch, body, connect, report_window};
 
 /// Messages per batch, raw and relayer alike (the dispatcher's default batch size);
@@ -78,10 +86,10 @@ const RABBITMQ: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 pub(crate) async fn run(quick: bool) -> BenchResult<()> {
     let messages = if quick { QUICK_MESSAGES } else { FULL_MESSAGES };
-    let rounds = if quick { 3 } else { 5 };
+    let rounds = crate::rounds::rounds(quick);
     println!(
         "brokers benchmark: {messages} messages per run, batches of {}, {} publishers, \
-         median ratio of {rounds} rounds",
+         median of {rounds} interleaved rounds",
         *BATCH, *PUBLISHERS
     );
     let only = std::env::var("RELAYER_BENCH_ONLY").ok();
@@ -90,24 +98,33 @@ pub(crate) async fn run(quick: bool) -> BenchResult<()> {
     }
     let wanted = |broker: &str| only.as_deref().is_none_or(|only| only == broker);
     let scratch = Scratch::new().await?;
-    let nats = if !wanted("nats") {
-        "not_run".to_owned()
+    let (nats, nats_bound, nats_pg) = if !wanted("nats") {
+        ("not_run".to_owned(), "not_run".to_owned(), "not_run".to_owned())
     } else {
         match nats_bench(&scratch, messages, rounds).await {
-            Ok(ratio) => ratio,
-            Err(error) => report_skip("NATS", &*error),
+            Ok(compared) => (
+                format!("{:.2}", compared.ratio.median()),
+                format!("{:.2}", compared.bound_ratio.median()),
+                format!("{:.1}", compared.pg_us.median()),
+            ),
+            Err(error) => {
+                let skipped = report_skip("NATS", &*error);
+                (skipped.clone(), skipped.clone(), skipped)
+            }
         }
     };
     let rabbitmq = if !wanted("rabbitmq") {
         "not_run".to_owned()
     } else {
         match rabbitmq_bench(&scratch, messages, rounds).await {
-            Ok(ratio) => ratio,
+            Ok(compared) => format!("{:.2}", compared.ratio.median()),
             Err(error) => report_skip("RabbitMQ", &*error),
         }
     };
     scratch.drop_schema().await?;
-    println!("RESULT nats_ratio={nats} rabbitmq_ratio={rabbitmq}");
+    println!(
+        "RESULT nats_ratio={nats} nats_bound_ratio={nats_bound} nats_pg_us_per_msg={nats_pg} rabbitmq_ratio={rabbitmq}"
+    );
     Ok(())
 }
 
@@ -118,8 +135,16 @@ fn report_skip(broker: &str, error: &(dyn std::error::Error + Send + Sync + 'sta
 
 /// Runs `rounds` rounds of a raw run, a relayer run and a relayer run through a transport
 /// that accepts at once (the dispatch path's own ceiling on this database); prints each
-/// round and returns the median of the per-round relayer/raw ratios. Back-to-back runs
-/// share the machine's momentary load, so their ratio is steadier than either rate.
+/// round, then the median of the per-round ratios relayer/raw with their range.
+/// Back-to-back runs share the machine's momentary load, so their ratio is steadier than
+/// either rate.
+///
+/// Each round also measures the CPU each message costs (see [`Measured`]) and from it the
+/// round's **2-core bound**: the rate two cores reach if every message costs what
+/// PostgreSQL spends in the relayer run plus what the broker and the publishing client
+/// spend in the raw run, and no core is ever idle — `2 s ÷ (PostgreSQL + broker + client
+/// µs per message)`. The bound ratio is relayer ÷ that bound: how much of what this
+/// machine allows the dispatcher reaches.
 ///
 /// `empty` empties the stream or queue (untimed) before each broker run, so every run
 /// publishes into an empty one, whatever the runs before it left there; a short pause
@@ -132,17 +157,17 @@ async fn compare<Empty, EmptyFut, Raw, RawFut, Relay, RelayFut>(
     mut empty: Empty,
     mut raw: Raw,
     mut relay: Relay,
-) -> BenchResult<String>
+) -> BenchResult<Compared>
 where
     Empty: FnMut() -> EmptyFut,
     EmptyFut: Future<Output = BenchResult<()>>,
     Raw: FnMut() -> RawFut,
-    RawFut: Future<Output = BenchResult<f64>>,
+    RawFut: Future<Output = BenchResult<Measured>>,
     Relay: FnMut() -> RelayFut,
-    RelayFut: Future<Output = BenchResult<f64>>,
+    RelayFut: Future<Output = BenchResult<Measured>>,
 {
-    let mut ratios = Vec::with_capacity(rounds);
-    for _ in 0..rounds {
+    let mut compared = Compared::default();
+    for round in 1..=rounds {
         empty().await?;
         tokio::time::sleep(PURGE_SETTLE).await;
         let raw = raw().await?;
@@ -150,15 +175,82 @@ where
         tokio::time::sleep(PURGE_SETTLE).await;
         let relayer = relay().await?;
         let ceiling = relayer_run(scratch, Arc::new(AcceptAll), "accept-all", "orders", messages).await?;
+        let per = |seconds: f64| seconds * 1e6 / f64::from(u32::try_from(messages).unwrap_or(u32::MAX));
+        let (pg, pg_background) = (per(relayer.pg.backends), per(relayer.pg.background));
+        let (broker_raw, client_raw) = (per(raw.broker), per(raw.client));
+        let bound = 2e6 / (pg + broker_raw + client_raw).max(1e-9);
         println!(
-            "  {broker:<8}: raw {raw:>8.0} msg/s   relayer {relayer:>8.0} msg/s   ratio {:.2}   \
-             (dispatch through a transport that accepts at once: {ceiling:>8.0} msg/s)",
-            relayer / raw
+            "  {broker:<8} round {round}: raw {:>8.0} msg/s   relayer {:>8.0} msg/s   ratio {:.2}   \
+             (dispatch through a transport that accepts at once: {:>8.0} msg/s)",
+            raw.rate,
+            relayer.rate,
+            relayer.rate / raw.rate,
+            ceiling.rate
         );
-        ratios.push(relayer / raw);
+        println!(
+            "  {broker:<8} round {round}: CPU µs/msg: PostgreSQL backends {pg:.1} (WAL/bg writer, checkpointer \
+             {pg_background:.1}; accept-all run {:.1})   broker raw/relayer {broker_raw:.1}/{:.1}   \
+             client raw/relayer {client_raw:.1}/{:.1}   2-core bound {bound:>8.0} msg/s   relayer/bound {:.2}",
+            per(ceiling.pg.backends),
+            per(relayer.broker),
+            per(relayer.client),
+            relayer.rate / bound
+        );
+        compared.ratio.push(relayer.rate / raw.rate);
+        compared.bound_ratio.push(relayer.rate / bound);
+        compared.pg_us.push(pg);
     }
-    ratios.sort_by(f64::total_cmp);
-    Ok(format!("{:.2}", ratios[ratios.len() / 2]))
+    println!(
+        "  {broker:<8}: ratio {}   relayer/bound {}   PostgreSQL µs/msg {}",
+        compared.ratio, compared.bound_ratio, compared.pg_us
+    );
+    Ok(compared)
+}
+
+/// One timed run: its rate and the CPU seconds spent in its window.
+#[derive(Clone, Copy, Debug, Default)]
+struct Measured {
+    rate: f64,
+    /// PostgreSQL's (zero in a raw run, which uses no database).
+    pg: PgCpuUsed,
+    /// The broker's (nats-server; zero for RabbitMQ, whose Erlang VM is not looked for).
+    broker: f64,
+    /// This benchmark process's: the publishing client, or the dispatcher.
+    client: f64,
+}
+
+/// The CPU of a timed window: PostgreSQL (for relayer runs), nats-server, this process.
+struct Window {
+    pg: Option<PgCpu>,
+    broker: Option<ProcessCpu>,
+    client: ProcessCpu,
+}
+
+impl Window {
+    async fn start(database: Option<&tokio_postgres::Config>) -> BenchResult<Self> {
+        let pg = match database {
+            Some(config) => Some(PgCpu::start(config).await?),
+            None => None,
+        };
+        Ok(Window { pg, broker: ProcessCpu::nats_server(), client: ProcessCpu::this_process() })
+    }
+
+    async fn stop(self, rate: f64) -> BenchResult<Measured> {
+        let (broker, client) = (self.broker.as_ref().map_or(0.0, ProcessCpu::seconds), self.client.seconds());
+        let pg = match self.pg {
+            Some(pg) => pg.stop().await?,
+            None => PgCpuUsed::default(),
+        };
+        Ok(Measured { rate, pg, broker, client })
+    }
+}
+
+/// What [`compare`] measured over its rounds.
+#[derive(Default)]
+struct Compared {
+    ratio: Spread,
+    bound_ratio: Spread,
+    pg_us: Spread,
 }
 
 /// The pause after emptying the stream or queue: both brokers delete purged messages
@@ -183,7 +275,7 @@ impl Transport for AcceptAll {
 
 // NATS JetStream.
 
-async fn nats_bench(scratch: &Scratch, messages: usize, rounds: usize) -> BenchResult<String> {
+async fn nats_bench(scratch: &Scratch, messages: usize, rounds: usize) -> BenchResult<Compared> {
     let client = async_nats::connect(NATS).await?;
     let context = jetstream::new(client);
     let stream = scratch.namespace.schema().to_owned();
@@ -218,7 +310,8 @@ async fn nats_bench(scratch: &Scratch, messages: usize, rounds: usize) -> BenchR
     outcome
 }
 
-async fn nats_raw(context: &jetstream::Context, subject: &str, messages: usize) -> BenchResult<f64> {
+async fn nats_raw(context: &jetstream::Context, subject: &str, messages: usize) -> BenchResult<Measured> {
+    let window = Window::start(None).await?;
     let started = Instant::now();
     let publishers = (0..*PUBLISHERS).map(|publisher| async move {
         let share = messages / *PUBLISHERS;
@@ -243,12 +336,12 @@ async fn nats_raw(context: &jetstream::Context, subject: &str, messages: usize) 
         outcome?;
     }
     report_window("raw nats", started);
-    Ok(rate(messages / *PUBLISHERS * *PUBLISHERS, started))
+    window.stop(rate(messages / *PUBLISHERS * *PUBLISHERS, started)).await
 }
 
 // RabbitMQ.
 
-async fn rabbitmq_bench(scratch: &Scratch, messages: usize, rounds: usize) -> BenchResult<String> {
+async fn rabbitmq_bench(scratch: &Scratch, messages: usize, rounds: usize) -> BenchResult<Compared> {
     let properties = ConnectionProperties::default()
         .with_executor(tokio_executor_trait::Tokio::current())
         .with_reactor(tokio_reactor_trait::Tokio::current());
@@ -280,7 +373,7 @@ async fn rabbitmq_bench(scratch: &Scratch, messages: usize, rounds: usize) -> Be
     outcome
 }
 
-async fn rabbitmq_raw(connection: &Connection, queue: &str, messages: usize) -> BenchResult<f64> {
+async fn rabbitmq_raw(connection: &Connection, queue: &str, messages: usize) -> BenchResult<Measured> {
     let mut channels = Vec::new();
     for _ in 0..*PUBLISHERS {
         let channel = connection.create_channel().await?;
@@ -288,6 +381,7 @@ async fn rabbitmq_raw(connection: &Connection, queue: &str, messages: usize) -> 
         channels.push(channel);
     }
     let mandatory = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
+    let window = Window::start(None).await?;
     let started = Instant::now();
     let publishers = channels.iter().enumerate().map(|(publisher, channel)| async move {
         let share = messages / *PUBLISHERS;
@@ -318,11 +412,11 @@ async fn rabbitmq_raw(connection: &Connection, queue: &str, messages: usize) -> 
         outcome?;
     }
     report_window("raw rabbitmq", started);
-    let elapsed = rate(messages / *PUBLISHERS * *PUBLISHERS, started);
+    let measured = window.stop(rate(messages / *PUBLISHERS * *PUBLISHERS, started)).await?;
     for channel in channels {
         channel.close(200, "raw run done").await?;
     }
-    Ok(elapsed)
+    Ok(measured)
 }
 
 // The relayer side, for either transport.
@@ -365,7 +459,7 @@ async fn relayer_run(
     name: &str,
     destination: &str,
     messages: usize,
-) -> BenchResult<f64> {
+) -> BenchResult<Measured> {
     let accepted = Arc::new(AtomicUsize::new(0));
     let counted = Counted { inner: transport, accepted: Arc::clone(&accepted) };
     let registry = Arc::new(TransportRegistry::new().with(Arc::new(counted))?);
@@ -421,14 +515,17 @@ async fn relayer_run(
             .collect();
         writer.enqueue(&tx, &batch).await?;
     }
+    // The CPU window opens just before the commit: the commit itself is in it, the
+    // writing before it is not.
+    let window = Window::start(Some(&scratch.config)).await?;
     tx.commit().await?;
     let started = Instant::now();
     drain(&client, &outbox, &accepted, messages).await?;
     report_window(&format!("relayer {name}"), started);
-    let rate = rate(messages, started);
+    let measured = window.stop(rate(messages, started)).await?;
     shutdown.cancel();
     worker.await??;
-    Ok(rate)
+    Ok(measured)
 }
 
 /// Waits until the transport accepted `messages` and the outbox is empty.

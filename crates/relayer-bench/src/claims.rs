@@ -34,6 +34,7 @@ use futures_util::future::join_all;
 use relayer_core::NewMessage;
 use relayer_postgres::OutboxWriter;
 
+use crate::rounds::Spread;
 use crate::scratch::{BenchResult, Scratch, body, connect, report_window};
 
 /// Rows per claim, as the dispatcher's default batch.
@@ -62,7 +63,7 @@ enum Hold {
 
 pub(crate) async fn run(quick: bool) -> BenchResult<()> {
     let rows = if quick { 60_000 } else { 200_000 };
-    let rounds = if quick { 3 } else { 5 };
+    let rounds = crate::rounds::rounds(quick);
     println!(
         "claims benchmark: {rows} rows per run, batches of {BATCH}, {DRAINERS} drainers, \
          median of {rounds} rounds"
@@ -109,7 +110,7 @@ async fn alternate_rounds(
             "ALTER TABLE {hot_outbox} ADD COLUMN claimed_until timestamptz, SET (fillfactor = {HOT_FILLFACTOR})"
         ))
         .await?;
-    let mut rates: [Vec<f64>; 5] = Default::default();
+    let mut rates: [Spread; 5] = Default::default();
     for _ in 0..rounds {
         let committed_rate = drain_run(relayer, rows, Hold::Committed).await?;
         let updates_before = updates(hot).await?;
@@ -135,7 +136,16 @@ async fn alternate_rounds(
             series.push(rate);
         }
     }
-    let [committed, hot, held, hot_ratio, held_ratio] = rates.map(median);
+    let [committed, hot, held, hot_ratio, held_ratio] = rates;
+    println!(
+        "  committed claim {} rows/s   HOT claim {} rows/s, ratio {hot_ratio}   transaction-held claim {} rows/s, \
+         ratio {held_ratio}",
+        committed.rate(),
+        hot.rate(),
+        held.rate()
+    );
+    let [committed, hot, held, hot_ratio, held_ratio] =
+        [committed, hot, held, hot_ratio, held_ratio].map(|spread| spread.median());
     Ok(Medians { committed, hot, held, hot_ratio, held_ratio })
 }
 
@@ -150,11 +160,6 @@ async fn updates(scratch: &Scratch) -> BenchResult<(i64, i64)> {
         )
         .await?;
     Ok((row.get(0), row.get(1)))
-}
-
-fn median(mut rates: Vec<f64>) -> f64 {
-    rates.sort_by(f64::total_cmp);
-    rates[rates.len() / 2]
 }
 
 /// Fills the outbox with `rows` due rows (untimed), then times `DRAINERS` drainers

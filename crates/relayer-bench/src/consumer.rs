@@ -26,6 +26,9 @@
 //! `RELAYER_BENCH_ONLY=slots` runs only the ceiling and pickup runs (the others report
 //! `not_run`).
 //!
+//! Both ratios are medians of at least 5 interleaved rounds (raw and relayer alternating),
+//! printed with their min–max.
+//!
 //! It also prints the plans (`EXPLAIN ANALYZE, BUFFERS` through `auto_explain`) of the
 //! consumer's statements on a 100k-row queue. The last line is
 //! `RESULT consumer_ratio=<x> queue_e2e_ratio=<x> idle_inbox_cleanup_buffers=<n>`.
@@ -43,9 +46,10 @@ use relayer_worker::Leadership;
 use tokio_util::sync::CancellationToken;
 
 use crate::maintenance::{ExplainedSession, vacuum};
+use crate::rounds::{Spread, rounds};
 use crate::scratch::{BenchResult, Scratch, WRITERS, connect};
 
-const QUEUE: &str = "bench";
+pub(crate) const QUEUE: &str = "bench";
 const BATCH: u32 = 100;
 /// The handlers running at once in the ceiling and pickup runs (issue 22's shape).
 const CEILING_CONCURRENCY: u32 = 32;
@@ -69,7 +73,7 @@ pub(crate) async fn run(quick: bool) -> BenchResult<()> {
         let pickup = pickup(&scratch, pickup_seconds).await?;
         let rest = match only {
             Some(_) => None,
-            None => Some(run_in(&scratch, prefill, per_writer, inbox_rows).await?),
+            None => Some(run_in(&scratch, prefill, per_writer, inbox_rows, rounds(quick)).await?),
         };
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>((ceiling, pickup, rest))
     }
@@ -251,39 +255,59 @@ async fn run_in(
     prefill: i64,
     per_writer: usize,
     inbox_rows: i64,
+    rounds: usize,
 ) -> BenchResult<(f64, f64, u64)> {
     let total = usize::try_from(prefill)?;
-    println!("=== consumer: drain {prefill} prefilled messages (batch {BATCH}), same server, same run");
-    fill_queue(scratch, prefill).await?;
-    let raw = raw_drain(scratch, total, None).await?;
-    fill_queue(scratch, prefill).await?;
-    let pumped = pump_drain(scratch, total, None, drain_options()?, Arc::new(Noop)).await?;
-    let consumer_ratio = pumped / raw;
-    println!("  raw {raw:>8.0} msg/s   consumer {pumped:>8.0} msg/s   ratio {consumer_ratio:.2}");
-
     let messages = per_writer * WRITERS;
-    println!("\n=== end to end: {WRITERS} writers × {per_writer} (1 message per transaction) → handler ack");
-    truncate_queue(scratch).await?;
-    let raw_e2e = raw_end_to_end(scratch, per_writer).await?;
-    truncate_queue(scratch).await?;
-    let throttled = pump_drain(
-        scratch,
-        messages,
-        Some((per_writer, relayer_postgres::DEFAULT_NOTIFY_INTERVAL)),
-        drain_options()?,
-        Arc::new(Noop),
-    )
-    .await?;
-    truncate_queue(scratch).await?;
-    let every =
-        pump_drain(scratch, messages, Some((per_writer, Duration::ZERO)), drain_options()?, Arc::new(Noop))
-            .await?;
-    let e2e_ratio = throttled / raw_e2e;
     println!(
-        "  raw {raw_e2e:>8.0} msg/s   relayer {throttled:>8.0} msg/s   ratio {e2e_ratio:.2}   \
-         (NOTIFY in every transaction: {every:>8.0} msg/s, ratio {:.2})",
-        every / raw_e2e
+        "=== consumer: drain {prefill} prefilled messages (batch {BATCH}); end to end: {WRITERS} writers × \
+         {per_writer} (1 message per transaction) → handler ack; same server, {rounds} interleaved rounds"
     );
+    let (mut consumer, mut e2e, mut e2e_every) = (Spread::default(), Spread::default(), Spread::default());
+    for round in 1..=rounds {
+        fill_queue(scratch, prefill).await?;
+        let raw = raw_drain(scratch, total, None).await?;
+        fill_queue(scratch, prefill).await?;
+        let pumped = pump_drain(scratch, total, None, drain_options()?, Arc::new(Noop)).await?;
+        println!(
+            "  round {round}: drain: raw {raw:>8.0} msg/s   consumer {pumped:>8.0} msg/s   ratio {:.2}",
+            pumped / raw
+        );
+        consumer.push(pumped / raw);
+
+        truncate_queue(scratch).await?;
+        let raw_e2e = raw_end_to_end(scratch, per_writer).await?;
+        truncate_queue(scratch).await?;
+        let throttled = pump_drain(
+            scratch,
+            messages,
+            Some((per_writer, relayer_postgres::DEFAULT_NOTIFY_INTERVAL)),
+            drain_options()?,
+            Arc::new(Noop),
+        )
+        .await?;
+        truncate_queue(scratch).await?;
+        let every = pump_drain(
+            scratch,
+            messages,
+            Some((per_writer, Duration::ZERO)),
+            drain_options()?,
+            Arc::new(Noop),
+        )
+        .await?;
+        println!(
+            "  round {round}: end to end: raw {raw_e2e:>8.0} msg/s   relayer {throttled:>8.0} msg/s   ratio {:.2}   \
+             (NOTIFY in every transaction: {every:>8.0} msg/s, ratio {:.2})",
+            throttled / raw_e2e,
+            every / raw_e2e
+        );
+        e2e.push(throttled / raw_e2e);
+        e2e_every.push(every / raw_e2e);
+        truncate_queue(scratch).await?;
+    }
+    println!("  consumer_ratio {consumer}");
+    println!("  queue_e2e_ratio {e2e}   (NOTIFY in every transaction: {e2e_every})");
+    let (consumer_ratio, e2e_ratio) = (consumer.median(), e2e.median());
 
     println!("\n=== plans of the consumer's statements on a 100k-row queue");
     explain_statements(scratch).await?;
@@ -294,7 +318,7 @@ async fn run_in(
 }
 
 /// Bulk rows for the drain runs (no component writes 100k rows in one statement).
-async fn fill_queue(scratch: &Scratch, rows: i64) -> BenchResult<()> {
+pub(crate) async fn fill_queue(scratch: &Scratch, rows: i64) -> BenchResult<()> {
     let client = connect(&scratch.config).await?;
     let queue = scratch.namespace.table("queue");
     client
@@ -310,7 +334,7 @@ async fn fill_queue(scratch: &Scratch, rows: i64) -> BenchResult<()> {
     vacuum(&client, scratch).await
 }
 
-async fn truncate_queue(scratch: &Scratch) -> BenchResult<()> {
+pub(crate) async fn truncate_queue(scratch: &Scratch) -> BenchResult<()> {
     let client = connect(&scratch.config).await?;
     let queue = scratch.namespace.table("queue");
     client.batch_execute(&format!("TRUNCATE {queue}")).await?;
@@ -373,7 +397,7 @@ async fn raw_end_to_end(scratch: &Scratch, per_writer: usize) -> BenchResult<f64
     raw_drain(scratch, per_writer * WRITERS, Some(per_writer)).await
 }
 
-struct Noop;
+pub(crate) struct Noop;
 
 #[relayer_core::async_trait]
 impl Handler for Noop {
@@ -383,13 +407,13 @@ impl Handler for Noop {
 }
 
 /// The drain runs' options: a no-op handler, so many slots.
-fn drain_options() -> BenchResult<ConsumerOptions> {
+pub(crate) fn drain_options() -> BenchResult<ConsumerOptions> {
     Ok(ConsumerOptions::builder().concurrency(2 * BATCH).batch_size(BATCH).build()?)
 }
 
 /// A pump running `handler` with `options` draining `total` messages; with `writers`
 /// (`per_writer`, notify interval), four direct-enqueue writers run meanwhile.
-async fn pump_drain(
+pub(crate) async fn pump_drain(
     scratch: &Scratch,
     total: usize,
     writers: Option<(usize, Duration)>,

@@ -18,7 +18,10 @@
 //!   tripped destination's 100,000 due rows, and behind 100,000 due rows of a transport the
 //!   claiming process lacks (TRN-6; see [`tripped`]).
 //!
-//! The last line is `RESULT dispatch_ratio=<relayer/raw> p50_ms=<x> p99_ms=<x>
+//! Raw and relayer runs alternate over [`rounds::rounds`] rounds (at least 5, quick runs
+//! too); each ratio is the median of its per-round ratios, printed with its min–max. The
+//! last line is `RESULT dispatch_ratio=<the worse of the two medians>
+//! dispatch_ratio_tx1=<x> dispatch_ratio_tx10=<x> p50_ms=<x> p99_ms=<x>
 //! claim_buffers=<n> tripped_claim_buffers=<n> unregistered_claim_buffers=<n> hold_buffers=<n>
 //! retrip_hold_buffers=<n> release_buffers=<n>`.
 //!
@@ -41,6 +44,9 @@
 //! [`brokers`]. `claims` measures what a claimed row costs PostgreSQL: relayer's
 //! committed claim, a heap-only-update claim and a transaction-held one; see [`claims`].
 //!
+//! `peers` runs relayer's PostgreSQL queue beside pgmq on the same server, with
+//! PostgreSQL's CPU per message of each; see [`peers`].
+//!
 //! `xmin` holds a snapshot open against a steady load, on a throwaway cluster with
 //! PostgreSQL's default settings and on the shared server; see [`xmin`].
 //!
@@ -51,10 +57,13 @@
 mod brokers;
 mod claims;
 mod consumer;
+mod cpu;
 mod enqueue;
 mod explain;
 mod maintenance;
+mod peers;
 mod raw_queue;
+mod rounds;
 mod scratch;
 mod stock_cluster;
 mod tripped;
@@ -75,6 +84,7 @@ use relayer_queue::PgQueueTransport;
 use tokio_util::sync::CancellationToken;
 
 use crate::raw_queue::{prepare_raw_queue_insert, raw_queue_insert};
+use crate::rounds::Spread;
 use crate::scratch::{BenchResult, Scratch, WRITERS, body, connect, percentile};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -89,10 +99,11 @@ async fn main() {
         Some("enqueue") => enqueue::run(quick).await,
         Some("brokers") => brokers::run(quick).await,
         Some("claims") => claims::run(quick).await,
+        Some("peers") => peers::run(quick).await,
         Some("xmin") => xmin::run(quick).await,
         Some("tripped") => tripped_only(quick).await,
         _ => {
-            Err("usage: relayer-bench dispatch|tripped|explain|maintenance|consumer|enqueue|brokers|claims|xmin [--quick]"
+            Err("usage: relayer-bench dispatch|tripped|explain|maintenance|consumer|enqueue|brokers|claims|peers|xmin [--quick]"
                 .into())
         }
     };
@@ -124,30 +135,45 @@ async fn dispatch_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
         "dispatch benchmark: {messages} messages per run, {WRITERS} writers, namespace {}",
         scratch.namespace
     );
-    let mut ratios = Vec::new();
-    let mut relayer_rate_1 = 0.0;
-    for per_tx in [1usize, 10] {
-        scratch.truncate().await?;
-        let raw = raw_run(scratch, messages, per_tx, RawDrain::ClaimSendDelete).await?;
-        scratch.truncate().await?;
-        let floor = raw_run(scratch, messages, per_tx, RawDrain::OneStatementMove).await?;
-        scratch.truncate().await?;
-        let relayer = relayer_run(scratch, messages, per_tx, None, Wakeup::InProcess).await?.rate;
-        scratch.truncate().await?;
-        let notified = relayer_run(scratch, messages, per_tx, None, Wakeup::Notify).await?.rate;
-        let ratio = relayer / raw;
-        println!(
-            "  tx of {per_tx:>2}: raw {raw:>8.0} msg/s   relayer {relayer:>8.0} msg/s   ratio {ratio:.2}   \
-             (NOTIFY in every transaction: {notified:>8.0} msg/s, ratio {:.2}; \
-             one-statement move {floor:>8.0} msg/s, relayer/move {:.2})",
-            notified / raw,
-            relayer / floor
-        );
-        if per_tx == 1 {
-            relayer_rate_1 = relayer;
+    let rounds = rounds::rounds(quick);
+    println!("  every ratio: the median of {rounds} interleaved rounds (min–max beside it)");
+    // Per transaction size: relayer/raw, NOTIFY-woken/raw, relayer/one-statement move, and
+    // relayer's rate.
+    let mut spreads: [[Spread; 4]; 2] = Default::default();
+    for round in 1..=rounds {
+        for (per_tx, spread) in [1usize, 10].into_iter().zip(spreads.iter_mut()) {
+            scratch.truncate().await?;
+            let raw = raw_run(scratch, messages, per_tx, RawDrain::ClaimSendDelete).await?;
+            scratch.truncate().await?;
+            let relayer = relayer_run(scratch, messages, per_tx, None, Wakeup::InProcess).await?.rate;
+            scratch.truncate().await?;
+            let floor = raw_run(scratch, messages, per_tx, RawDrain::OneStatementMove).await?;
+            scratch.truncate().await?;
+            let notified = relayer_run(scratch, messages, per_tx, None, Wakeup::Notify).await?.rate;
+            println!(
+                "  round {round}, tx of {per_tx:>2}: raw {raw:>8.0} msg/s   relayer {relayer:>8.0} msg/s   ratio {:.2}   \
+                 (NOTIFY in every transaction: {notified:>8.0} msg/s, ratio {:.2}; \
+                 one-statement move {floor:>8.0} msg/s, relayer/move {:.2})",
+                relayer / raw,
+                notified / raw,
+                relayer / floor
+            );
+            for (series, value) in
+                spread.iter_mut().zip([relayer / raw, notified / raw, relayer / floor, relayer])
+            {
+                series.push(value);
+            }
         }
-        ratios.push(ratio);
     }
+    for (per_tx, [ratio, notified, moved, rate]) in [1usize, 10].into_iter().zip(&spreads) {
+        println!(
+            "  tx of {per_tx:>2}: ratio {ratio}   relayer {} msg/s   NOTIFY in every transaction: ratio {notified}   \
+             relayer/move {moved}",
+            rate.rate()
+        );
+    }
+    let ratios = [spreads[0][0].median(), spreads[1][0].median()];
+    let relayer_rate_1 = spreads[0][3].median();
     scratch.truncate().await?;
     let rate = relayer_rate_1 / 2.0;
     let seconds = if quick { 10 } else { 30 };
@@ -167,8 +193,14 @@ async fn dispatch_in(scratch: &Scratch, quick: bool) -> BenchResult<()> {
     );
     println!("  claim buffers, without and with a tripped destination's backlog:");
     let tripped = tripped::claim_buffers(scratch, quick).await?;
+    // The worse of the two transaction sizes' medians.
     let ratio = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    println!("RESULT dispatch_ratio={ratio:.2} p50_ms={p50:.2} p99_ms={p99:.2} {}", tripped.result());
+    println!(
+        "RESULT dispatch_ratio={ratio:.2} dispatch_ratio_tx1={:.2} dispatch_ratio_tx10={:.2} p50_ms={p50:.2} p99_ms={p99:.2} {}",
+        ratios[0],
+        ratios[1],
+        tripped.result()
+    );
     Ok(())
 }
 

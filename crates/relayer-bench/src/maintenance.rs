@@ -26,7 +26,9 @@
 //!
 //! The last line is `RESULT idle_sweep_buffers=<n> idle_cleanup_buffers=<n> recovery_ratio=<x>
 //! recovery_loop_ratio=<x>`: the larger idle figure of the two conditions, and the ratios of
-//! `run_once` and of the loop to the raw limit at the default batch size.
+//! `run_once` and of the loop to the raw limit at the default batch size: each the median
+//! of at least 5 interleaved rounds (a fresh schema per round and batch size), printed
+//! with its min–max.
 
 use std::future::poll_fn;
 use std::sync::Arc;
@@ -44,6 +46,7 @@ use tokio_postgres::{AsyncMessage, Client, NoTls};
 use tokio_util::sync::CancellationToken;
 
 use crate::raw_queue::{prepare_raw_queue_insert, raw_queue_insert};
+use crate::rounds::{Spread, rounds};
 use crate::scratch::{BenchResult, Scratch, connect};
 
 /// The sweeper's default batch size: the ratio in the RESULT line is measured at it.
@@ -56,26 +59,38 @@ pub(crate) async fn run(quick: bool) -> BenchResult<()> {
     scratch.drop_schema().await?;
     let (idle_sweep, idle_cleanup) = passes?;
 
-    println!("\n=== recovery throughput: a backlog of {backlog} due rows, same server, same run");
-    let mut ratios = Vec::new();
-    for batch in [DEFAULT_BATCH, 1_000] {
-        let scratch = Scratch::new().await?;
-        let measured = throughput_in(&scratch, backlog, batch).await;
-        scratch.drop_schema().await?;
-        let Throughput { raw, floor, sweeper, looped } = measured?;
-        let (ratio, loop_ratio) = (sweeper / raw, looped / raw);
-        println!(
-            "  batch {batch:>5}: raw {raw:>8.0} rows/s   run_once {sweeper:>8.0} rows/s   ratio {ratio:.2}   \
-             loop {looped:>8.0} rows/s   ratio {loop_ratio:.2}   (one-statement move {floor:>8.0} rows/s, \
-             run_once/move {:.2})",
-            sweeper / floor
-        );
-        ratios.push((batch, ratio, loop_ratio));
+    let rounds = rounds(quick);
+    println!(
+        "\n=== recovery throughput: a backlog of {backlog} due rows, same server, {rounds} interleaved rounds"
+    );
+    // Per batch size: run_once/raw, loop/raw, run_once/one-statement move.
+    let batches = [DEFAULT_BATCH, 1_000];
+    let mut spreads: [[Spread; 3]; 2] = Default::default();
+    for round in 1..=rounds {
+        for (batch, spread) in batches.into_iter().zip(spreads.iter_mut()) {
+            let scratch = Scratch::new().await?;
+            let measured = throughput_in(&scratch, backlog, batch).await;
+            scratch.drop_schema().await?;
+            let Throughput { raw, floor, sweeper, looped } = measured?;
+            println!(
+                "  round {round}, batch {batch:>5}: raw {raw:>8.0} rows/s   run_once {sweeper:>8.0} rows/s   \
+                 ratio {:.2}   loop {looped:>8.0} rows/s   ratio {:.2}   (one-statement move {floor:>8.0} rows/s, \
+                 run_once/move {:.2})",
+                sweeper / raw,
+                looped / raw,
+                sweeper / floor
+            );
+            for (series, value) in spread.iter_mut().zip([sweeper / raw, looped / raw, sweeper / floor]) {
+                series.push(value);
+            }
+        }
     }
-    let (ratio, loop_ratio) = ratios
-        .iter()
-        .find(|(batch, ..)| *batch == DEFAULT_BATCH)
-        .map_or((f64::NAN, f64::NAN), |(_, ratio, loop_ratio)| (*ratio, *loop_ratio));
+    for (batch, [ratio, loop_ratio, moved]) in batches.into_iter().zip(&spreads) {
+        println!(
+            "  batch {batch:>5}: run_once ratio {ratio}   loop ratio {loop_ratio}   run_once/move {moved}"
+        );
+    }
+    let (ratio, loop_ratio) = (spreads[0][0].median(), spreads[0][1].median());
     println!(
         "RESULT idle_sweep_buffers={idle_sweep} idle_cleanup_buffers={idle_cleanup} recovery_ratio={ratio:.2} \
          recovery_loop_ratio={loop_ratio:.2}"

@@ -18,8 +18,15 @@ pub(crate) fn database_config() -> BenchResult<tokio_postgres::Config> {
     let url = std::env::var("DATABASE_URL")
         .unwrap_or_else(|_| "host=127.0.0.1 user=postgres dbname=test".to_owned());
     let mut config: tokio_postgres::Config = url.parse()?;
-    config.application_name("relayer-bench");
+    // Unique to this process, so PostgreSQL's CPU can be summed over this run's backends
+    // alone on a server other sessions share (see `cpu`).
+    config.application_name(application_name());
     Ok(config)
+}
+
+/// This benchmark process's `application_name`: `relayer-bench-<pid>`.
+pub(crate) fn application_name() -> String {
+    format!("relayer-bench-{}", std::process::id())
 }
 
 /// A plain connection to the benchmark database, its driver spawned.
