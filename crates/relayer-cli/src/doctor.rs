@@ -73,9 +73,9 @@ pub(crate) fn render(report: &Report) -> String {
     if !ok.is_empty() {
         text.push('\n');
         for f in ok {
-            let _ = writeln!(text, "ok        {:<22}  {}", f.code, shown(&f.message));
+            let _ = writeln!(text, "ok        {:<23}  {}: {}", f.code, shown(&f.subject), shown(&f.message));
             if !f.advice.is_empty() {
-                let _ = writeln!(text, "          {:<22}  note: {}", "", shown(&f.advice));
+                let _ = writeln!(text, "          {:<23}  note: {}", "", shown(&f.advice));
             }
         }
     }

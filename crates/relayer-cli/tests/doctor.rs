@@ -77,7 +77,7 @@ async fn doctor_exits_by_its_worst_finding_and_names_the_snapshot_holder_obs_6()
     assert!(ran.stdout.contains("— CRITICAL ("), "{}", ran.stdout);
     assert!(ran.stdout.contains(&format!("CRITICAL  xmin.session  pid {holder_pid}")), "{}", ran.stdout);
     assert!(ran.stdout.contains("application_name \"nightly-report\""), "{}", ran.stdout);
-    assert!(ran.stdout.contains(&format!("what to do: While it holds it")), "{}", ran.stdout);
+    assert!(ran.stdout.contains("what to do: While it holds it"), "{}", ran.stdout);
     assert!(ran.stdout.contains(&format!("pg_terminate_backend({holder_pid})")), "{}", ran.stdout);
     assert!(ran.stdout.contains("WARNING   lanes.parked  lane account-7"), "{}", ran.stdout);
     holder.batch_execute("ROLLBACK").await.unwrap();
