@@ -33,7 +33,8 @@ async fn query(client: &Client, sql: &str, what: &str) -> Result<Vec<tokio_postg
 }
 
 /// Sessions with a snapshot, oldest xmin first; the doctor's own left out. Walsenders are
-/// judged as standbys. Sessions of other roles show no xmin to a role without
+/// judged as standbys; autovacuum workers are left out (a vacuum's xmin holds back no other
+/// vacuum). Sessions of other roles show no xmin to a role without
 /// `pg_read_all_stats`: said so when it matters.
 async fn sessions(
     client: &Client,
@@ -49,7 +50,7 @@ async fn sessions(
                     {held}, left(coalesce(query, ''), 80) \
              FROM pg_stat_activity \
              WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid() \
-               AND backend_type IS DISTINCT FROM 'walsender' \
+               AND coalesce(backend_type, '') NOT IN ('walsender', 'autovacuum worker') \
              ORDER BY age(backend_xmin) DESC, pid LIMIT {LISTED}",
             held = micros_since("coalesce(xact_start, query_start, backend_start)"),
         ),
