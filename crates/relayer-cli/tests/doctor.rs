@@ -74,12 +74,15 @@ async fn doctor_exits_by_its_worst_finding_and_names_the_snapshot_holder_obs_6()
     let holder_pid: i32 = holder.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
     let ran = relayer(&db, &["doctor", "--horizon-warning", "0s", "--horizon-critical", "0s"]).await;
     assert_eq!(ran.code, Some(2), "{}\n{}", ran.stdout, ran.stderr);
-    assert!(ran.stdout.contains("— CRITICAL ("), "{}", ran.stdout);
-    assert!(ran.stdout.contains(&format!("CRITICAL  xmin.session  pid {holder_pid}")), "{}", ran.stdout);
-    assert!(ran.stdout.contains("application_name \"nightly-report\""), "{}", ran.stdout);
-    assert!(ran.stdout.contains("what to do: While it holds it"), "{}", ran.stdout);
-    assert!(ran.stdout.contains(&format!("pg_terminate_backend({holder_pid})")), "{}", ran.stdout);
-    assert!(ran.stdout.contains("WARNING   lanes.parked  lane account-7"), "{}", ran.stdout);
+    common::fits_80_columns(&ran.stdout);
+    assert!(ran.stdout.contains("\nverdict: CRITICAL (1 critical, "), "{}", ran.stdout);
+    assert!(ran.stdout.contains(&format!("\nCRITICAL  xmin.session  pid {holder_pid}\n")), "{}", ran.stdout);
+    assert!(ran.stdout.contains("\nWARNING   lanes.parked  lane account-7\n"), "{}", ran.stdout);
+    let prose = common::flat(&ran.stdout);
+    assert!(prose.contains("application_name \"nightly-report\""), "{prose}");
+    assert!(prose.contains("state idle in transaction"), "{prose}");
+    assert!(prose.contains("what to do: While it holds it"), "{prose}");
+    assert!(prose.contains(&format!("pg_terminate_backend({holder_pid})")), "{prose}");
     holder.batch_execute("ROLLBACK").await.unwrap();
 }
 
