@@ -441,30 +441,32 @@ async fn unserved(
         what,
     )
     .await?;
-    let mut waiting: BTreeMap<String, (i64, Option<Duration>)> = BTreeMap::new();
+    // Per transport: how many rows (as the message words it) and the oldest.
+    let mut waiting: BTreeMap<String, (String, Option<Duration>)> = BTreeMap::new();
     for row in &found {
         let transport: String = column(row, 0, what)?;
         let count: i64 = column(row, 1, what)?;
         let oldest = column::<Option<i64>>(row, 2, what)?.map(duration_from_micros);
+        let count = if count >= cap { format!("at least {count}") } else { count.to_string() };
         waiting.insert(transport, (count, oldest));
     }
-    // Lane rows (outside outbox_due_idx) of the sampled oldest rows.
+    // Lane rows (outside outbox_due_idx) of the sampled oldest rows; a transport seen only
+    // there has its count estimated from the sample.
     for u in &gauges.unserved {
-        let entry = waiting.entry(u.transport.clone()).or_insert((0, None));
-        entry.0 = entry.0.max(u.pending);
+        let entry =
+            waiting.entry(u.transport.clone()).or_insert_with(|| (format!("about {}", u.pending), None));
         entry.1 = entry.1.max(u.oldest_age);
     }
     for (transport, (count, oldest)) in &waiting {
         let oldest = oldest.unwrap_or_default();
         let severity = if oldest >= options.stuck_after { Severity::Critical } else { Severity::Warning };
-        let at_least = if *count >= cap { "at least " } else { "" };
         findings.push(Finding::new(
             severity,
             "transport.unserved",
             format!("transport {transport}"),
             format!(
-                "{at_least}{count} outbox rows of transport {transport:?} wait, the oldest for {}, and no live \
-                 instance registers that transport (TRN-6): nothing running will deliver them",
+                "{count} outbox rows of transport {transport:?} wait, the oldest for {}, and no live instance \
+                 registers that transport (TRN-6): nothing running will deliver them",
                 age(oldest)
             ),
             format!(
@@ -599,12 +601,13 @@ async fn dead_letters(
         what,
     )
     .await?;
-    let (mut total, mut young_oldest) = (0_i64, Duration::ZERO);
+    let (mut total, mut capped, mut young_oldest) = (0_i64, false, Duration::ZERO);
     for row in &groups {
         let (dlq, topic): (String, String) = (column(row, 0, what)?, column(row, 1, what)?);
         let oldest = column::<Option<i64>>(row, 2, what)?.map(duration_from_micros).unwrap_or_default();
         let (stuck_count, all): (i64, i64) = (column(row, 3, what)?, column(row, 4, what)?);
         total += all;
+        capped |= all >= cap;
         if stuck_count == 0 {
             young_oldest = young_oldest.max(oldest);
             continue;
@@ -637,7 +640,8 @@ async fn dead_letters(
                 "no dead letters".to_owned()
             } else {
                 format!(
-                    "{total} dead letters, none older than {} (the oldest {})",
+                    "{}{total} dead letters, none older than {} (the oldest {})",
+                    if capped { "at least " } else { "" },
                     age(options.stuck_after),
                     age(young_oldest)
                 )
