@@ -18,7 +18,7 @@ use relayer_postgres::{
     Connector, ConsumeStatements, DeadLetter, HeadFailure, InstanceStatements, LaneStatements,
     LeaseStatements, OutboxWriter, QueueWriter, migrate,
 };
-use relayer_test_support::{OwnedCluster, PoolMode, TestDb, pgbouncer};
+use relayer_test_support::{OwnedCluster, PoolMode, TestDb, eventually, pgbouncer};
 
 async fn setup(db: &TestDb) -> tokio_postgres::Client {
     let mut client = db.connect().await;
@@ -321,6 +321,50 @@ async fn the_churning_tables_are_checked_against_step_5s_autovacuum_settings_obs
         .find(|f| f.subject == "table relayer_outbox" && f.severity == Severity::Critical)
         .unwrap_or_else(|| panic!("autovacuum_enabled = false not reported: {report:#?}"));
     assert!(disabled.advice.contains("RESET (autovacuum_enabled)"), "{}", disabled.advice);
+}
+
+#[tokio::test]
+async fn dead_tuples_that_no_vacuum_removed_are_a_warning_obs_6() {
+    let db = TestDb::new().await;
+    let client = setup(&db).await;
+    let writer = QueueWriter::new(db.namespace(), "queue");
+    let consume = ConsumeStatements::new(db.namespace());
+    // No autovacuum may come between (a server with it on): the table's own switch.
+    let queue = db.namespace().table("queue");
+    client.batch_execute(&format!("ALTER TABLE {queue} SET (autovacuum_enabled = false)")).await.unwrap();
+    // 20,000 messages written, received and acked: two dead versions each, in a table no
+    // vacuum has visited.
+    for _ in 0..4 {
+        let batch: Vec<NewMessage> =
+            (0..5_000).map(|n| NewMessage::new("queue", "orders", format!("{n}").into_bytes())).collect();
+        writer.enqueue(&client, &batch).await.unwrap();
+        let received = consume.receive(&client, "orders", 5_000, Duration::from_secs(30)).await.unwrap();
+        let receipts: Vec<_> = received.iter().map(|r| r.receipt).collect();
+        assert_eq!(consume.ack(&client, &receipts).await.unwrap().len(), 5_000);
+    }
+    // The statistics arrive when the writing session reports them (within a second or so).
+    let subject = "table relayer_queue".to_owned();
+    eventually("the doctor reports the queue's dead tuples", || async {
+        doctor(&db, &DoctorOptions::default())
+            .await
+            .with_code("vacuum.dead_tuples")
+            .any(|f| f.subject == subject)
+    })
+    .await;
+    let report = doctor(&db, &DoctorOptions::default()).await;
+    let dead = finding(&report, "vacuum.dead_tuples", "table relayer_queue");
+    assert_eq!(dead.severity, Severity::Warning, "{dead:?}");
+    assert!(dead.message.contains("never vacuumed"), "{}", dead.message);
+    assert!(dead.advice.contains("dead but not yet removable"), "{}", dead.advice);
+
+    client.batch_execute(&format!("VACUUM {queue}")).await.unwrap();
+    eventually("after a vacuum, the queue's dead tuples are no longer reported", || async {
+        !doctor(&db, &DoctorOptions::default())
+            .await
+            .with_code("vacuum.dead_tuples")
+            .any(|f| f.subject == subject)
+    })
+    .await;
 }
 
 #[tokio::test]
