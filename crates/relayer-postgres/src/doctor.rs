@@ -32,8 +32,9 @@
 //! a scan of a relayer table (docs/operations.md lists each statement's cost). Every age is
 //! measured on the database clock (NS-4).
 
-mod checks;
 mod horizon;
+mod namespace;
+mod server;
 
 use std::fmt;
 use std::time::Duration;
@@ -227,7 +228,7 @@ pub async fn diagnose(
     // First, and in the simple query protocol: behind a transaction-mode pooler the other
     // statements (prepared, then executed) may land on different backends, and what they
     // read of "this session" would be wrong. Then only the pooler is reported.
-    if checks::pooler(&client, database, &mut findings).await? {
+    if server::pooler(&client, database, &mut findings).await? {
         return Ok(Report { namespace: namespace.to_string(), findings });
     }
     // Each statement is bounded; a doctor waiting on a lock would be no help.
@@ -235,14 +236,24 @@ pub async fn diagnose(
         .batch_execute("SET statement_timeout = '15s'; SET lock_timeout = '2s'")
         .await
         .map_err(|e| StorageError::database("setting the doctor's timeouts", e))?;
-    let version = checks::schema(&client, namespace, &mut findings).await?;
+    let version = namespace::schema(&client, namespace, &mut findings).await?;
     horizon::check(&client, options, &mut findings).await?;
-    checks::vacuum(&client, namespace, version.is_some(), &mut findings).await?;
-    checks::notification_queue(&client, &mut findings).await?;
+    server::vacuum(&client, namespace, version.is_some(), &mut findings).await?;
+    server::notification_queue(&client, &mut findings).await?;
     if version.is_some() {
-        checks::relayer_state(&client, namespace, options, &mut findings).await?;
+        namespace::relayer_state(&client, namespace, options, &mut findings).await?;
     }
     Ok(Report { namespace: namespace.to_string(), findings })
+}
+
+/// Runs a doctor's read; an error names what it was reading.
+async fn rows(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    what: &str,
+) -> Result<Vec<tokio_postgres::Row>, StorageError> {
+    client.query(sql, params).await.map_err(|e| StorageError::database(format!("reading {what}"), e))
 }
 
 /// A duration for a message: whole seconds (`2m3s`), or `0s`.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use super::{DoctorOptions, Finding, Severity, age, by_time, by_xid_age};
+use super::{DoctorOptions, Finding, Severity, age, by_time, by_xid_age, rows};
 use crate::error::{StorageError, column};
 use crate::status::elapsed::{duration_from_micros, micros_since};
 
@@ -28,10 +28,6 @@ pub(super) async fn check(
     standbys(client, options, findings).await
 }
 
-async fn query(client: &Client, sql: &str, what: &str) -> Result<Vec<tokio_postgres::Row>, StorageError> {
-    client.query(sql, &[]).await.map_err(|e| StorageError::database(format!("reading {what}"), e))
-}
-
 /// Sessions with a snapshot, oldest xmin first; the doctor's own left out. Walsenders are
 /// judged as standbys; autovacuum workers are left out (a vacuum's xmin holds back no other
 /// vacuum). Sessions of other roles show no xmin to a role without
@@ -42,7 +38,7 @@ async fn sessions(
     findings: &mut Vec<Finding>,
 ) -> Result<(), StorageError> {
     let what = "the sessions holding the xmin horizon (pg_stat_activity)";
-    let rows = query(
+    let rows = rows(
         client,
         &format!(
             "SELECT pid, coalesce(application_name, ''), coalesce(state, ''), coalesce(usename::text, ''), \
@@ -54,6 +50,7 @@ async fn sessions(
              ORDER BY age(backend_xmin) DESC, pid LIMIT {LISTED}",
             held = micros_since("coalesce(xact_start, query_start, backend_start)"),
         ),
+        &[],
         what,
     )
     .await?;
@@ -127,12 +124,13 @@ async fn slots(
     findings: &mut Vec<Finding>,
 ) -> Result<(), StorageError> {
     let what = "the replication slots (pg_replication_slots)";
-    let rows = query(
+    let rows = rows(
         client,
         "SELECT slot_name::text, slot_type, active, age(xmin), age(catalog_xmin), \
                 CASE WHEN restart_lsn IS NULL OR pg_is_in_recovery() THEN NULL \
                      ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8 END \
          FROM pg_replication_slots ORDER BY slot_name",
+        &[],
         what,
     )
     .await?;
@@ -190,13 +188,14 @@ async fn prepared(
     findings: &mut Vec<Finding>,
 ) -> Result<(), StorageError> {
     let what = "the prepared transactions (pg_prepared_xacts)";
-    let rows = query(
+    let rows = rows(
         client,
         &format!(
             "SELECT gid, owner::text, database::text, age(transaction), {held} FROM pg_prepared_xacts \
              ORDER BY prepared, gid LIMIT {LISTED}",
             held = micros_since("prepared"),
         ),
+        &[],
         what,
     )
     .await?;
@@ -238,13 +237,14 @@ async fn standbys(
     findings: &mut Vec<Finding>,
 ) -> Result<(), StorageError> {
     let what = "the standbys (pg_stat_replication)";
-    let rows = query(
+    let rows = rows(
         client,
         &format!(
             "SELECT coalesce(application_name, ''), coalesce(host(client_addr), 'local'), age(backend_xmin), \
                     coalesce(state, '') \
              FROM pg_stat_replication WHERE backend_xmin IS NOT NULL ORDER BY age(backend_xmin) DESC LIMIT {LISTED}"
         ),
+        &[],
         what,
     )
     .await?;
