@@ -47,6 +47,11 @@ pub(crate) enum Command {
     /// Show a namespace's health: backlog, lanes, leases, instances, dead letters, workers,
     /// xmin horizon
     Status(JsonFlag),
+    /// Check a live database for what hurts a PostgreSQL queue (who holds the xmin horizon,
+    /// vacuum, NOTIFY queue, a transaction-mode pooler, unserved transports, parked lanes,
+    /// stuck dead letters, stalled workers, settings disagreements), each with what to do;
+    /// exits 0 ok, 1 warning, 2 critical, 3 could not check
+    Doctor(DoctorArgs),
     /// Print, apply or check the schema
     #[command(subcommand)]
     Schema(SchemaCommand),
@@ -78,6 +83,23 @@ pub(crate) enum Command {
     /// The demo's dispatcher process, killed on purpose by `demo`
     #[command(name = "demo-child", hide = true)]
     DemoChild,
+}
+
+/// `relayer doctor`'s thresholds (relayer_postgres::doctor::DoctorOptions).
+#[derive(Debug, ClapArgs)]
+pub(crate) struct DoctorArgs {
+    /// A snapshot or prepared transaction held this long is a warning
+    #[arg(long, value_parser = parse_duration, default_value = "1m")]
+    pub(crate) horizon_warning: std::time::Duration,
+    /// Held this long, critical
+    #[arg(long, value_parser = parse_duration, default_value = "10m")]
+    pub(crate) horizon_critical: std::time::Duration,
+    /// Unserved rows and parked lanes this old are critical; dead letters this old, stuck
+    #[arg(long, value_parser = parse_duration, default_value = "1h")]
+    pub(crate) stuck_after: std::time::Duration,
+    /// Print JSON instead of the report
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, ClapArgs)]

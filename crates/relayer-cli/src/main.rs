@@ -1,5 +1,5 @@
 //! `relayer`: the operations binary (OBS-3) — the maintenance sidecar (`run`), `status`,
-//! `dead-letters`, `lanes`, `schema`, `config check`, shell completions, and the demo.
+//! `doctor`, `dead-letters`, `lanes`, `schema`, `config check`, shell completions, and the demo.
 #![deny(missing_docs)]
 // A command-line tool writes its results to standard output.
 #![allow(clippy::print_stdout)]
@@ -11,6 +11,7 @@ mod connect;
 mod database_url;
 mod dead_letters;
 mod demo;
+mod doctor;
 mod escape;
 mod gauges;
 mod lanes;
@@ -37,24 +38,51 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return if !error.use_stderr() {
+                ExitCode::SUCCESS // --help, --version
+            } else if std::env::args().skip(1).any(|arg| arg == "doctor") {
+                // A usage error exits 2, which is the doctor's "critical": its own exit 3.
+                ExitCode::from(doctor::COULD_NOT_CHECK)
+            } else {
+                ExitCode::from(2)
+            };
+        }
+    };
     database_url::warn_on_conflict(cli.global.database_url.as_deref());
+    // The doctor's exit status is its verdict (0/1/2); it fails with its own (3).
+    let failure = if matches!(cli.command, Command::Doctor(_)) {
+        ExitCode::from(doctor::COULD_NOT_CHECK)
+    } else {
+        ExitCode::FAILURE
+    };
     match execute(cli).await {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(error) => {
             // One line, each cause once (relayer's top-level errors already carry theirs).
             // Errors may quote the database's text (a row's error, a server message): escaped.
             let chain = relayer::error_chain(error.as_ref());
             eprintln!("error: {}", escape::printable(&chain, escape::Newlines::Keep));
-            ExitCode::FAILURE
+            failure
         }
     }
 }
 
-async fn execute(cli: Cli) -> CliResult {
+async fn execute(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error + Send + Sync>> {
     let global = cli.global;
+    if let Command::Doctor(doctor_args) = &cli.command {
+        return doctor::run(&global.resolve("public")?, doctor_args).await.map(ExitCode::from);
+    }
+    run_command(cli.command, &global).await.map(|()| ExitCode::SUCCESS)
+}
+
+async fn run_command(command: Command, global: &args::Global) -> CliResult {
     let database = |default_schema: &str| global.resolve(default_schema);
-    match cli.command {
+    match command {
+        Command::Doctor(_) => Err("relayer doctor is handled before the other commands".into()),
         Command::Status(flag) => status::show(&database("public")?, flag.json).await,
         Command::Schema(SchemaCommand::Print { grants: None }) => {
             print!("{}", relayer_postgres::schema_sql(&database("public")?.namespace));
@@ -70,7 +98,7 @@ async fn execute(cli: Cli) -> CliResult {
         Command::Schema(SchemaCommand::Status(flag)) => schema::status(&database("public")?, flag.json).await,
         Command::DeadLetters(command) => dead_letters::run(&database("public")?, command).await,
         Command::Lanes(command) => lanes::run(&database("public")?, command).await,
-        Command::Run(run_args) => run::run(&global, &run_args).await,
+        Command::Run(run_args) => run::run(global, &run_args).await,
         Command::Config(ConfigCommand::Check { file, json }) => {
             let config = config::Config::load(&file)?;
             if json {

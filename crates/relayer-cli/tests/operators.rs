@@ -28,6 +28,7 @@ async fn with_env(db: &TestDb, env: &[(&str, &str)], args: &[&str]) -> Ran {
     let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
     Ran {
         success: output.status.success(),
+        code: output.status.code(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }

@@ -15,7 +15,9 @@
 //!
 //! A redrive moves the row back to `queue = original_topic`, visible now, with a fresh
 //! `handled_count` and without its rejection stamps or receipt; a dead letter a consumer of
-//! the dead-letter queue holds right now (received, visibility not lapsed) is skipped. The outbox's dead rows are redriven
+//! the dead-letter queue holds right now (received, visibility not lapsed) is skipped; the same
+//! statement notifies the queue's channel with the original topic when it moved any, so
+//! listening consumers take the messages at once. The outbox's dead rows are redriven
 //! by moving them back into the outbox (a new `seq`; same id, body, headers, creation
 //! context and `created_at`; no attempts; visible now), waking dispatchers with a NOTIFY.
 //! Policies leave the outbox's lane rows alone: back in the outbox they would queue behind
@@ -34,6 +36,7 @@ use tokio_postgres::types::{ToSql, Type};
 use crate::error::StorageError;
 use crate::exec::{Executor, one_row};
 use crate::outbox::notify_channel;
+use crate::queue::queue_channel;
 
 /// The dead-letter policy statements rendered for one namespace.
 #[derive(Clone, Debug)]
@@ -44,7 +47,10 @@ pub struct DeadLetterPolicyStatements {
     outbox_redrive: String,
     outbox_expire: String,
     outbox_stuck: String,
+    /// The outbox's channel: an outbox redrive wakes dispatchers.
     channel: String,
+    /// The queue's channel: a queue redrive wakes the original topic's consumers.
+    queue_channel: String,
 }
 
 impl DeadLetterPolicyStatements {
@@ -64,8 +70,12 @@ impl DeadLetterPolicyStatements {
             // `give_up_after` was dead-lettered within it too: the lower bound is implied by
             // the created_at test, and lets the scan skip the stuck dead letters (DLP-5)
             // instead of reading them in every batch.
+            // The NOTIFY wakes the original topic's consumers when messages came back, as a
+            // write to that queue would (issue 25): they take them at once, not at their next
+            // poll.
             queue_redrive: format!(
-                "UPDATE {queue} q SET queue = q.original_topic, visible_at = now(), handled_count = 0, \
+                "WITH moved AS ( \
+                 UPDATE {queue} q SET queue = q.original_topic, visible_at = now(), handled_count = 0, \
                         original_topic = NULL, rejection_reason = NULL, rejection_message = NULL, \
                         dead_lettered_at = NULL, receipt = NULL \
                  WHERE q.seq = ANY(ARRAY( \
@@ -76,7 +86,11 @@ impl DeadLetterPolicyStatements {
                      AND created_at > now() - $4::int8 * interval '1 microsecond' AND {decodable} \
                      AND {not_in_flight} \
                    ORDER BY dead_lettered_at LIMIT $5 FOR UPDATE SKIP LOCKED)) \
-                   AND q.queue = $1 AND q.original_topic = $2"
+                   AND q.queue = $1 AND q.original_topic = $2 \
+                 RETURNING 1), \
+                 counted AS (SELECT count(*) AS moved FROM moved), \
+                 notified AS (SELECT pg_notify($6::text, $2) FROM counted WHERE moved > 0) \
+                 SELECT moved, (SELECT count(*) FROM notified) FROM counted"
             ),
             // Index: queue_dead_letter_idx.
             queue_expire: format!(
@@ -140,6 +154,7 @@ impl DeadLetterPolicyStatements {
                    AND created_at <= now() - $4::int8 * interval '1 microsecond'"
             ),
             channel: notify_channel(namespace),
+            queue_channel: queue_channel(namespace),
         }
     }
 
@@ -159,23 +174,20 @@ impl DeadLetterPolicyStatements {
             (database_micros(after), database_micros(give_up_after), i64::from(limit));
         let (first, second) = names(message_type);
         let what = format!("redriving the dead letters of {message_type}");
+        let (sql, channel) = match message_type {
+            DeadLetterType::Queue { .. } => (&self.queue_redrive, &self.queue_channel),
+            DeadLetterType::Outbox { .. } => (&self.outbox_redrive, &self.channel),
+        };
         let params: [(&(dyn ToSql + Sync), Type); 6] = [
             (&first, Type::TEXT),
             (&second, Type::TEXT),
             (&after, Type::INT8),
             (&give_up, Type::INT8),
             (&limit, Type::INT8),
-            (&self.channel, Type::TEXT),
+            (channel, Type::TEXT),
         ];
-        match message_type {
-            DeadLetterType::Queue { .. } => {
-                crate::exec::affected(client, &self.queue_redrive, &params[..5], what).await
-            }
-            DeadLetterType::Outbox { .. } => {
-                let row = one_row(client, &self.outbox_redrive, &params, &what).await?;
-                Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
-            }
-        }
+        let row = one_row(client, sql, &params, &what).await?;
+        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
     }
 
     /// Deletes up to `limit` dead letters of `message_type` dead-lettered at least `after`

@@ -18,8 +18,9 @@
 //! row another session holds at that moment (a policy pass moving it) is skipped; act again
 //! to catch it. [`DeadLetterApi::redrive_queue`] moves a dead letter back to its original
 //! topic, visible now, with a fresh handled count and without its rejection stamps (as the
-//! policy pass does, DLP-3); one without an original topic has nowhere to go and is never
-//! selected. [`DeadLetterApi::redrive_outbox`] moves a dead row back into the outbox with a
+//! policy pass does, DLP-3), and notifies the queue's channel once per topic it moved
+//! messages to, so listening consumers take them at once; one without an original topic
+//! has nowhere to go and is never selected. [`DeadLetterApi::redrive_outbox`] moves a dead row back into the outbox with a
 //! new `seq`, no attempts, visible now, keeping its id, body, headers, creation context,
 //! `created_at` and lane, and wakes dispatchers. A lane row comes back at the tail of its
 //! lane: the statement first takes the lane's writer lock (LAN-1c), so it is ordered with
@@ -178,6 +179,7 @@ pub struct DeadLetterApi {
     outbox: String,
     audit: String,
     channel: String,
+    queue_channel: String,
     lane_lock_prefix: String,
 }
 
@@ -190,6 +192,7 @@ impl DeadLetterApi {
             outbox: namespace.table("outbox"),
             audit: namespace.table("audit"),
             channel: notify_channel(namespace),
+            queue_channel: crate::queue::queue_channel(namespace),
             // The outbox writer's lane lock resource (LAN-1c): the same lock, so a redriven
             // lane row is ordered with concurrent writers of its lane.
             lane_lock_prefix: lane_lock_prefix(namespace),
@@ -247,7 +250,9 @@ impl DeadLetterApi {
         // from the queue it returned to.
         let base = "dead_lettered_at IS NOT NULL AND original_topic IS NOT NULL \
                     AND (receipt IS NULL OR visible_at <= now())";
-        let action = |picked: &str, audit: &str| {
+        // The NOTIFY wakes each original topic's consumers, as a write to that queue would
+        // (issue 25): they take the redriven messages at once, not at their next poll.
+        let action = |picked: &str, audit: &str, channel: &str| {
             format!(
                 "moved AS ( \
                    UPDATE {queue} q SET queue = q.original_topic, visible_at = now(), handled_count = 0, \
@@ -255,12 +260,15 @@ impl DeadLetterApi {
                           dead_lettered_at = NULL, receipt = NULL \
                    FROM {picked} p WHERE q.seq = p.seq \
                    RETURNING p.*), \
-                 {audit} FROM moved RETURNING 1) \
-                 SELECT seq, message_id FROM moved ORDER BY seq",
+                 {audit} FROM moved RETURNING 1), \
+                 notified AS (SELECT count(pg_notify({channel}::text, topic)) AS woken \
+                   FROM (SELECT DISTINCT original_topic AS topic FROM moved) AS topics) \
+                 SELECT seq, message_id, (SELECT woken FROM notified) FROM moved ORDER BY seq",
                 queue = self.queue
             )
         };
-        self.queue_action(client, filter, actor, mode, base, "dead_letter.redrive", action).await
+        let wake = Some(self.queue_channel.as_str());
+        self.queue_action(client, filter, actor, mode, base, ("dead_letter.redrive", wake), action).await
     }
 
     /// Deletes the queue dead letters `filter` selects (DLP-7), audited as
@@ -272,7 +280,7 @@ impl DeadLetterApi {
         actor: &str,
         mode: Mode,
     ) -> Result<Vec<Touched>, DeadLetterApiError> {
-        let action = |picked: &str, audit: &str| {
+        let action = |picked: &str, audit: &str, _: &str| {
             format!(
                 "gone AS (DELETE FROM {queue} q USING {picked} p WHERE q.seq = p.seq RETURNING p.*), \
                  {audit} FROM gone RETURNING 1) \
@@ -286,15 +294,16 @@ impl DeadLetterApi {
             actor,
             mode,
             "dead_lettered_at IS NOT NULL",
-            "dead_letter.purge",
+            ("dead_letter.purge", None),
             action,
         )
         .await
     }
 
     /// One audited action on the queue dead letters `filter` selects beyond `base`;
-    /// `action(picked, audit)` renders the CTEs after `picked` (the locked batch, with the
-    /// columns the audit records) given the audit insert's head.
+    /// `action(picked, audit, channel)` renders the CTEs after `picked` (the locked batch,
+    /// with the columns the audit records) given the audit insert's head and the parameter
+    /// bound to `wake` (the channel to notify; empty when `None`).
     #[allow(clippy::too_many_arguments)]
     async fn queue_action(
         &self,
@@ -303,8 +312,8 @@ impl DeadLetterApi {
         actor: &str,
         mode: Mode,
         base: &str,
-        name: &str,
-        action: impl Fn(&str, &str) -> String,
+        (name, wake): (&str, Option<&str>),
+        action: impl Fn(&str, &str, &str) -> String,
     ) -> Result<Vec<Touched>, DeadLetterApiError> {
         let limit = check_action(filter.common.limit, filter.selects_something(), actor)?;
         let mut clauses = filter.render(base);
@@ -319,6 +328,7 @@ impl DeadLetterApi {
             clauses.bind(BoundedText::actor(actor), Type::TEXT),
             clauses.bind(BoundedText::error(&filter.to_string()), Type::TEXT),
         );
+        let channel = wake.map(|channel| clauses.bind(channel.to_owned(), Type::TEXT)).unwrap_or_default();
         let sql = format!(
             "WITH picked AS MATERIALIZED ( \
                SELECT seq, message_id, queue, original_topic, rejection_reason {selection} FOR UPDATE SKIP LOCKED), \
@@ -331,7 +341,8 @@ impl DeadLetterApi {
                             jsonb_build_object('seq', seq, 'queue', queue, 'original_topic', original_topic, \
                                                'reason', rejection_reason, 'filter', {detail}::text)",
                     self.audit
-                )
+                ),
+                &channel,
             )
         );
         touched(&read(client, &sql, &clauses, &what).await?)

@@ -12,6 +12,7 @@ mod connector;
 mod dead_letter_filter;
 pub mod dead_letter_policy;
 pub mod dead_letters;
+pub mod doctor;
 mod error;
 pub mod exec;
 mod grants;

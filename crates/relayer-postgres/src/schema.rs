@@ -45,6 +45,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "audit rows record the session user and the client address",
         sql: include_str!("schema/v4.sql"),
     },
+    Migration {
+        version: 5,
+        description: "queue and outbox vacuumed after a count of dead rows, not a share of the table",
+        sql: include_str!("schema/v5.sql"),
+    },
 ];
 
 /// Version numbers skipped on purpose: reserved for a step of a branch merged beside this one.
@@ -52,7 +57,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
 const RESERVED: &[i32] = &[];
 
 /// The schema version this build of relayer requires and migrates to.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// Every table the schema creates, by its unprefixed name.
 pub const TABLES: &[&str] =

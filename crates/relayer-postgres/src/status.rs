@@ -12,7 +12,7 @@
 mod database;
 pub(crate) mod elapsed;
 mod sampled;
-mod workers;
+pub(crate) mod workers;
 
 use std::time::Duration;
 

@@ -203,12 +203,14 @@ impl Drop for Cluster {
     }
 }
 
-/// The settings of every cluster, TLS or not.
+/// The settings of every cluster, TLS or not. Two-phase commit is allowed (PostgreSQL's
+/// default allows none) so a test can leave a prepared transaction behind (`relayer doctor`).
 fn server_options(port: u16) -> String {
     format!(
         // TCP only: no Unix socket, whose path length would depend on TMPDIR.
         "-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off \
-         -c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+         -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 \
+         -c max_prepared_transactions=10"
     )
 }
 

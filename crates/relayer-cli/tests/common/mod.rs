@@ -18,6 +18,8 @@ use tokio_postgres::Client;
 #[derive(Debug)]
 pub(crate) struct Ran {
     pub(crate) success: bool,
+    /// The exit status (`None`: ended by a signal).
+    pub(crate) code: Option<i32>,
     pub(crate) stdout: String,
     pub(crate) stderr: String,
 }
@@ -67,6 +69,7 @@ async fn ran(mut command: Command) -> Ran {
     let output: Output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
     Ran {
         success: output.status.success(),
+        code: output.status.code(),
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }

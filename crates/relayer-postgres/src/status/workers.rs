@@ -229,7 +229,7 @@ pub(super) async fn instances(
 
 /// Workers whose live instances recorded more than one fingerprint, naming the settings
 /// that differ.
-pub(super) fn disagreements(instances: &[InstanceStatus]) -> Vec<Disagreement> {
+pub(crate) fn disagreements(instances: &[InstanceStatus]) -> Vec<Disagreement> {
     let mut by_worker: BTreeMap<&str, Vec<&InstanceStatus>> = BTreeMap::new();
     for instance in instances {
         by_worker.entry(&instance.worker).or_default().push(instance);
