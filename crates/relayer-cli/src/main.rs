@@ -90,7 +90,9 @@ async fn execute(cli: Cli) -> CliResult {
             clap_complete::generate(shell, &mut Cli::command(), "relayer", &mut std::io::stdout());
             Ok(())
         }
-        Command::Demo { messages } => demo::run(&database("relayer_demo")?, demo::Size::new(messages)).await,
+        Command::Demo { messages, console } => {
+            demo::run(&database("relayer_demo")?, demo::Size::new(messages), console).await
+        }
         Command::DemoChild => demo::child::run(&database("relayer_demo")?).await,
     }
 }

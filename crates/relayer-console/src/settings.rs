@@ -138,10 +138,10 @@ mod tests {
         assert!(open.starts_with("console.listen: 0.0.0.0:9188 is not a loopback address"), "{open}");
         assert!(open.contains("console.tls_certificate") && open.contains("console.access_token"), "{open}");
         let mut only_tls = at("10.0.0.5:9188");
-        only_tls.tls = Some(tls.clone());
+        only_tls.tls = Some(tls);
         let refused = only_tls.check().unwrap_err();
         assert!(refused.contains("console.access_token") && !refused.contains("tls_key"), "{refused}");
-        let mut served = only_tls.clone();
+        let mut served = only_tls;
         served.access_token = Some("0123456789abcdef".to_owned());
         assert!(served.check().is_ok());
         served.access_token = Some("short".to_owned());

@@ -67,12 +67,11 @@ async fn body(shared: &Shared) -> Result<String, Failure> {
         let _ = write!(out, "<div class=\"card\"><b id=\"{id}\"{class}>{}</b>{label}</div>", esc(&value));
     }
     out.push_str("</div><h2>Last hour</h2>");
-    match &shared.history {
-        Some(history) => {
-            out.push_str(&chart::render(&history.samples(), history.window(), SystemTime::now()))
-        }
-        None => out.push_str("<p class=\"muted\">No sampler history in this process.</p>"),
-    }
+    let chart = shared.history.as_ref().map_or_else(
+        || "<p class=\"muted\">No sampler history in this process.</p>".to_owned(),
+        |history| chart::render(&history.samples(), history.window(), SystemTime::now()),
+    );
+    out.push_str(&chart);
     out.push_str("<h2>Backlog by transport and destination</h2>");
     let rows: Vec<String> = status
         .backlog

@@ -91,13 +91,15 @@ async fn body(shared: &Shared) -> Result<String, Failure> {
                 .collect::<Vec<_>>()
                 .join("<br>");
             format!(
-                "{}{}{}{}{}{}<td><small>{settings}</small></td>",
+                "{}{}<td title=\"{fp}\"><code>{short}</code></td>{}{}{}<td><small>{settings}</small></td>",
                 td(&i.worker),
                 td(&i.instance),
-                td(&i.fingerprint),
                 td(&format!("{} ago", age(i.since_seen))),
                 td(&age(i.running_for)),
                 td(&if i.transports.is_empty() { "-".to_owned() } else { i.transports.join(", ") }),
+                fp = esc(&i.fingerprint),
+                // The whole fingerprint is in the title; a prefix tells groups apart.
+                short = esc(&i.fingerprint.chars().take(12).collect::<String>()),
             )
         })
         .collect();
