@@ -91,7 +91,12 @@ async fn execute(cli: Cli) -> CliResult {
             Ok(())
         }
         Command::Demo { messages, console } => {
-            demo::run(&database("relayer_demo")?, demo::Size::new(messages), console).await
+            let args = database("relayer_demo")?;
+            Box::pin(demo::run(&args, demo::Size::new(messages))).await?;
+            match console {
+                Some(listen) => Box::pin(demo::console::serve(&args, listen)).await,
+                None => Ok(()),
+            }
         }
         Command::DemoChild => demo::child::run(&database("relayer_demo")?).await,
     }

@@ -24,7 +24,7 @@ use crate::auth::{actor, same};
 use crate::html::{esc, table, td};
 use crate::pages::dead_letters::{Filter, Selection, action_limit};
 use crate::pages::{Failure, connection, render};
-use crate::server::Shared;
+use crate::state::Shared;
 
 /// An action request: what to do, to which selection, and (on apply) the CSRF token.
 #[derive(Debug, Default, Deserialize)]

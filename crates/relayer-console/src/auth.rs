@@ -8,8 +8,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::html::{esc, page};
-use crate::server::Shared;
 use crate::settings::{ActorSource, actor_name};
+use crate::state::Shared;
 
 /// The cookie the login page sets.
 pub(crate) const COOKIE: &str = "relayer_console";

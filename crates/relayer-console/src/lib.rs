@@ -28,16 +28,19 @@
 mod actions;
 mod auth;
 mod chart;
+mod doctor;
 mod format;
 mod history;
 mod html;
 mod pages;
+mod routes;
 mod server;
 mod settings;
+mod state;
 mod tls;
 
+pub use doctor::{DoctorFinding, DoctorHook, Severity};
 pub use history::{History, Sample};
-pub use pages::doctor::{DoctorFinding, DoctorHook, Severity};
 pub use server::{BoundConsole, Console, ConsoleError};
 pub use settings::{ActorSource, ConsoleSettings, TlsFiles};
 

@@ -6,15 +6,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::http::{HeaderValue, header};
-use axum::routing::{get, post};
 use relayer_core::{DeadLetterPolicies, Namespace};
-use relayer_postgres::{Connector, DeadLetterApi, DeadLetterPolicyStatements, LaneAdmin, PgPool};
+use relayer_postgres::{Connector, DeadLetterApi, DeadLetterPolicyStatements, LaneAdmin};
 use tokio::net::TcpListener;
 
+use crate::doctor::DoctorHook;
 use crate::history::History;
-use crate::pages::doctor::DoctorHook;
+use crate::routes::router;
 use crate::settings::ConsoleSettings;
+use crate::state::Inner;
 use crate::tls::TlsListener;
 
 /// Connections the console's pool opens at most: pages read one statement at a time.
@@ -42,26 +42,6 @@ pub enum ConsoleError {
     #[error("console: serving failed: {0}")]
     Serve(std::io::Error),
 }
-
-/// What every handler reads.
-pub(crate) struct Inner {
-    pub(crate) settings: ConsoleSettings,
-    pub(crate) namespace: Namespace,
-    pub(crate) pool: PgPool,
-    pub(crate) dead_letters: DeadLetterApi,
-    pub(crate) lanes: LaneAdmin,
-    pub(crate) policy_statements: DeadLetterPolicyStatements,
-    pub(crate) policies: Option<DeadLetterPolicies>,
-    pub(crate) history: Option<History>,
-    pub(crate) doctor: Option<DoctorHook>,
-    /// The token every action form carries (one per process).
-    pub(crate) csrf: String,
-    /// Whether the console is served over TLS (the login cookie is then `Secure`).
-    pub(crate) https: bool,
-}
-
-/// The handlers' state.
-pub(crate) type Shared = Arc<Inner>;
 
 /// A console to bind: its settings and what it shows.
 ///
@@ -193,43 +173,4 @@ impl BoundConsole {
                 .map_err(ConsoleError::Serve),
         }
     }
-}
-
-/// Every route, behind the access token, with the security headers.
-fn router(shared: Shared) -> Router {
-    use crate::{actions, pages};
-    Router::new()
-        .route("/", get(pages::overview::show))
-        .route("/workers", get(pages::workers::show))
-        .route("/dead-letters", get(pages::dead_letters::list))
-        .route("/dead-letters/message/{id}", get(pages::dead_letters::message))
-        .route("/lanes", get(pages::lanes::show))
-        .route("/doctor", get(pages::doctor::show))
-        .route("/actions/preview", get(actions::preview))
-        .route("/actions/apply", post(actions::apply))
-        .route("/login", get(pages::login).post(pages::sign_in))
-        .fallback(pages::not_found)
-        .layer(axum::middleware::from_fn_with_state(shared.clone(), crate::auth::require_token))
-        .layer(axum::middleware::map_response(security_headers))
-        .with_state(shared)
-}
-
-/// Headers every response carries: no script may run, no frame may embed the console, no
-/// page is cached or leaks its address (a filter may name a queue).
-async fn security_headers(mut response: axum::response::Response) -> axum::response::Response {
-    let headers = response.headers_mut();
-    for (name, value) in [
-        (
-            header::CONTENT_SECURITY_POLICY,
-            "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; \
-             frame-ancestors 'none'; base-uri 'none'",
-        ),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
-        (header::REFERRER_POLICY, "no-referrer"),
-        (header::CACHE_CONTROL, "no-store"),
-        (header::X_FRAME_OPTIONS, "DENY"),
-    ] {
-        headers.insert(name, HeaderValue::from_static(value));
-    }
-    response
 }

@@ -21,7 +21,7 @@ use relayer::{
 use relayer_console::{ActorSource, Console, ConsoleSettings, History};
 
 use super::transports::{STRICT, Strict};
-use super::{REFUSED, Tables};
+use super::{REFUSED, STEP_TIMEOUT};
 use crate::args::Args;
 use crate::connect::CliResult;
 use crate::stop_signals::StopSignals;
@@ -48,7 +48,7 @@ impl Handler for RejectReturns {
 
 /// Leaves the scene described in the module docs and serves the console on `listen` until a
 /// stop signal.
-pub(crate) async fn serve(args: &Args, listen: SocketAddr, tables: &Tables) -> CliResult {
+pub(crate) async fn serve(args: &Args, listen: SocketAddr) -> CliResult {
     let mut signals = StopSignals::install()?;
     let config = args.connector()?;
     let ns = &args.namespace;
@@ -78,7 +78,7 @@ pub(crate) async fn serve(args: &Args, listen: SocketAddr, tables: &Tables) -> C
         "SELECT (SELECT count(*) FROM {} WHERE parked_at IS NOT NULL AND lane = $1), \
                 (SELECT count(*) FROM {} WHERE lane IS NULL AND destination = $2)",
         ns.table("lanes"),
-        tables.dead
+        ns.table("dead")
     );
     wait(&client, &settled, LANE, REFUSED).await?;
     scene.shutdown().await;
@@ -106,7 +106,7 @@ pub(crate) async fn serve(args: &Args, listen: SocketAddr, tables: &Tables) -> C
     );
     let clock = std::time::Instant::now();
     while client.query_one(&letters, &[&dead_letter_queue]).await?.get::<_, i64>(0) < 7 {
-        if clock.elapsed() > super::STEP_TIMEOUT {
+        if clock.elapsed() > STEP_TIMEOUT {
             return Err("the returns were not dead-lettered in time".into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -168,7 +168,7 @@ async fn wait(client: &tokio_postgres::Client, sql: &str, lane: &str, destinatio
         if row.get::<_, i64>(0) == 1 && row.get::<_, i64>(1) >= 6 {
             return Ok(());
         }
-        if clock.elapsed() > super::STEP_TIMEOUT {
+        if clock.elapsed() > STEP_TIMEOUT {
             return Err("the lane did not park in time".into());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

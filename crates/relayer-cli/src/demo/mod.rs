@@ -27,7 +27,7 @@
 
 mod billing;
 pub(crate) mod child;
-mod console;
+pub(crate) mod console;
 mod scratch;
 mod transports;
 
@@ -120,7 +120,7 @@ pub(crate) fn database_config(args: &Args) -> Result<relayer::postgres::Connecto
     args.connector()
 }
 
-pub(crate) async fn run(args: &Args, size: Size, console: Option<std::net::SocketAddr>) -> CliResult {
+pub(crate) async fn run(args: &Args, size: Size) -> CliResult {
     let ns = &args.namespace;
     if ns.schema() == "public" {
         return Err("the demo drops and recreates its schema: choose a scratch schema with --schema".into());
@@ -343,9 +343,6 @@ pub(crate) async fn run(args: &Args, size: Size, console: Option<std::net::Socke
     println!("RESULT lost={lost} duplicates={duplicates} redriven={}", consumed.redriven);
     if lost > 0 || !lanes_in_order {
         return Err(format!("the demo failed: {lost} messages lost, lanes in order: {lanes_in_order}").into());
-    }
-    if let Some(listen) = console {
-        Box::pin(console::serve(args, listen, &tables)).await?;
     }
     Ok(())
 }

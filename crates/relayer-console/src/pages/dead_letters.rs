@@ -24,7 +24,7 @@ use super::{Failure, connection, or_dash, render};
 use crate::PAGE;
 use crate::format::age;
 use crate::html::{esc, esc_with, query, table, td, td_n};
-use crate::server::Shared;
+use crate::state::Shared;
 
 /// The most body bytes a page shows: a dead letter may hold 64 MiB.
 const BODY_SHOWN: usize = 256 * 1024;

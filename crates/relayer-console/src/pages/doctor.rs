@@ -1,4 +1,4 @@
-//! Doctor: the findings of `relayer doctor` (OBS-6), when the host gives the console a
+//! Doctor: the findings of `relayer doctor`, when the host gives the console a
 //! [`DoctorHook`]; otherwise the page says it is not available. The hook keeps the console
 //! independent of where the checks live: the host adapts their report to
 //! [`DoctorFinding`]s.
@@ -6,45 +6,15 @@
 //! Cost: whatever the hook's checks read, once per view.
 
 use std::fmt::Write as _;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::render;
+use crate::doctor::{DoctorFinding, Severity};
 use crate::html::{esc, esc_with};
-use crate::server::Shared;
-
-/// How much a finding matters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Severity {
-    /// Nothing to do.
-    Ok,
-    /// Worth a look.
-    Warning,
-    /// Hurts now.
-    Critical,
-}
-
-/// One check's outcome.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DoctorFinding {
-    /// How much it matters.
-    pub severity: Severity,
-    /// The check's name.
-    pub check: String,
-    /// What it found.
-    pub summary: String,
-    /// What to do about it (empty when nothing).
-    pub remedy: String,
-}
-
-/// Runs the doctor's checks and returns their findings, or why it could not.
-pub type DoctorHook =
-    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<Vec<DoctorFinding>, String>> + Send>> + Send + Sync>;
+use crate::state::Shared;
 
 pub(crate) async fn show(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let body = match &shared.doctor {

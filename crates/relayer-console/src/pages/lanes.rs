@@ -14,7 +14,7 @@ use axum::response::Response;
 use super::{Failure, connection, or_dash, render};
 use crate::format::maybe_age;
 use crate::html::{esc, query, table, td};
-use crate::server::Shared;
+use crate::state::Shared;
 use crate::{PAGE, SAMPLE_CAP};
 
 pub(crate) async fn show(State(shared): State<Shared>, headers: HeaderMap) -> Response {

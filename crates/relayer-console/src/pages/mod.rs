@@ -14,7 +14,7 @@ use relayer_postgres::{PgConnection, PgPool};
 
 use crate::auth::{COOKIE, login_page, same, shown_actor};
 use crate::html::{esc, esc_with, page};
-use crate::server::Shared;
+use crate::state::Shared;
 
 /// A page's failure: its status and what to tell the operator.
 pub(crate) struct Failure {

@@ -18,7 +18,7 @@ use relayer_postgres::{NamespaceStatus, namespace_gauges};
 use super::{Failure, connection, render};
 use crate::format::{age, maybe_age};
 use crate::html::{esc, query, table, td, td_n};
-use crate::server::Shared;
+use crate::state::Shared;
 use crate::{SAMPLE_CAP, chart};
 
 pub(crate) async fn show(State(shared): State<Shared>, headers: HeaderMap) -> Response {

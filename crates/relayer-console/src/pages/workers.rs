@@ -16,7 +16,7 @@ use super::overview::sample;
 use super::{Failure, render};
 use crate::format::{age, maybe_age};
 use crate::html::{esc, table, td};
-use crate::server::Shared;
+use crate::state::Shared;
 
 pub(crate) async fn show(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let body = body(&shared).await;
