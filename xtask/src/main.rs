@@ -11,6 +11,7 @@ mod cycles;
 mod postgres;
 mod rules;
 mod run;
+mod screenshots;
 mod skips;
 mod summary;
 
@@ -34,11 +35,15 @@ Commands:
                           RELAYER_DENY_ADVISORIES=1: skipped by name), `test`, then runs the examples and the
                           demo at 300 orders (its RESULT line must say lost=0). Stops
                           at the first failure. Broker tests without their broker are listed
-                          by name in a `broker tests skipped: N` line; the inbox example is
+                          by name in a `tests skipped (broker or browser missing): N` line; the inbox example is
                           skipped without NATS. The closing `ci:` line names every skip.
   schema [print|apply] [--schema S --prefix P]
                           prints or applies the database schema (through relayer-cli).
-  demo                    makes sure PostgreSQL answers locally, then runs the demo (relayer-cli).
+  demo [--console [ADDR]] makes sure PostgreSQL answers locally, then runs the demo (relayer-cli);
+                          with --console it then leaves a parked lane, dead letters and a backlog
+                          and serves the operator console (default 127.0.0.1:9188) until Ctrl-C.
+  screenshots             runs the demo with its console and has headless Chromium take a PNG of
+                          each console page into docs/console/ (docs/operations.md shows them).
   bench <name> [--quick]  runs a benchmark in release mode: dispatch, tripped, maintenance, consumer, enqueue, brokers, claims, peers, xmin (relayer-bench), locks.
   chaos [--kills N] [--restarts N] [--seed S]
                           the crash and restart scenarios (relayer-scenarios, the top-level tests/)
@@ -78,6 +83,7 @@ fn main() -> ExitCode {
             delegate("relayer-cli", &["run", "-q", "-p", "relayer-cli", "--", "schema"], &args[1..])
         }
         Some("demo") => demo(&args[1..]),
+        Some("screenshots") => screenshots::screenshots(&args[1..]),
         Some("bench") => bench(&args[1..]),
         Some("chaos") => chaos::chaos(&args[1..]),
         Some("cycles") => cycles::cycles(&args[1..]),

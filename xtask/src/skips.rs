@@ -36,10 +36,10 @@ impl SkipLog {
         lines
     }
 
-    /// The summary: `broker tests skipped: N`, then one line per skipped test.
+    /// The summary: `tests skipped (broker or browser missing): N`, then one line per skipped test.
     pub(crate) fn summary(&self) -> String {
         let lines = self.lines();
-        let mut summary = format!("broker tests skipped: {}", lines.len());
+        let mut summary = format!("tests skipped (broker or browser missing): {}", lines.len());
         for line in lines {
             summary.push_str("\n  ");
             summary.push_str(&line);
@@ -61,13 +61,13 @@ mod tests {
     #[test]
     fn the_summary_names_each_skipped_test_once_tst_1() {
         let log = SkipLog::new();
-        assert_eq!(log.summary(), "broker tests skipped: 0");
+        assert_eq!(log.summary(), "tests skipped (broker or browser missing): 0");
         let lines = "SKIPPED b: NATS not reachable at x\nother output\nSKIPPED a: RabbitMQ not reachable at y\n\
                      SKIPPED b: NATS not reachable at x\n";
         std::fs::write(&log.path, lines).expect("write the log");
         assert_eq!(
             log.summary(),
-            "broker tests skipped: 2\n  SKIPPED a: RabbitMQ not reachable at y\n  SKIPPED b: NATS not reachable at x"
+            "tests skipped (broker or browser missing): 2\n  SKIPPED a: RabbitMQ not reachable at y\n  SKIPPED b: NATS not reachable at x"
         );
     }
 }

@@ -79,6 +79,10 @@ pub(crate) enum Command {
         #[arg(long, visible_alias = "size", default_value_t = 2_000,
               value_parser = clap::value_parser!(u32).range(100..=200_000))]
         messages: u32,
+        /// Then leave a parked lane, dead letters and a backlog, and serve the operator
+        /// console on this address (default 127.0.0.1:9188) until Ctrl-C
+        #[arg(long, value_name = "ADDRESS", num_args = 0..=1, default_missing_value = "127.0.0.1:9188")]
+        console: Option<std::net::SocketAddr>,
     },
     /// The demo's dispatcher process, killed on purpose by `demo`
     #[command(name = "demo-child", hide = true)]
@@ -337,8 +341,8 @@ mod tests {
             parse("demo").unwrap().global.resolve("relayer_demo").unwrap().namespace.schema(),
             "relayer_demo"
         );
-        assert!(matches!(parse("demo").unwrap().command, Command::Demo { messages: 2_000 }));
-        assert!(matches!(parse("demo --messages 300").unwrap().command, Command::Demo { messages: 300 }));
+        assert!(matches!(parse("demo").unwrap().command, Command::Demo { messages: 2_000, console: None }));
+        assert!(matches!(parse("demo --messages 300").unwrap().command, Command::Demo { messages: 300, .. }));
         assert!(parse("demo --messages 10").is_err(), "too few for every lane");
         assert!(matches!(parse("demo-child --prefix d_").unwrap().command, Command::DemoChild));
         let help = Cli::command().render_help().to_string();

@@ -10,11 +10,12 @@
 //! `infinite` retentions, unknown keys refused, ranges checked).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
+use relayer_console::{ActorSource, ConsoleSettings, TlsFiles};
 use relayer_core::namespace::IdentifierKind;
 use relayer_core::{
     CleanupOptions, DeadLetterOptions, DeadLetterPolicies, DispatcherOptions, Namespace, SweeperOptions,
@@ -40,6 +41,7 @@ struct File {
     #[serde(default)]
     namespace: NamespaceSection,
     metrics: Option<MetricsSection>,
+    console: Option<ConsoleSection>,
     dispatcher: Option<DispatcherOptions>,
     sweeper: Option<SweeperOptions>,
     cleanup: Option<CleanupOptions>,
@@ -72,6 +74,59 @@ struct MetricsSection {
     sample_interval: Duration,
 }
 
+/// `[console]`: the operator console (`relayer_console`), served beside the workers.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConsoleSection {
+    listen: SocketAddr,
+    #[serde(default)]
+    actions: bool,
+    actor_header: Option<String>,
+    actor: Option<String>,
+    access_token: Option<String>,
+    tls_certificate: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+}
+
+impl ConsoleSection {
+    fn validate(self) -> Result<ConsoleSettings, String> {
+        let actor = match (self.actor_header, self.actor) {
+            (Some(_), Some(_)) => {
+                return Err("console.actor: set console.actor_header or console.actor, not both".to_owned());
+            }
+            (Some(header), None) => Some(ActorSource::Header(header)),
+            (None, Some(name)) => Some(ActorSource::Name(name)),
+            (None, None) => None,
+        };
+        let tls = match (self.tls_certificate, self.tls_key) {
+            (Some(certificate), Some(key)) => {
+                for (name, path) in [("tls_certificate", &certificate), ("tls_key", &key)] {
+                    if !path.is_file() {
+                        return Err(format!("console.{name}: {}: no such file", path.display()));
+                    }
+                }
+                Some(TlsFiles { certificate, key })
+            }
+            (Some(_), None) => {
+                return Err("console.tls_key: missing (console.tls_certificate is set)".to_owned());
+            }
+            (None, Some(_)) => {
+                return Err("console.tls_certificate: missing (console.tls_key is set)".to_owned());
+            }
+            (None, None) => None,
+        };
+        let settings = ConsoleSettings {
+            listen: self.listen,
+            actions: self.actions,
+            actor,
+            access_token: self.access_token,
+            tls,
+        };
+        settings.check()?;
+        Ok(settings)
+    }
+}
+
 fn default_sample_interval() -> Duration {
     Duration::from_secs(15)
 }
@@ -85,6 +140,7 @@ pub(crate) struct Config {
     pub(crate) instance_id: Option<String>,
     pub(crate) namespace: Namespace,
     pub(crate) metrics: Option<Metrics>,
+    pub(crate) console: Option<ConsoleSettings>,
     pub(crate) dispatcher: Option<DispatcherOptions>,
     pub(crate) sweeper: Option<SweeperOptions>,
     pub(crate) cleanup: Option<CleanupOptions>,
@@ -141,6 +197,15 @@ impl Config {
                 "listen": m.listen.to_string(),
                 "sample_interval": relayer_core::duration::format_duration(m.sample_interval),
             })),
+            // The access token is a secret: only whether one is set.
+            "console": self.console.as_ref().map(|c| serde_json::json!({
+                "listen": c.listen.to_string(),
+                "actions": c.actions,
+                "actor_header": match &c.actor { Some(ActorSource::Header(h)) => Some(h.clone()), _ => None },
+                "actor": match &c.actor { Some(ActorSource::Name(n)) => Some(n.clone()), _ => None },
+                "access_token": c.access_token.as_ref().map(|_| "(set)"),
+                "tls": c.tls.is_some(),
+            })),
             "dispatcher": self.dispatcher,
             "sweeper": self.sweeper,
             "cleanup": self.cleanup,
@@ -193,6 +258,7 @@ impl File {
             instance_id: self.instance_id,
             namespace,
             metrics: self.metrics.map(|m| Metrics { listen: m.listen, sample_interval: m.sample_interval }),
+            console: self.console.map(ConsoleSection::validate).transpose()?,
             dispatcher: self.dispatcher,
             sweeper: self.sweeper,
             cleanup: self.cleanup,
@@ -254,6 +320,22 @@ mod tests {
         assert_eq!(config.workers(), ["sweeper", "cleanup", "dead_letter"]);
     }
 
+    /// OBS-3: a console section is read with its actor; the access token never appears in
+    /// the effective configuration.
+    #[test]
+    fn a_console_section_is_read_and_its_token_never_shown_obs_3() {
+        let config = load(
+            "[sweeper]\n[console]\nlisten = \"127.0.0.1:9188\"\nactions = true\nactor_header = \"X-Forwarded-User\"\n\
+             access_token = \"0123456789abcdef-secret\"\n",
+        )
+        .unwrap();
+        let console = config.console.as_ref().unwrap();
+        assert!(console.actions);
+        assert_eq!(console.actor, Some(ActorSource::Header("X-Forwarded-User".to_owned())));
+        let shown = config.to_json().to_string();
+        assert!(!shown.contains("secret") && shown.contains("X-Forwarded-User"), "{shown}");
+    }
+
     #[test]
     fn each_bad_value_is_refused_in_one_line_naming_its_path_opt_2() {
         let cases = [
@@ -286,6 +368,34 @@ mod tests {
             ("database_url = \"host=db dbname\"\n[sweeper]\n", "database_url: not a valid connection string"),
             ("database_url = \"dbname=app\"\n[sweeper]\n", "database_url: names no host"),
             ("", "nothing to run"),
+            (
+                "[sweeper]\n[console]\nlisten = \"0.0.0.0:9188\"\n",
+                "console.listen: 0.0.0.0:9188 is not a loopback address; serving beyond this host needs",
+            ),
+            (
+                "[sweeper]\n[console]\nlisten = \"127.0.0.1:9188\"\nactions = true\n",
+                "console.actions: actions need an actor",
+            ),
+            (
+                "[sweeper]\n[console]\nlisten = \"127.0.0.1:9188\"\nactor = \"a\"\nactor_header = \"X-User\"\n",
+                "console.actor: set console.actor_header or console.actor, not both",
+            ),
+            (
+                "[sweeper]\n[console]\nlisten = \"127.0.0.1:9188\"\ntls_certificate = \"/nonexistent.pem\"\n",
+                "console.tls_key: missing (console.tls_certificate is set)",
+            ),
+            (
+                "[sweeper]\n[console]\nlisten = \"127.0.0.1:9188\"\ntls_certificate = \"/nonexistent.pem\"\ntls_key = \"/nonexistent.key\"\n",
+                "console.tls_certificate: /nonexistent.pem: no such file",
+            ),
+            (
+                "[sweeper]\n[console]\nlisten = \"127.0.0.1:9188\"\ncolour = 1\n",
+                "console.colour: unknown key",
+            ),
+            (
+                "[sweeper]\n[console]\nlisten = \"127.0.0.1:9188\"\naccess_token = \"short\"\n",
+                "console.access_token: 5 characters",
+            ),
         ];
         for (text, expected) in cases {
             let error = load(text).unwrap_err();

@@ -161,8 +161,9 @@ impl Gauges {
 }
 
 /// Samples the SQL gauges every `interval` on a connection of its own, reconnecting after a
-/// failure; a failed sample is logged and the next one tried.
-pub(crate) async fn sample(args: Args, interval: Duration) {
+/// failure; a failed sample is logged and the next one tried. Each sample also goes into
+/// `history` (the console's chart), when there is one.
+pub(crate) async fn sample(args: Args, interval: Duration, history: Option<relayer_console::History>) {
     let mut gauges = Gauges::new();
     let mut client: Option<tokio_postgres::Client> = None;
     let mut ticks = tokio::time::interval(interval);
@@ -181,7 +182,12 @@ pub(crate) async fn sample(args: Args, interval: Duration) {
         }
         let Some(connected) = &client else { continue };
         match namespace_gauges(connected, &args.namespace, SAMPLE_CAP).await {
-            Ok(status) => gauges.record(&status),
+            Ok(status) => {
+                gauges.record(&status);
+                if let Some(history) = &history {
+                    history.record(&status, std::time::SystemTime::now());
+                }
+            }
             Err(error) => {
                 tracing::warn!(target: "relayer::cli", error = %relayer_core::error_chain(&error), "metrics sampling failed");
             }

@@ -118,7 +118,14 @@ async fn run_command(command: Command, global: &args::Global) -> CliResult {
             clap_complete::generate(shell, &mut Cli::command(), "relayer", &mut std::io::stdout());
             Ok(())
         }
-        Command::Demo { messages } => demo::run(&database("relayer_demo")?, demo::Size::new(messages)).await,
+        Command::Demo { messages, console } => {
+            let args = database("relayer_demo")?;
+            Box::pin(demo::run(&args, demo::Size::new(messages))).await?;
+            match console {
+                Some(listen) => Box::pin(demo::console::serve(&args, listen)).await,
+                None => Ok(()),
+            }
+        }
         Command::DemoChild => demo::child::run(&database("relayer_demo")?).await,
     }
 }

@@ -55,6 +55,22 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
             .install()
             .map_err(|e| format!("metrics.listen: cannot serve on {}: {e}", metrics.listen))?;
     }
+    // The console binds before the workers start: a port in use, an unreadable certificate
+    // or an unreachable database stops the sidecar here, with nothing started.
+    let history = config.console.as_ref().map(|_| relayer_console::History::new(CHART_WINDOW));
+    let console = match (&config.console, &history) {
+        (Some(settings), Some(history)) => {
+            let mut console =
+                relayer_console::Console::new(settings.clone(), database.clone(), args.namespace.clone())
+                    .history(history.clone());
+            if let Some(policies) = config.policies.clone() {
+                console = console.policies(policies);
+            }
+            // Boxed: a bound console's future is large (its pool, its listener).
+            Some(Box::pin(console.bind()).await?)
+        }
+        _ => None,
+    };
     let workers = config.workers().join(", ");
     // Where, and how securely: `(TLS, chain and host name verified against …)`, `(plaintext)`.
     eprintln!("relayer run: starting {workers} on namespace {} at {}", args.namespace, database.target());
@@ -76,12 +92,29 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
         }
     };
     eprintln!(
-        "relayer run: {workers} on namespace {} as instance {}{}",
+        "relayer run: {workers} on namespace {} as instance {}{}{}",
         args.namespace,
         host.instance_id(),
         config.metrics.map_or_else(String::new, |m| format!(", metrics on http://{}/metrics", m.listen)),
+        console.as_ref().map_or_else(String::new, |c| format!(", console on {}", c.url())),
     );
-    let sampler = config.metrics.map(|m| tokio::spawn(gauges::sample(args.clone(), m.sample_interval)));
+    // One sampler feeds the gauges and the console's chart.
+    let sample_interval = config.metrics.map(|m| m.sample_interval);
+    let sampler = (sample_interval.is_some() || history.is_some()).then(|| {
+        tokio::spawn(gauges::sample(
+            args.clone(),
+            sample_interval.unwrap_or(CONSOLE_SAMPLE_INTERVAL),
+            history.clone(),
+        ))
+    });
+    let (stop_console, console_stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = console.map(|console| {
+        tokio::spawn(async move {
+            if let Err(error) = console.serve(async move { drop(console_stopped.await) }).await {
+                tracing::error!(target: "relayer::cli", error = %relayer_core::error_chain(&error), "the console stopped");
+            }
+        })
+    });
 
     let stop = signals.next().await;
     eprintln!(
@@ -90,9 +123,20 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
     if let Some(sampler) = sampler {
         sampler.abort();
     }
+    let _ = stop_console.send(());
     shut_down(&host, &mut signals).await;
+    if let Some(serving) = serving {
+        // Requests in flight are answered first; a page reads for at most its statement timeout.
+        drop(serving.await);
+    }
     Ok(())
 }
+
+/// How far back the console's chart looks.
+const CHART_WINDOW: std::time::Duration = std::time::Duration::from_secs(3_600);
+
+/// How often the console's chart is sampled when no `[metrics]` section sets the interval.
+const CONSOLE_SAMPLE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Shuts `host` down, waiting for passes in flight; a further signal meanwhile exits the
 /// process at once with 128 + its number, as a process killed by it would.

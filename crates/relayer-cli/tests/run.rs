@@ -529,6 +529,52 @@ async fn a_sidecar_leaves_rows_of_a_transport_it_lacks_pending_and_reports_them_
     assert!(sidecar.terminate().await.0);
 }
 
+/// OBS-3: with `[console]`, `relayer run` serves the operator console beside its workers,
+/// its chart fed by the sidecar's sampler; a second sidecar whose console port is taken does
+/// not start, and says why.
+#[tokio::test]
+async fn run_serves_the_console_with_the_samplers_history_obs_3() {
+    let (db, client) = setup().await;
+    write(&client, &db, &[NewMessage::new("queue", "orders", b"recover me".to_vec())]).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = ConfigFile::new(&format!(
+        "{SWEEPER}[metrics]\nlisten = \"127.0.0.1:{metrics}\"\nsample_interval = \"100ms\"\n\
+         [console]\nlisten = \"127.0.0.1:{port}\"\n"
+    ));
+    let mut sidecar = Sidecar::start(&db, &config);
+    sidecar.wait_for_stderr(&format!("console on http://127.0.0.1:{port}/")).await;
+    let mut page = String::new();
+    eventually("the overview charts the sampler's samples", || {
+        page = get(port, "/").unwrap_or_default();
+        let charted = page.contains("<h1>Overview</h1>") && !page.contains("data-samples=\"0\"");
+        async move { charted }
+    })
+    .await;
+    assert!(page.contains("id=\"mode\">read-only"), "{page}");
+    assert!(get(port, "/lanes").unwrap_or_default().contains("No lane is parked."));
+
+    let second = ConfigFile::new(&format!("{SWEEPER}[console]\nlisten = \"127.0.0.1:{port}\"\n"));
+    let ran = relayer(&db, &["run", "--config", second.path()]).await;
+    assert!(!ran.success);
+    assert!(
+        ran.stderr.contains(&format!("console.listen: cannot listen on 127.0.0.1:{port}")),
+        "{}",
+        ran.stderr
+    );
+    assert!(sidecar.terminate().await.0);
+}
+
+/// GET `path` over plain HTTP/1.1 (`None` while nothing listens yet).
+fn get(port: u16, path: &str) -> Option<String> {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    Some(response)
+}
+
 /// GET /metrics over plain HTTP/1.1 (`None` while nothing listens yet).
 fn scrape(port: u16) -> Option<String> {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;

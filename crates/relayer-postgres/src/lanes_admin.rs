@@ -53,6 +53,7 @@ pub struct LaneListing {
 #[derive(Clone, Debug)]
 pub struct LaneAdmin {
     list: String,
+    parked_page: String,
     parked: String,
     lanes: LaneStatements,
 }
@@ -73,6 +74,18 @@ impl LaneAdmin {
                  LEFT JOIN {outbox} h ON h.seq = c.head \
                  WHERE $1 OR l.parked_at IS NOT NULL \
                  ORDER BY l.parked_at NULLS LAST, 1 LIMIT $2",
+                parked = micros_since("l.parked_at"),
+            ),
+            // Bounded, for a page viewed often (the console): at most $1 parked lanes through
+            // lanes_parked_idx, each head by outbox_pkey, and each lane's rows counted up to
+            // $2 through outbox_lane_idx (past it, $2: a lower bound).
+            parked_page: format!(
+                "SELECT l.lane, (SELECT count(*) FROM (SELECT 1 FROM {outbox} o WHERE o.lane = l.lane LIMIT $2) AS w), \
+                        l.parked_seq, h.attempts, h.last_error, {parked}, l.parked_reason, \
+                        coalesce(l.claimed_until > now(), false) \
+                 FROM (SELECT * FROM {lanes} WHERE parked_at IS NOT NULL ORDER BY parked_at, lane LIMIT $1) AS l \
+                 LEFT JOIN {outbox} h ON h.seq = l.parked_seq \
+                 ORDER BY l.parked_at, l.lane",
                 parked = micros_since("l.parked_at"),
             ),
             // Index: lanes_pkey.
@@ -97,6 +110,39 @@ impl LaneAdmin {
         )
         .await?;
         let what = "the lane listing";
+        rows.iter()
+            .map(|r| {
+                Ok(LaneListing {
+                    lane: column(r, 0, what)?,
+                    waiting: column(r, 1, what)?,
+                    head_seq: column(r, 2, what)?,
+                    head_attempts: column(r, 3, what)?,
+                    head_error: column(r, 4, what)?,
+                    parked_for: column::<Option<i64>>(r, 5, what)?.map(duration_from_micros),
+                    parked_reason: column(r, 6, what)?,
+                    owned: column(r, 7, what)?,
+                })
+            })
+            .collect()
+    }
+
+    /// Parked lanes, oldest park first, at most `limit`, without grouping the outbox: each
+    /// lane's waiting rows are counted up to `waiting_cap` (a lower bound past it), its head
+    /// read by key. What a page viewed often shows, however large the outbox.
+    pub async fn parked(
+        &self,
+        client: &impl Executor,
+        limit: i64,
+        waiting_cap: i64,
+    ) -> Result<Vec<LaneListing>, StorageError> {
+        let rows = crate::exec::rows(
+            client,
+            &self.parked_page,
+            &[(&limit, Type::INT8), (&waiting_cap, Type::INT8)],
+            "listing parked lanes",
+        )
+        .await?;
+        let what = "the parked lanes";
         rows.iter()
             .map(|r| {
                 Ok(LaneListing {

@@ -76,8 +76,9 @@ pub async fn broker_or_skip(broker: Broker, test: &str) -> Option<SocketAddr> {
 }
 
 /// Writes `SKIPPED <test>: <reason>` to stderr, past the harness's capture, and to the
-/// skip log when `RELAYER_SKIP_LOG` names one.
-fn report_skip(test: &str, reason: &str) {
+/// skip log when `RELAYER_SKIP_LOG` names one: for any test that cannot run on this machine
+/// (a broker, a browser), so `cargo xtask ci` names it in its summary.
+pub fn report_skip(test: &str, reason: &str) {
     let line = format!("SKIPPED {test}: {reason}\n");
     // `std::io::stderr()` writes to the file descriptor; only `eprintln!` is captured.
     let _ = std::io::stderr().lock().write_all(line.as_bytes());

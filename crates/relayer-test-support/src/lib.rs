@@ -87,7 +87,8 @@ use relayer_core::Namespace;
 use tokio_postgres::NoTls;
 
 pub use crate::brokers::{
-    Broker, OwnNatsServer, StoppedRabbitMq, broker_or_skip, own_nats_server_or_skip, stop_rabbitmq_or_skip,
+    Broker, OwnNatsServer, StoppedRabbitMq, broker_or_skip, own_nats_server_or_skip, report_skip,
+    stop_rabbitmq_or_skip,
 };
 pub use crate::certificates::TestCertificates;
 pub use crate::fault::{Fault, FaultAction, FaultHandle, StoreCall, Transience};

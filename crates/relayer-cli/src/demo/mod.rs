@@ -27,6 +27,7 @@
 
 mod billing;
 pub(crate) mod child;
+pub(crate) mod console;
 mod scratch;
 mod transports;
 

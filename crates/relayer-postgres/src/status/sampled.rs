@@ -29,8 +29,8 @@ use crate::migrate::current_version;
 /// statement reads more than `cap` rows of a table; counts past `cap` are estimates. Only
 /// what the gauges show is filled: the backlog and its ages, scheduled rows, parked lanes
 /// (counted), dead rows (counted), dead letters per queue and reason, rows no live
-/// instance can send (TRN-6), leases, instances, workers' last passes, the horizon and dead
-/// tuples.
+/// instance can send (TRN-6), leases, instances and their settings disagreements, workers'
+/// last passes, the horizon and dead tuples.
 pub async fn namespace_gauges(
     client: &impl GenericClient,
     namespace: &Namespace,
@@ -131,6 +131,8 @@ pub async fn namespace_gauges(
     let workers = workers::last_passes(&leases, &instances);
     // Rows no live instance can send (TRN-6), among the sampled backlog.
     let unserved = super::unserved(&backlog, &instances);
+    // In memory, from the instances just read.
+    let disagreements = workers::disagreements(&instances);
     Ok(NamespaceStatus {
         schema_version,
         outbox_pending: backlog.iter().map(|b| b.pending).sum(),
@@ -143,6 +145,7 @@ pub async fn namespace_gauges(
         dead_letters,
         leases,
         instances,
+        disagreements,
         workers,
         horizon: database::horizon(client).await?,
         dead_tuples: database::dead_tuples(client, namespace).await?,
