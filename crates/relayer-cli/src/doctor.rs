@@ -109,6 +109,37 @@ fn wrap(text: &str, first: &str, rest: &str) -> String {
     out
 }
 
+/// The console's doctor page (issue 27): the same checks as `relayer doctor`, with its default
+/// thresholds, run afresh on each view of the page.
+pub(crate) fn console_hook(
+    database: relayer_postgres::Connector,
+    namespace: relayer::core::Namespace,
+) -> relayer_console::DoctorHook {
+    std::sync::Arc::new(move || {
+        let database = database.clone();
+        let namespace = namespace.clone();
+        Box::pin(async move {
+            let report = diagnose(&database, &namespace, &DoctorOptions::default())
+                .await
+                .map_err(|e| format!("doctor on {}: {}", database.target(), relayer::error_chain(&e)))?;
+            Ok(report
+                .findings
+                .into_iter()
+                .map(|finding| relayer_console::DoctorFinding {
+                    severity: match finding.severity {
+                        Severity::Ok => relayer_console::Severity::Ok,
+                        Severity::Warning => relayer_console::Severity::Warning,
+                        Severity::Critical => relayer_console::Severity::Critical,
+                    },
+                    check: finding.code.to_owned(),
+                    summary: format!("{}: {}", finding.subject, finding.message),
+                    remedy: finding.advice,
+                })
+                .collect())
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,7 +62,8 @@ pub(crate) async fn run(global: &Global, run: &RunArgs) -> CliResult {
         (Some(settings), Some(history)) => {
             let mut console =
                 relayer_console::Console::new(settings.clone(), database.clone(), args.namespace.clone())
-                    .history(history.clone());
+                    .history(history.clone())
+                    .doctor(crate::doctor::console_hook(database.clone(), args.namespace.clone()));
             if let Some(policies) = config.policies.clone() {
                 console = console.policies(policies);
             }

@@ -91,7 +91,7 @@ pub enum StoreCall {
 
 impl StoreCall {
     /// Every kind of call, in declaration order.
-    pub const ALL: [StoreCall; 34] = [
+    pub const ALL: [StoreCall; 35] = [
         StoreCall::Open,
         StoreCall::Begin,
         StoreCall::Commit,

@@ -141,7 +141,10 @@ pub(crate) async fn serve(args: &Args, listen: SocketAddr) -> CliResult {
     let mut settings = ConsoleSettings::new(listen);
     settings.actions = true;
     settings.actor = Some(ActorSource::Name(std::env::var("USER").unwrap_or_else(|_| "demo".to_owned())));
-    let console = Console::new(settings, config, ns.clone()).history(history.clone()).policies(policies);
+    let console = Console::new(settings, config.clone(), ns.clone())
+        .history(history.clone())
+        .policies(policies)
+        .doctor(crate::doctor::console_hook(config, ns.clone()));
     let console = Box::pin(console.bind()).await?;
     let url = console.url();
     let sampler = tokio::spawn(crate::gauges::sample(args.clone(), SAMPLE_EVERY, Some(history)));
