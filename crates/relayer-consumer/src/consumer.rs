@@ -165,6 +165,14 @@ where
         .wake_during_backoff()
         .spawn(background.child_token());
         let stop_dispatch = CancellationToken::new();
+        // A host that gives up on this run at its shutdown bound drops it: nothing the run
+        // started may outlive it then (LIF-1). The guards stop the LISTEN task, the
+        // heartbeat and settle loops, the dispatcher and the handlers still running.
+        let _stop_on_drop = (
+            background.clone().drop_guard(),
+            stop_dispatch.clone().drop_guard(),
+            pump.abandon.clone().drop_guard(),
+        );
         let dispatcher = tokio::spawn(Arc::clone(&pump).dispatch(self.buffered, stop_dispatch.clone()));
         let mut receive = PassLoop::new(
             WorkerKind::Consumer,
@@ -293,7 +301,8 @@ where
         let checked = match pump.source.open().await {
             Ok(session) => match session.verify_schema().await {
                 Ok(_) => return Ok(true),
-                Err(error) if !error.is_transient() => {
+                // A schema not applied yet is waited for (RES-4); a wrong version is not.
+                Err(error) if !error.is_transient() && !error.is_schema_missing() => {
                     return Err(WorkerError::store(
                         format!(
                             "the consumer of queue {:?} cannot start: checking the schema of {namespace}",

@@ -349,3 +349,28 @@ async fn a_killed_connection_is_backed_off_and_the_pump_resumes_res_1() {
     eventually("all acked", || async { count(&db, "orders").await == 0 }).await;
     running.stop().await;
 }
+
+/// RES-4: a consumer started before its namespace has a schema does not end: it waits with
+/// backoff, and once the schema is applied it consumes what is written.
+#[tokio::test]
+async fn a_consumer_started_before_its_schema_waits_for_it_and_then_consumes_res_4() {
+    let db = relayer_test_support::TestDb::new().await;
+    let handler = Scripted::acking();
+    let subscription = Subscription::new("orders", fast().build().unwrap()).unwrap();
+    let running = start(&db, pool(&db, "early", 3).await.0, subscription, Arc::clone(&handler)).await;
+    // Long enough for several schema checks to fail (the backoff starts at 100 ms).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let mut client = db.connect().await;
+    relayer_postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    let ids = enqueue(&db, "orders", 5).await;
+    eventually("every message written after the migration is acked", || async {
+        count(&db, "orders").await == 0
+    })
+    .await;
+    // `stop` fails the test if the consumer had ended with an error.
+    running.stop().await;
+    for id in ids {
+        assert_eq!(handler.calls(id), 1, "message {id} handled once");
+    }
+}

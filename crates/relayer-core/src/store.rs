@@ -99,6 +99,13 @@ pub trait StoreError: std::error::Error + Send + Sync + 'static {
     fn is_conflict(&self) -> bool {
         false
     }
+
+    /// Whether the namespace's schema is not applied yet (no relayer tables, or no version
+    /// recorded). A worker that meets it at start retries with its backoff until a migration
+    /// runs (RES-4); only a wrong schema version is permanent. Default: never.
+    fn is_schema_missing(&self) -> bool {
+        false
+    }
 }
 
 /// The base of every store capability: the error its methods return.

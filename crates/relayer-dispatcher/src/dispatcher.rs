@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use relayer_core::session::StoreSource;
-use relayer_core::store::{AdministerLanes, ClaimOutbox, Enqueued, VerifySchema};
+use relayer_core::store::{AdministerLanes, ClaimOutbox, Enqueued, StoreError as _, VerifySchema};
 use relayer_core::{DispatcherOptions, Heard, Namespace, Notifications, TransportRegistry, error_chain};
 use relayer_delivery::SendPath;
 use relayer_worker::{Leadership, PassLoop, WorkerError, WorkerEvent, WorkerKind};
@@ -140,8 +140,9 @@ where
     /// Each is a [`PassLoop`]: woken by notifications (after `linger`), at once again after
     /// a full batch that moved rows, every `poll_interval` otherwise.
     ///
-    /// Returns an error only when it cannot start: no transport, or the schema is missing or
-    /// too old (OPT-5). A database that cannot be reached yet is waited for with backoff.
+    /// Returns an error only when it cannot start: no transport, or the schema is of another
+    /// version (OPT-5). A database that cannot be reached yet, or whose schema is not applied
+    /// yet, is waited for with backoff (RES-4).
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), WorkerError> {
         if !self.wait_for_schema(&shutdown).await? {
             return Ok(());
@@ -184,22 +185,32 @@ where
         Ok(())
     }
 
-    /// Checks the schema before the loops start: a missing or old schema is refused, a
-    /// database not reachable yet is retried with backoff. `false`: shut down meanwhile.
+    /// Checks the schema before the loops start: a wrong version is refused; a schema not
+    /// applied yet and a database not reachable yet are retried with backoff (RES-4).
+    /// `false`: shut down meanwhile.
     async fn wait_for_schema(&self, shutdown: &CancellationToken) -> Result<bool, WorkerError> {
         let backoff = self.shared.options.pass_backoff();
         let mut failures = 0u32;
         loop {
             let checked = match self.shared.source.open().await {
-                Ok(session) => {
-                    session.verify_schema().await.map(drop).map_err(store("checking the namespace's schema"))
+                // A schema not applied yet is waited for like an outage (RES-4); a wrong
+                // version ends the dispatcher.
+                Ok(session) => match session.verify_schema().await {
+                    Ok(_) => Ok(()),
+                    Err(error) if error.is_schema_missing() => Err((
+                        true,
+                        WorkerError::store("checking the namespace's schema (not applied yet)", error),
+                    )),
+                    Err(error) => Err((false, WorkerError::store("checking the namespace's schema", error))),
+                },
+                Err(error) => {
+                    Err((false, WorkerError::store("opening a store session to check the schema", error)))
                 }
-                Err(error) => Err(WorkerError::store("opening a store session to check the schema", error)),
             };
             match checked {
-                Ok(_) => return Ok(true),
-                Err(error) if !error.is_transient() => return Err(error),
-                Err(error) => {
+                Ok(()) => return Ok(true),
+                Err((missing, error)) if !missing && !error.is_transient() => return Err(error),
+                Err((_, error)) => {
                     failures = failures.saturating_add(1);
                     let wait = backoff.wait_after(failures);
                     tracing::warn!(target: TARGET, namespace = %self.shared.namespace, failures, ?wait,

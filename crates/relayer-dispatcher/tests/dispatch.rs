@@ -456,3 +456,31 @@ async fn two_dispatchers_deliver_everything_and_keep_lanes_ordered_under_failure
     }
     assert_eq!(count(&client, &db, "dead").await, 0);
 }
+
+/// RES-4: a dispatcher started before its namespace has a schema does not end: it waits
+/// with backoff, and once the schema is applied it sends what is written.
+#[tokio::test]
+async fn a_dispatcher_started_before_its_schema_waits_for_it_and_then_sends_res_4() {
+    let db = relayer_test_support::TestDb::new().await;
+    let transport = Arc::new(FaultyTransport::new("test"));
+    let dispatcher = dispatcher(&db, options(), transport.clone(), 2).await;
+    let shutdown = CancellationToken::new();
+    let running = dispatcher.clone();
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move { running.run(stop).await });
+    // Long enough for several schema checks to fail (the backoff starts at 50 ms).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!task.is_finished(), "a schema not applied yet must not end the dispatcher");
+
+    let mut client = db.connect().await;
+    relayer_postgres::migrate(&mut client, db.namespace()).await.unwrap();
+    let tx = client.transaction().await.unwrap();
+    writer(&dispatcher).enqueue(&tx, &[message(1)]).await.unwrap();
+    tx.commit().await.unwrap();
+    eventually("the message written after the migration is sent", || async {
+        transport.accepted().len() == 1
+    })
+    .await;
+    shutdown.cancel();
+    within(task).await.unwrap().unwrap();
+}

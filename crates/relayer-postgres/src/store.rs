@@ -74,6 +74,10 @@ impl StoreError for StorageError {
     fn is_conflict(&self) -> bool {
         StorageError::is_conflict(self)
     }
+
+    fn is_schema_missing(&self) -> bool {
+        matches!(self.kind(), crate::error::StorageErrorKind::SchemaMissing)
+    }
 }
 
 impl<C: Executor, S: Sync> Store for PgStore<'_, C, S> {

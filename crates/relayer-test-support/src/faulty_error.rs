@@ -86,6 +86,10 @@ impl<E: StoreError> StoreError for FaultyError<E> {
     fn is_conflict(&self) -> bool {
         matches!(self, FaultyError::Store(error) if error.is_conflict())
     }
+
+    fn is_schema_missing(&self) -> bool {
+        matches!(self, FaultyError::Store(error) if error.is_schema_missing())
+    }
 }
 
 #[cfg(test)]
