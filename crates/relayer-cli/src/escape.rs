@@ -1,7 +1,7 @@
 //! Text from the database — bodies, headers, errors, reasons — shown on an operator's
 //! terminal. A control character in it (an ANSI escape sequence, a carriage return, a C1
 //! code) could rewrite the screen, hide a line or forge one, and a Unicode direction
-//! control (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F) could reorder what the line
+//! control (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C) could reorder what the line
 //! shows ("Trojan Source"); every one is shown escaped instead (`\u{1b}`, `\r`, `\t`,
 //! `\u{202e}`), and printable text is printed as it is.
 //!
@@ -17,10 +17,24 @@ pub(crate) enum Newlines {
 }
 
 /// Whether `c` changes how a terminal shows the text around it: a control character
-/// (`char::is_control`: C0, DEL, C1) or a Unicode direction control (embeddings and
-/// overrides U+202A–U+202E, isolates U+2066–U+2069, marks U+200E and U+200F).
+/// (`char::is_control`: C0, DEL, C1), a Unicode direction control (embeddings and
+/// overrides U+202A–U+202E, isolates U+2066–U+2069, marks U+200E, U+200F and the Arabic
+/// letter mark U+061C), a line or paragraph separator (U+2028, U+2029: a line break on
+/// many terminals) or an invisible character that can hide or join text (zero-width space,
+/// joiners U+200B–U+200D, word joiner U+2060, byte-order mark U+FEFF).
 fn is_hidden_effect(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
+    c.is_control()
+        || matches!(
+            c,
+            '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{061c}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{2060}'
+                | '\u{feff}'
+        )
 }
 
 /// `text` with every control character and direction control ([`is_hidden_effect`])
@@ -48,6 +62,15 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn separators_and_invisible_characters_are_escaped_spec_15() {
+        assert_eq!(printable("a\u{2028}b\u{2029}c", Newlines::Keep), "a\\u{2028}b\\u{2029}c");
+        assert_eq!(
+            printable("x\u{61c}y\u{200b}z\u{feff}", Newlines::Escape),
+            "x\\u{61c}y\\u{200b}z\\u{feff}"
+        );
+    }
 
     #[test]
     fn escapes_are_readable() {
@@ -79,7 +102,7 @@ mod tests {
         /// OBS-3: printable text (controls and direction controls aside, anything: letters,
         /// quotes, backslashes, emoji, right-to-left scripts) is printed exactly as it is.
         #[test]
-        fn printable_text_is_unchanged_obs_3(text in "[^\\p{Cc}\u{202a}-\u{202e}\u{2066}-\u{2069}\u{200e}\u{200f}]*") {
+        fn printable_text_is_unchanged_obs_3(text in "[^\\p{Cc}\u{202a}-\u{202e}\u{2066}-\u{2069}\u{200b}-\u{200f}\u{061c}\u{2028}\u{2029}\u{2060}\u{feff}]*") {
             prop_assert_eq!(printable(&text, Newlines::Escape), text.as_str());
             prop_assert_eq!(printable(&text, Newlines::Keep), text.as_str());
         }

@@ -38,10 +38,32 @@ fn presented(headers: &HeaderMap) -> Option<String> {
     })
 }
 
-/// Lets a request through when no access token is configured, or it presents the token;
-/// the login page is always reachable. Others get the login page (401).
+/// Whether a console without an access token may answer a request naming `host` (the `Host`
+/// header, port and all): only the address it listens on, a loopback literal or
+/// `localhost`. A page of another site that rebinds its own name to 127.0.0.1 (DNS
+/// rebinding) would otherwise be same-origin with the console and could read a form's CSRF
+/// token and act; its requests name that site's host, so they are refused.
+pub(crate) fn host_allowed(host: &str, listen: std::net::SocketAddr) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once(']').map_or(bracketed, |(ip, _)| ip),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    if name.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip == listen.ip() || ip.is_loopback())
+}
+
+/// Lets a request through when no access token is configured (then only for the console's
+/// own host names: [`host_allowed`]), or it presents the token; the login page is always
+/// reachable. Others get the login page (401), or 421 for a foreign host.
 pub(crate) async fn require_token(State(shared): State<Shared>, request: Request, next: Next) -> Response {
     let Some(token) = &shared.settings.access_token else {
+        let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if !host_allowed(host, shared.settings.listen) {
+            return (StatusCode::MISDIRECTED_REQUEST, "this console answers only to its own address\n")
+                .into_response();
+        }
         return next.run(request).await;
     };
     if request.uri().path() == "/login" || presented(request.headers()).is_some_and(|p| same(&p, token)) {
@@ -91,6 +113,34 @@ pub(crate) fn shown_actor(shared: &Shared, headers: &HeaderMap) -> Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_console_without_a_token_answers_only_to_its_own_host_names_obs_3() {
+        let listen: std::net::SocketAddr = "127.0.0.1:9188".parse().unwrap();
+        for host in
+            ["127.0.0.1:9188", "127.0.0.1", "localhost:9188", "LOCALHOST", "[::1]:9188", "127.0.0.2:80"]
+        {
+            assert!(host_allowed(host, listen), "{host}");
+        }
+        for host in [
+            "evil.example:9188",
+            "evil.example",
+            "",
+            "10.0.0.1:9188",
+            "[fe80::1]:9188",
+            "localhost.evil:9188",
+        ] {
+            assert!(!host_allowed(host, listen), "{host}");
+        }
+    }
+
+    #[test]
+    fn settings_never_show_the_access_token_obs_3() {
+        let mut settings = crate::settings::ConsoleSettings::new("127.0.0.1:9188".parse().unwrap());
+        settings.access_token = Some("s3cret-token-of-16-chars".to_owned());
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("s3cret") && shown.contains("<redacted>"), "{shown}");
+    }
 
     #[test]
     fn tokens_are_read_from_the_bearer_header_or_the_cookie() {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 pub(crate) const MIN_TOKEN_LENGTH: usize = 16;
 
 /// How the console is served and whether it may change anything.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ConsoleSettings {
     /// Where to listen. A loopback address, unless [`tls`](Self::tls) and
     /// [`access_token`](Self::access_token) are both set.
@@ -42,6 +42,19 @@ pub struct TlsFiles {
     pub certificate: PathBuf,
     /// The private key (PEM: PKCS#8, PKCS#1 or SEC1).
     pub key: PathBuf,
+}
+
+/// The access token is never shown: `Some("<redacted>")`.
+impl std::fmt::Debug for ConsoleSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsoleSettings")
+            .field("listen", &self.listen)
+            .field("actions", &self.actions)
+            .field("actor", &self.actor)
+            .field("access_token", &self.access_token.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 impl ConsoleSettings {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio_postgres::Client;
 
-use super::{DoctorOptions, Finding, Severity, age, by_time, by_xid_age, rows};
+use super::report::{DoctorOptions, Finding, Severity, age, by_time, by_xid_age, rows};
 use crate::error::{StorageError, column};
 use crate::status::elapsed::{duration_from_micros, micros_since};
 

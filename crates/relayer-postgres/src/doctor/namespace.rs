@@ -9,7 +9,7 @@ use std::time::Duration;
 use relayer_core::Namespace;
 use tokio_postgres::Client;
 
-use super::{DoctorOptions, Finding, Severity, age, rows};
+use super::report::{DoctorOptions, Finding, Severity, age, rows};
 use crate::error::{StorageError, column};
 use crate::migrate::current_version;
 use crate::schema::SCHEMA_VERSION;

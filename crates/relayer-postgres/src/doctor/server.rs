@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use relayer_core::Namespace;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use super::{CHURNING_TABLES, Finding, RECOMMENDED_AUTOVACUUM, Severity, age, rows};
+use super::report::{CHURNING_TABLES, Finding, RECOMMENDED_AUTOVACUUM, Severity, age, rows};
 use crate::connector::Connector;
 use crate::error::{StorageError, column};
 use crate::schema::TABLES;
