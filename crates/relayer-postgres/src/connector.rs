@@ -105,6 +105,30 @@ fn bounded(mut config: Config) -> Config {
     config
 }
 
+/// The `SET LOCAL`s that make the server probe this connection for the length of one
+/// transaction, from the client's own keepalive and user-timeout settings (RES-5): a
+/// transaction whose client went silent — a consumer's inbox transaction idles while its
+/// handler runs — then ends, and frees its locks, once the server's probes go unanswered
+/// instead of after the server's 2-hour keepalive default. `SET LOCAL`, never a session
+/// `SET`: behind a transaction-mode pooler a session setting would reach other clients.
+/// `tcp_user_timeout` exists from PostgreSQL 12 (`server_version_num` 120000) on.
+pub(crate) fn server_probe_sql(config: &Config, server_version_num: i32) -> String {
+    let mut sql = String::new();
+    if config.get_keepalives() {
+        let idle = config.get_keepalives_idle().as_secs().max(1);
+        let interval = config.get_keepalives_interval().map_or(5, |d| d.as_secs().max(1));
+        let count = config.get_keepalives_retries().unwrap_or(DEFAULT_KEEPALIVES_RETRIES).max(1);
+        sql.push_str(&format!(
+            "; SET LOCAL tcp_keepalives_idle = {idle}; SET LOCAL tcp_keepalives_interval = {interval}; \
+             SET LOCAL tcp_keepalives_count = {count}"
+        ));
+    }
+    if let Some(timeout) = config.get_tcp_user_timeout().filter(|_| server_version_num >= 120_000) {
+        sql.push_str(&format!("; SET LOCAL tcp_user_timeout = {}", timeout.as_millis()));
+    }
+    sql
+}
+
 /// `sslmode=disable` together with a TLS connector (from [`Connector::with_tls`]): one
 /// forbids what the other asks for.
 #[derive(Clone, Debug, thiserror::Error)]

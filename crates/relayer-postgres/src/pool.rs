@@ -22,7 +22,7 @@ use tokio::task::AbortHandle;
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, Statement};
 
-use crate::connector::Connector;
+use crate::connector::{Connector, server_probe_sql};
 use crate::error::StorageError;
 use crate::tls::Tls;
 
@@ -138,7 +138,20 @@ impl bb8::ManageConnection for PgConnectionManager {
             bound: self.connector.statement_timeout(),
             transaction_idle: self.connector.transaction_idle_timeout(),
             tls: self.connector.tls().cloned(),
+            server_probe: String::new(),
         });
+        // Which server-side probe settings exist depends on the server's version: asked
+        // once per connection, within the statement bound like every statement here.
+        let version = client
+            .bounded(client.client.simple_query("SHOW server_version_num"), crate::error::timed_out)
+            .await?;
+        let version = version.iter().find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).and_then(|v| v.parse::<i32>().ok()),
+            _ => None,
+        });
+        if let Some(watchdog) = client.watchdog.as_mut() {
+            watchdog.server_probe = server_probe_sql(self.connector.config(), version.unwrap_or(0));
+        }
         Ok(client)
     }
 
@@ -163,6 +176,9 @@ struct Watchdog {
     transaction_idle: Option<Duration>,
     /// How the connection was encrypted, for the cancel request of a statement given up.
     tls: Option<Tls>,
+    /// The `SET LOCAL`s (each after a `;`) that make the server probe this connection
+    /// during a store session's transaction (RES-5).
+    server_probe: String,
 }
 
 /// The longest a cancel request of a statement given up may take (it opens a connection).
@@ -226,6 +242,13 @@ impl PgClient {
     /// ([`Connector::with_transaction_idle_timeout`]); `None`: the server's setting.
     pub fn transaction_idle_timeout(&self) -> Option<Duration> {
         self.watchdog.as_ref().and_then(|watchdog| watchdog.transaction_idle)
+    }
+
+    /// What a store session's `BEGIN` adds so the server probes this connection while the
+    /// transaction lasts (`; SET LOCAL tcp_keepalives_idle = …`); empty for a client
+    /// wrapped with [`new`](Self::new).
+    pub(crate) fn server_probe(&self) -> &str {
+        self.watchdog.as_ref().map_or("", |watchdog| &watchdog.server_probe)
     }
 
     /// Runs `call` (statements on this connection) within the statement timeout (RES-5).

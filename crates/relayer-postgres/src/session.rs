@@ -176,17 +176,16 @@ impl Session for PgSession {
     async fn begin(&mut self) -> Result<(), StorageError> {
         // Marked first: a BEGIN whose answer was lost may still have started one.
         self.in_transaction = true;
-        match self.connection.transaction_idle_timeout() {
-            // RES-5: a transaction whose client went silent (a black-holed connection the
-            // client already gave up) must not keep its locks — a lease row, claimed rows —
-            // until the server's TCP gives up.
-            Some(idle) => {
-                let sql =
-                    format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", idle.as_millis());
-                self.run(&sql, "beginning a transaction").await
-            }
-            None => self.run("BEGIN", "beginning a transaction").await,
+        // RES-5: a transaction whose client went silent (a black-holed connection the
+        // client already gave up) must not keep its locks — a lease row, claimed rows, an
+        // inbox key — until the server's TCP gives up: the server ends it once idle past
+        // the pool's bound, and probes the connection while it lasts. One round trip.
+        let mut sql = String::from("BEGIN");
+        if let Some(idle) = self.connection.transaction_idle_timeout() {
+            sql.push_str(&format!("; SET LOCAL idle_in_transaction_session_timeout = {}", idle.as_millis()));
         }
+        sql.push_str(self.connection.server_probe());
+        self.run(&sql, "beginning a transaction").await
     }
 
     async fn commit(&mut self) -> Result<(), StorageError> {

@@ -83,3 +83,33 @@ async fn store_transactions_carry_the_idle_transaction_bound_res_5() {
     assert_eq!(setting, "0", "the server's own setting");
     session.rollback().await.unwrap();
 }
+
+/// RES-5: while a store session's transaction lasts — a consumer's inbox transaction idles
+/// for as long as its handler runs — the server probes the connection with the client's
+/// keepalive and user-timeout settings, so a silent client's locks are freed within that
+/// bound rather than the server's 2-hour keepalive default; after it, the session's
+/// settings are the server's again (`SET LOCAL`: nothing leaks to the next borrower, nor
+/// through a transaction-mode pooler to another client).
+#[tokio::test]
+async fn store_transactions_make_the_server_probe_a_silent_client_res_5() {
+    let db = TestDb::new().await;
+    let mut config = db.config();
+    config
+        .keepalives_idle(Duration::from_secs(7))
+        .keepalives_interval(Duration::from_secs(2))
+        .keepalives_retries(4);
+    config.tcp_user_timeout(Duration::from_millis(15_000));
+    let source = PgSource::new(connect_pool(config, 1).await.unwrap(), db.namespace());
+    let show = "SELECT current_setting('tcp_keepalives_idle'), current_setting('tcp_keepalives_interval'), \
+                current_setting('tcp_keepalives_count'), current_setting('tcp_user_timeout')";
+    let read = |row: tokio_postgres::Row| (0..4).map(|i| row.get::<_, String>(i)).collect::<Vec<_>>();
+    let mut session = source.open().await.unwrap();
+    let before = read(session.connection().query_one(show, &[]).await.unwrap());
+    session.begin().await.unwrap();
+    let during = read(session.connection().query_one(show, &[]).await.unwrap());
+    assert_eq!(during, ["7", "2", "4", "15000"]);
+    session.commit().await.unwrap();
+    let after = read(session.connection().query_one(show, &[]).await.unwrap());
+    assert_eq!(after, before, "SET LOCAL ends with the transaction");
+    assert_ne!(before, during);
+}
