@@ -133,7 +133,9 @@ where
                     keep_claim = true; // not ours any more: nothing to release
                     break;
                 }
-                LaneHead::Empty | LaneHead::NotDue => break,
+                // Elsewhere: the next head is another instance's transport (TRN-6); the
+                // lane is let go, whole, for it.
+                LaneHead::Empty | LaneHead::NotDue | LaneHead::Elsewhere => break,
             };
             match self.send.send_head(&head.transport, &head.destination, &head.envelope).await {
                 // A head of a transport this process lacks (TRN-6; the lane claim only

@@ -124,3 +124,52 @@ async fn unordered_rows_of_an_unregistered_transport_are_never_claimed_trn_6() {
         [written[0].seq, written[2].seq].into_iter().map(|seq| (seq, 0, true, true)).collect();
     assert_eq!(waiting, expected, "untouched");
 }
+
+/// TRN-6 within an owned lane: once this dispatcher has sent the heads it can, a next head
+/// naming a transport it lacks is let go unjudged — even one it could not decode (bad
+/// headers) is not parked here, for only an instance with that transport may decide about
+/// it. The lane is left neither parked nor held, the row untouched; the rows behind it
+/// wait in order.
+#[tokio::test]
+async fn an_owned_lane_whose_next_head_is_another_transports_is_let_go_unjudged_trn_6() {
+    let db = database().await;
+    let test = Arc::new(FaultyTransport::new("test"));
+    let here = dispatcher(&db, options(), Arc::clone(&test), 1).await;
+    let client = db.connect().await;
+    writer(&here)
+        .enqueue(&client, &[NewMessage::new("test", "orders", b"first".to_vec()).lane("l")])
+        .await
+        .unwrap();
+    // Written by a service that has "other", with headers this build cannot read.
+    let sql = format!(
+        "INSERT INTO {} (message_id, transport, destination, body, headers, lane) \
+         VALUES (gen_random_uuid(), 'other', 'orders', '\\x00', '[1, 2]'::jsonb, 'l') RETURNING seq",
+        db.namespace().table("outbox")
+    );
+    let foreign: i64 = client.query_one(&sql, &[]).await.unwrap().get(0);
+    writer(&here)
+        .enqueue(&client, &[NewMessage::new("test", "orders", b"behind".to_vec()).lane("l")])
+        .await
+        .unwrap();
+
+    for _ in 0..3 {
+        let report = run_once(&here).await.unwrap();
+        assert_eq!(
+            (report.lanes_parked, report.undecodable, report.dead, report.failed),
+            (0, 0, 0, 0),
+            "{report:?}"
+        );
+    }
+    let sent: Vec<Vec<u8>> = test.accepted().into_iter().map(|(_, e)| e.body).collect();
+    assert_eq!(sent, vec![b"first".to_vec()], "the head it could send, and nothing behind the foreign one");
+    let waiting = rows(&client, &db).await;
+    assert_eq!(waiting.iter().map(|r| r.0).next(), Some(foreign), "{waiting:?}");
+    assert_eq!(waiting.len(), 2);
+    assert!(waiting.iter().all(|&(_, attempts, no_error, free)| attempts == 0 && no_error && free));
+    let lanes = format!(
+        "SELECT count(*) FROM {} WHERE parked_at IS NOT NULL OR claimed_until > now()",
+        db.namespace().table("lanes")
+    );
+    let held: i64 = client.query_one(&lanes, &[]).await.unwrap().get(0);
+    assert_eq!(held, 0, "the lane is neither parked nor held");
+}

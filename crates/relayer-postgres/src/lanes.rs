@@ -18,7 +18,8 @@
 //! the unordered claims never touch lane rows (`lane IS NULL` everywhere, LAN-4).
 //!
 //! A lane whose head names a transport this process lacks is never claimed here (TRN-6):
-//! it waits, whole, for an instance that has it. A head that cannot be decoded
+//! it waits, whole, for an instance that has it; a lane already owned whose next head
+//! names one comes back as [`LaneHead::Elsewhere`] and is let go, unjudged. A head that cannot be decoded
 //! (`crate::row_codec`: malformed headers, an empty destination …) comes back as
 //! [`LaneHead::Undecodable`]. Its owner parks the lane with the
 //! row's description as the reason ([`HeadFailure::Park`]), exactly as for a poison head:
@@ -328,6 +329,13 @@ impl LaneStatements {
         let due: bool = row.get("due");
         if !due {
             return Ok(LaneHead::NotDue);
+        }
+        // Judged before decoding: a head of another instance's transport is not this
+        // process's to send, nor — when it cannot be decoded — to park (TRN-6).
+        if let Ok(Some(transport)) = row.try_get::<_, Option<&str>>("transport")
+            && !self.codec.serves(transport)
+        {
+            return Ok(LaneHead::Elsewhere);
         }
         Ok(match self.codec.decode(&row, 0)? {
             Ok(head) => LaneHead::Due(head),

@@ -65,6 +65,14 @@ impl RowCodec {
         self
     }
 
+    /// Whether rows naming `transport` are this worker's (TRN-6): always, without a
+    /// registry.
+    pub(crate) fn serves(&self, transport: &str) -> bool {
+        self.transports
+            .as_ref()
+            .is_none_or(|names| names.binary_search_by(|name| name.as_str().cmp(transport)).is_ok())
+    }
+
     /// The transports to bind as a statement's `text[]` filter: `None` (SQL NULL) reads
     /// every transport.
     pub(crate) fn registered(&self) -> Option<Vec<&str>> {

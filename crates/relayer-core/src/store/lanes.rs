@@ -109,6 +109,10 @@ pub enum LaneHead {
     /// The head is due but cannot be decoded; the lane claim was renewed. Park the lane
     /// with its description as the reason (LAN-5): nothing behind it may overtake it.
     Undecodable(UndecodableRow),
+    /// The head names a transport this process lacks (TRN-6): the lane waits, whole, for
+    /// an instance that has it. This process neither sends it nor judges it — even a head
+    /// it could not decode is the other instance's to park.
+    Elsewhere,
 }
 
 /// What to do with a lane head whose send failed ([`WorkLanes::fail_head`]).
