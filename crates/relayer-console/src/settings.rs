@@ -65,7 +65,9 @@ impl ConsoleSettings {
 
     /// Refuses settings the console must not start with, in one line naming the key
     /// (`console.listen: …`): an address beyond loopback without both TLS and an access
-    /// token, actions without an actor, a short token, a bad header name or actor name.
+    /// token, actions without an actor, actions naming their actor from a header without an
+    /// access token (anyone could send that header), a short token, a bad header name or
+    /// actor name.
     pub fn check(&self) -> Result<(), String> {
         if !self.listen.ip().is_loopback() {
             let mut missing = Vec::new();
@@ -100,9 +102,18 @@ impl ConsoleSettings {
                             (a header your proxy sets) or console.actor (a fixed name)"
                     .to_owned());
             }
-            (Some(ActorSource::Header(name)), _) => {
+            (Some(ActorSource::Header(name)), actions) => {
                 if axum::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
                     return Err(format!("console.actor_header: {name:?} is not a valid header name"));
+                }
+                // Any client can send any header: one is only an identity when the proxy
+                // that sets it is the only way in. The token is how the console knows: the
+                // proxy presents it, a client that goes around the proxy cannot.
+                if actions && self.access_token.is_none() {
+                    return Err(format!(
+                        "console.actor_header: {name} names the actor only when a proxy sets it and is the only way \
+                         in; set console.access_token and have the proxy send it, or set console.actor"
+                    ));
                 }
             }
             (Some(ActorSource::Name(name)), _) => {
@@ -141,7 +152,8 @@ mod tests {
         ConsoleSettings::new(address.parse().expect("an address"))
     }
 
-    /// OBS-3: beyond loopback the console needs TLS and a token; actions need an actor.
+    /// OBS-3: beyond loopback the console needs TLS and a token; actions need an actor, and
+    /// an actor taken from a header needs a token (else anyone could send the header).
     #[test]
     fn settings_the_console_must_not_start_with_are_refused_naming_the_key_obs_3() {
         let tls = TlsFiles { certificate: "c.pem".into(), key: "k.pem".into() };
@@ -166,7 +178,18 @@ mod tests {
         acting.actor = Some(ActorSource::Header("bad header".to_owned()));
         assert!(acting.check().unwrap_err().starts_with("console.actor_header: \"bad header\""));
         acting.actor = Some(ActorSource::Header("X-Forwarded-User".to_owned()));
-        assert!(acting.check().is_ok());
+        let forgeable = acting.check().unwrap_err();
+        assert!(
+            forgeable.starts_with("console.actor_header: X-Forwarded-User names the actor only when"),
+            "{forgeable}"
+        );
+        assert!(forgeable.contains("console.access_token"), "{forgeable}");
+        acting.access_token = Some("0123456789abcdef".to_owned());
+        assert!(acting.check().is_ok(), "the proxy presents the token: only it can name the actor");
+        acting.actions = false;
+        acting.access_token = None;
+        assert!(acting.check().is_ok(), "without actions the header names nobody");
+        acting.actions = true;
         acting.actor = Some(ActorSource::Name("  ".to_owned()));
         assert!(acting.check().unwrap_err().starts_with("console.actor: empty"));
         acting.actor = Some(ActorSource::Name("ops\u{1b}[2J".to_owned()));

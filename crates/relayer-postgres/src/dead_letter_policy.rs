@@ -38,6 +38,11 @@ use crate::exec::{Executor, one_row};
 use crate::outbox::notify_channel;
 use crate::queue::queue_channel;
 
+/// The most stuck dead letters one count reads (DLP-5): the policy worker counts them
+/// every pass and the console on every view, so a pile of millions costs a bounded read; a
+/// count equal to the cap means "at least that many".
+pub const STUCK_COUNT_CAP: u64 = 10_000;
+
 /// The dead-letter policy statements rendered for one namespace.
 #[derive(Clone, Debug)]
 pub struct DeadLetterPolicyStatements {
@@ -102,12 +107,14 @@ impl DeadLetterPolicyStatements {
                    ORDER BY dead_lettered_at LIMIT $4 FOR UPDATE SKIP LOCKED)) \
                    AND q.queue = $1 AND q.original_topic = $2"
             ),
-            // Index: queue_dead_letter_idx; reads the type's dead letters past `after`.
+            // Index: queue_dead_letter_idx; reads the type's dead letters past `after`, at
+            // most STUCK_COUNT_CAP of them (every pass and every console view runs it).
             queue_stuck: format!(
-                "SELECT count(*) FROM {queue} \
+                "SELECT count(*) FROM (SELECT 1 FROM {queue} \
                  WHERE queue = $1 AND original_topic = $2 \
                    AND dead_lettered_at <= now() - $3::int8 * interval '1 microsecond' \
-                   AND created_at <= now() - $4::int8 * interval '1 microsecond' AND {decodable}"
+                   AND created_at <= now() - $4::int8 * interval '1 microsecond' AND {decodable} \
+                 LIMIT {STUCK_COUNT_CAP}) AS capped"
             ),
             // Index: dead_failed_at_idx, the range between the give-up and the `after`
             // cut-offs (a row fails after it was created, as above), filtered by type
@@ -146,12 +153,13 @@ impl DeadLetterPolicyStatements {
                    ORDER BY failed_at LIMIT $4 FOR UPDATE SKIP LOCKED)) \
                    AND d.transport = $1 AND d.destination = $2 AND d.lane IS NULL"
             ),
-            // Index: dead_failed_at_idx.
+            // Index: dead_failed_at_idx; at most STUCK_COUNT_CAP rows read.
             outbox_stuck: format!(
-                "SELECT count(*) FROM {dead} \
+                "SELECT count(*) FROM (SELECT 1 FROM {dead} \
                  WHERE transport = $1 AND destination = $2 AND lane IS NULL \
                    AND failed_at <= now() - $3::int8 * interval '1 microsecond' \
-                   AND created_at <= now() - $4::int8 * interval '1 microsecond'"
+                   AND created_at <= now() - $4::int8 * interval '1 microsecond' \
+                 LIMIT {STUCK_COUNT_CAP}) AS capped"
             ),
             channel: notify_channel(namespace),
             queue_channel: queue_channel(namespace),
@@ -212,7 +220,8 @@ impl DeadLetterPolicyStatements {
     }
 
     /// Counts the dead letters of `message_type` whose redrive gave up: due (`after`) but
-    /// created `give_up_after` ago or earlier (DLP-5).
+    /// created `give_up_after` ago or earlier (DLP-5), up to [`STUCK_COUNT_CAP`]: a count
+    /// equal to the cap means "at least that many".
     pub async fn stuck(
         &self,
         client: &impl Executor,

@@ -318,6 +318,9 @@ impl DeadLetterApi {
         let limit = check_action(filter.common.limit, filter.selects_something(), actor)?;
         let mut clauses = filter.render(base);
         let limit = clauses.bind(limit, Type::INT8);
+        // Index: queue_dead_letter_id_idx by message id, else queue_dead_letter_seq_idx in
+        // seq order (both partial on dead_lettered_at, schema step 6): the dead letters
+        // only, never the queue's live messages.
         let selection = format!("FROM {} WHERE {} ORDER BY seq LIMIT {limit}", self.queue, clauses.sql());
         let what = format!("{name} of queue dead letters ({filter})");
         if mode == Mode::DryRun {

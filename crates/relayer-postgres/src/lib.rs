@@ -44,7 +44,7 @@ mod store;
 pub mod tls;
 
 pub use connector::{Connector, DEFAULT_STATEMENT_TIMEOUT, TlsModeConflict};
-pub use dead_letter_policy::DeadLetterPolicyStatements;
+pub use dead_letter_policy::{DeadLetterPolicyStatements, STUCK_COUNT_CAP};
 pub use dead_letters::{
     DeadLetterApi, DeadLetterApiError, Mode, OutboxDeadFilter, OutboxDeadRow, QueueDeadLetter,
     QueueDeadLetterFilter, Touched,

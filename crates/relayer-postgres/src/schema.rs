@@ -50,6 +50,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         description: "queue and outbox vacuumed after a count of dead rows, not a share of the table",
         sql: include_str!("schema/v5.sql"),
     },
+    Migration {
+        version: 6,
+        description: "dead letters indexed by message id and by seq",
+        sql: include_str!("schema/v6.sql"),
+    },
 ];
 
 /// Version numbers skipped on purpose: reserved for a step of a branch merged beside this one.
@@ -57,7 +62,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
 const RESERVED: &[i32] = &[];
 
 /// The schema version this build of relayer requires and migrates to.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// Every table the schema creates, by its unprefixed name.
 pub const TABLES: &[&str] =

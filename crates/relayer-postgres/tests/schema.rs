@@ -8,7 +8,7 @@ use relayer_postgres::{
 use relayer_test_support::TestDb;
 
 /// The schema steps this build ships.
-const STEPS: &[i32] = &[1, 2, 3, 4, 5];
+const STEPS: &[i32] = &[1, 2, 3, 4, 5, 6];
 
 #[tokio::test]
 async fn migrate_creates_every_table_and_a_second_run_applies_nothing() {

@@ -346,7 +346,9 @@ async fn policies(shared: &Shared, conn: &relayer_postgres::PgConnection<'_>) ->
                     .await
                     .map_err(|e| Failure::database(&e))?;
                 let class = if count > 0 { "n stuck bad" } else { "n stuck" };
-                format!("<td class=\"{class}\">{count}</td>")
+                // A count at the cap stopped there (a bounded read): at least that many.
+                let at_least = if count >= relayer_postgres::STUCK_COUNT_CAP { "≥" } else { "" };
+                format!("<td class=\"{class}\">{at_least}{count}</td>")
             }
             None => "<td class=\"n\">-</td>".to_owned(),
         };

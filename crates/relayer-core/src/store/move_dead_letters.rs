@@ -37,7 +37,9 @@ pub trait MoveDeadLetters: Store {
     ) -> Result<u64, Self::Error>;
 
     /// Counts the dead letters of `message_type` whose redrive gave up: due (`after`) but
-    /// created `give_up_after` ago or earlier (DLP-5). A plain read.
+    /// created `give_up_after` ago or earlier (DLP-5). A plain read, and a bounded one: a
+    /// store may stop counting at a cap of its own (relayer-postgres: 10,000) and return
+    /// the cap, meaning "at least that many".
     async fn count_stuck_dead_letters(
         &self,
         message_type: &DeadLetterType,
