@@ -54,7 +54,7 @@ impl History {
     }
 
     /// Appends `sample`, dropping those older than the window before it, and the oldest
-    /// past [`MAX_SAMPLES`].
+    /// past the cap of 3,600 samples (an hour at one a second).
     pub fn push(&self, sample: Sample) {
         let mut samples = self.samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let horizon = sample.at.checked_sub(self.window);
