@@ -22,6 +22,7 @@ const PAGES: &[(&str, &str)] = &[
     ("workers.png", "/workers"),
     ("dead-letters.png", "/dead-letters"),
     ("lanes.png", "/lanes"),
+    ("doctor.png", "/doctor"),
 ];
 
 /// `cargo xtask screenshots`.
